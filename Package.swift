@@ -1,0 +1,57 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "countdownd",
+    products: [
+        .executable(name: "countdownd", targets: ["countdownd"]),
+        .executable(name: "cdctl", targets: ["cdctl"]),
+        .library(name: "CountdownCore", targets: ["CountdownCore"]),
+        .library(name: "CountdownClient", targets: ["CountdownClient"]),
+    ],
+    targets: [
+        // C libraries from Debian, reached through system-library targets.
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+
+        // The few Linux calls Glibc's module map does not expose (timerfd, SO_PEERCRED, timer slack).
+        .target(name: "CLinuxShims"),
+
+        // The pure core: engine, scheduler, durations, names, protocol codec. No I/O, no clock reads.
+        .target(name: "CountdownCore"),
+
+        // The imperative shell: sockets, Dispatch, systemd, storage.
+        .target(name: "CountdownDaemon", dependencies: ["CountdownCore", "CSystemd", "CSQLite", "CLinuxShims"]),
+
+        // Connection and request/response logic shared by cdctl and the tests.
+        .target(name: "CountdownClient", dependencies: ["CountdownCore"]),
+
+        // cdctl's argument parsing, commands and output formatting.
+        .target(name: "CountdownCLI", dependencies: ["CountdownCore", "CountdownClient", "CLinuxShims"]),
+
+        // Thin executables.
+        .executableTarget(name: "countdownd", dependencies: ["CountdownDaemon"]),
+        .executableTarget(name: "cdctl", dependencies: ["CountdownCLI"]),
+
+        .testTarget(name: "CountdownCoreTests", dependencies: ["CountdownCore", "CountdownCLI"]),
+        .testTarget(
+            name: "CountdownIntegrationTests",
+            dependencies: ["CountdownCore", "CountdownClient", "countdownd", "cdctl"]
+        ),
+    ]
+)
+
+// The same language settings for every target, stated once.
+for target in package.targets where target.type != .system && target.name != "CLinuxShims" {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    target.swiftSettings = settings
+}

@@ -1,0 +1,203 @@
+import CountdownClient
+import CountdownCore
+
+/// Runs one `cdctl` invocation against the daemon.
+public struct Cdctl {
+    /// What to do.
+    public var invocation: CdctlInvocation
+    /// Where to write.
+    public var console: Console
+
+    /// Creates a runner.
+    public init(invocation: CdctlInvocation, console: Console) {
+        self.invocation = invocation
+        self.console = console
+    }
+
+    /// Runs the command and returns the exit code; every failure has been explained on stderr.
+    public func run() -> ExitCode {
+        switch invocation.command {
+        case .help:
+            console.out(CdctlCommandLine.help + "\n")
+            return .success
+        case .version:
+            console.out("cdctl \(CountdownVersion.current)\n")
+            return .success
+        default:
+            break
+        }
+        do {
+            let connection = try CountdownConnection(path: invocation.socketPath)
+            return try execute(on: connection)
+        } catch {
+            console.error("cdctl: \(error)\n")
+            return .unavailable
+        }
+    }
+
+    private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
+        switch invocation.command {
+        case .start(let name, let milliseconds, let replace, let wait):
+            if wait {
+                try subscribe(connection, to: [name])
+            }
+            var line = "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
+            if replace { line += " REPLACE" }
+            let code = try mutation(line, on: connection, name: name)
+            guard code == .success, wait else { return code }
+            return try waitForAll([name], on: connection, subscribed: true)
+        case .cancel(let name):
+            return try mutation("CANCEL \(name)", on: connection, name: name)
+        case .pause(let name):
+            return try mutation("PAUSE \(name)", on: connection, name: name)
+        case .resume(let name):
+            return try mutation("RESUME \(name)", on: connection, name: name)
+        case .extend(let name, let milliseconds):
+            return try mutation("EXTEND \(name) \(milliseconds)ms", on: connection, name: name)
+        case .status(let name?, let json):
+            let reply = try connection.request("STATUS \(name)")
+            if case .error = reply.outcome {
+                return report(reply, on: connection, name: name)
+            }
+            if json {
+                if let first = reply.countdowns.first { console.out(Formatting.json(first)) }
+            } else {
+                console.out(Formatting.table(reply.countdowns))
+            }
+            return .success
+        case .status(nil, let json), .list(let json):
+            let reply = try connection.request("LIST")
+            if case .error = reply.outcome {
+                return report(reply, on: connection, name: nil)
+            }
+            if json {
+                console.out(Formatting.json(reply.countdowns))
+            } else if reply.countdowns.isEmpty {
+                console.out("no countdowns\n")
+            } else {
+                console.out(Formatting.table(reply.countdowns))
+            }
+            return .success
+        case .watch(let names, let json):
+            try subscribe(connection, to: names)
+            if console.isTerminal && !json {
+                var display = LiveWatch(connection: connection, console: console, names: names)
+                display.colorAllowed = invocation.colorAllowed
+                return try display.run()
+            }
+            while let event = try connection.nextEvent() {
+                console.out(json ? Formatting.json(event) : Formatting.eventLine(event))
+            }
+            console.error("cdctl: countdownd closed the connection\(connection.shutdownReason.map { " (\($0))" } ?? "")\n")
+            return .unavailable
+        case .wait(let names):
+            return try waitForAll(names, on: connection, subscribed: false)
+        case .help, .version:
+            return .success
+        }
+    }
+
+    private func subscribe(_ connection: CountdownConnection, to names: [String]) throws(ClientError) {
+        let reply = try connection.request((["SUBSCRIBE"] + names).joined(separator: " "))
+        if case .error(_, let code, let message) = reply.outcome {
+            throw .protocolViolation("SUBSCRIBE was refused: \(code) \(message)")
+        }
+    }
+
+    /// Sends a mutation and reports its outcome: one line for a person on success.
+    private func mutation(_ line: String, on connection: CountdownConnection, name: String) throws(ClientError) -> ExitCode {
+        let reply = try connection.request(line)
+        guard case .ok = reply.outcome, let countdown = reply.countdown else {
+            return report(reply, on: connection, name: name)
+        }
+        console.out(
+            "\(countdown.name): \(countdown.state.rawValue), \(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
+        )
+        return .success
+    }
+
+    /// Explains an `ERR` reply on stderr and maps it to an exit code. For an unknown name, it
+    /// suggests the closest existing one.
+    private func report(_ reply: Reply, on connection: CountdownConnection, name: String?) -> ExitCode {
+        guard case .error(let code, let rawCode, let message) = reply.outcome else {
+            console.error("cdctl: unexpected reply from countdownd\n")
+            return .refused
+        }
+        var text = "cdctl: \(message) (\(rawCode))"
+        if code == .notFound, let name, !message.contains("finished"),
+           let list = try? connection.request("LIST"),
+           let suggestion = Suggestion.closest(to: name, among: list.countdowns.map(\.name)) {
+            text += "; did you mean '\(suggestion)'?"
+        }
+        console.error(text + "\n")
+        return ExitCode(errorCode: code)
+    }
+
+    /// Blocks until every name is finished: `success` if all are done, `cancelled` if any was
+    /// cancelled, `notFound` at once for a name that does not exist.
+    private func waitForAll(_ names: [String], on connection: CountdownConnection, subscribed: Bool) throws(ClientError) -> ExitCode {
+        if !subscribed {
+            // Subscribe before asking, so an event between the two is not missed.
+            try subscribe(connection, to: names)
+        }
+        var outstanding = Set(names)
+        var anyCancelled = false
+        for name in names {
+            let reply = try connection.request("STATUS \(name)")
+            if case .error = reply.outcome {
+                return report(reply, on: connection, name: name)
+            }
+            if let state = reply.countdowns.first?.state, !state.isActive {
+                outstanding.remove(name)
+                anyCancelled = anyCancelled || state == .cancelled
+            }
+        }
+        while !outstanding.isEmpty {
+            guard let event = try connection.nextEvent() else {
+                console.error("cdctl: countdownd closed the connection while waiting for \(outstanding.sorted().joined(separator: ", "))\(connection.shutdownReason.map { " (\($0))" } ?? "")\n")
+                return .unavailable
+            }
+            guard outstanding.contains(event.name) else { continue }
+            if event.kind == .done || event.kind == .cancelled {
+                outstanding.remove(event.name)
+                anyCancelled = anyCancelled || event.kind == .cancelled
+            }
+        }
+        if anyCancelled {
+            console.error("cdctl: \(names.count == 1 ? "'\(names[0])' was" : "a countdown was") cancelled\n")
+            return .cancelled
+        }
+        return .success
+    }
+}
+
+/// "Did you mean …?" for mistyped names.
+enum Suggestion {
+    /// The existing name closest to `name` by edit distance, if it is close enough to be a typo.
+    static func closest(to name: String, among candidates: [String]) -> String? {
+        let target = Array(name.utf8)
+        let limit = max(2, target.count / 3)
+        var best: (String, Int)?
+        for candidate in candidates {
+            let distance = editDistance(target, Array(candidate.utf8))
+            if distance <= limit && distance < (best?.1 ?? Int.max) {
+                best = (candidate, distance)
+            }
+        }
+        return best?.0
+    }
+
+    static func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
+        if a.isEmpty { return b.count }
+        var previous = Array(0...b.count)
+        var current = previous
+        for i in 1...a.count {
+            current[0] = i
+            for j in stride(from: 1, through: b.count, by: 1) {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            swap(&previous, &current)
+        }
+        return previous[b.count]
+    }
+}

@@ -1,0 +1,76 @@
+import CountdownCore
+import Foundation
+
+/// How `cdctl` renders countdowns for people and for programs.
+public enum Formatting {
+    /// A progress bar that empties as time runs out: `[#######---]` at 70 % left.
+    /// - Parameters:
+    ///   - remaining: milliseconds left.
+    ///   - total: the total, in milliseconds.
+    ///   - width: cells between the brackets; 0 or less gives an empty string.
+    public static func bar(remaining: Int64, total: Int64, width: Int, filled: Character = "#", empty: Character = "-") -> String {
+        guard width > 0 else { return "" }
+        let cells = filledCells(remaining: remaining, total: total, width: width)
+        return "[" + String(repeating: filled, count: cells) + String(repeating: empty, count: width - cells) + "]"
+    }
+
+    /// How many of `width` cells are filled for `remaining` of `total`, rounding up so that any time
+    /// left shows at least one cell and only a finished countdown shows none.
+    public static func filledCells(remaining: Int64, total: Int64, width: Int) -> Int {
+        guard width > 0, total > 0, remaining > 0 else { return 0 }
+        let clamped = min(remaining, total)
+        // 128-bit-safe: width is small, clamped <= 366 days in ms (< 2^35).
+        return Int((Int64(width) * clamped + total - 1) / total)
+    }
+
+    /// Whole percent of time left, 0–100, rounded up like the bar.
+    public static func percentLeft(remaining: Int64, total: Int64) -> Int {
+        filledCells(remaining: remaining, total: total, width: 100)
+    }
+
+    /// An aligned table of countdowns, with a header, for `status` and `list`.
+    public static func table(_ countdowns: [CountdownInfo]) -> String {
+        let header = ["NAME", "STATE", "REMAINING", "TOTAL", "PROGRESS"]
+        var rows = [header]
+        for countdown in countdowns {
+            rows.append([
+                countdown.name,
+                countdown.state.rawValue,
+                CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds),
+                CountdownDuration.clock(milliseconds: countdown.totalMilliseconds),
+                bar(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds, width: 20)
+                    + " \(percentLeft(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds))%",
+            ])
+        }
+        var widths = [Int](repeating: 0, count: header.count)
+        for row in rows {
+            for (column, cell) in row.enumerated() {
+                widths[column] = max(widths[column], cell.count)
+            }
+        }
+        return rows.map { row in
+            row.enumerated().map { column, cell in
+                column == row.count - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n") + "\n"
+    }
+
+    /// One JSON document: an object for one countdown, an array for several.
+    public static func json<Value: Encodable>(_ value: Value) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        // Encoding plain structs of strings and integers cannot fail.
+        let data = (try? encoder.encode(value)) ?? Data("null".utf8)
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    /// One event as a stable, space-separated line for `while read` loops:
+    /// `<seq> <kind> <name> <remaining_ms> <total_ms>`, plus `<state>` for a snapshot.
+    public static func eventLine(_ event: EventInfo) -> String {
+        var line = "\(event.sequence) \(event.kind.rawValue) \(event.name) \(event.remainingMilliseconds) \(event.totalMilliseconds)"
+        if event.kind == .snapshot, let state = event.state {
+            line += " \(state.rawValue)"
+        }
+        return line + "\n"
+    }
+}

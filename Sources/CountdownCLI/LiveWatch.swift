@@ -1,0 +1,154 @@
+import CLinuxShims
+import CountdownClient
+import CountdownCore
+import Glibc
+
+/// `cdctl watch` on a terminal: one live line per countdown, redrawn in place ten times a second,
+/// with the remaining time interpolated locally between the daemon's ticks.
+struct LiveWatch {
+    /// What the display knows of one countdown.
+    struct Row {
+        var name: String
+        var state: CountdownState
+        /// Remaining milliseconds when the last event arrived.
+        var remainingAtEvent: Int64
+        var total: Int64
+        /// When the last event arrived, in monotonic seconds.
+        var eventTime: Double
+
+        /// Remaining milliseconds at `now`, counting down locally while running.
+        func remaining(at now: Double) -> Int64 {
+            guard state == .running else { return remainingAtEvent }
+            return max(0, remainingAtEvent - Int64((now - eventTime) * 1000))
+        }
+    }
+
+    let connection: CountdownConnection
+    let console: Console
+    let names: [String]
+
+    /// How long a finished countdown stays on screen.
+    static let finishedLinger = 3.0
+    /// Redraws per second.
+    static let framesPerSecond = 10.0
+
+    /// Runs until the daemon closes the connection (or Ctrl-C, which restores the terminal).
+    func run() throws(ClientError) -> ExitCode {
+        installTerminalRestore()
+        console.out("\u{1B}[?25l")  // Hide the cursor while drawing.
+        defer { console.out("\u{1B}[?25h") }
+        var rows: [String: Row] = [:]
+        var finishedAt: [String: Double] = [:]
+        var drawnLines = 0
+        var nextFrame = 0.0
+        while true {
+            let now = monotonic()
+            if now >= nextFrame {
+                for (name, time) in finishedAt where now - time > Self.finishedLinger {
+                    rows[name] = nil
+                    finishedAt[name] = nil
+                }
+                drawnLines = draw(rows: rows, now: now, replacing: drawnLines)
+                nextFrame = now + 1 / Self.framesPerSecond
+            }
+            if !connection.hasBufferedInput {
+                var poller = pollfd(fd: connection.fileDescriptor, events: Int16(POLLIN), revents: 0)
+                let waitMs = Int32(max(0, (nextFrame - monotonic()) * 1000))
+                if poll(&poller, 1, waitMs) <= 0 { continue }
+            }
+            guard let event = try connection.nextEvent(timeout: 0.5) else {
+                console.out("countdownd closed the connection\n")
+                return .unavailable
+            }
+            let arrived = monotonic()
+            var row = rows[event.name] ?? Row(name: event.name, state: .running, remainingAtEvent: 0, total: 0, eventTime: arrived)
+            row.remainingAtEvent = event.remainingMilliseconds
+            row.total = event.totalMilliseconds
+            row.eventTime = arrived
+            switch event.kind {
+            case .started, .tick, .resumed, .extended: row.state = .running
+            case .paused: row.state = .paused
+            case .done: row.state = .done
+            case .cancelled: row.state = .cancelled
+            case .snapshot: row.state = event.state ?? .running
+            }
+            rows[event.name] = row
+            if row.state.isActive {
+                finishedAt[event.name] = nil
+            } else {
+                finishedAt[event.name] = arrived
+            }
+            nextFrame = 0  // Show every change at once.
+        }
+    }
+
+    /// Draws all rows over the previous frame; returns how many lines were drawn.
+    private func draw(rows: [String: Row], now: Double, replacing previous: Int) -> Int {
+        let columns = Int(countdownd_terminal_columns(STDOUT_FILENO))
+        let width = columns > 0 ? columns : 80
+        var frame = previous > 0 ? "\u{1B}[\(previous)F" : "\r"
+        frame += "\u{1B}[J"
+        var lines: [String] = []
+        if rows.isEmpty {
+            lines.append(names.isEmpty ? "watching all countdowns; none running" : "waiting for \(names.joined(separator: ", "))")
+        }
+        let nameWidth = min(rows.keys.map(\.count).max() ?? 0, max(8, width / 3))
+        for row in rows.values.sorted(by: { $0.name < $1.name }) {
+            lines.append(render(row, now: now, width: width, nameWidth: nameWidth))
+        }
+        for line in lines {
+            frame += line + "\n"
+        }
+        console.out(frame)
+        return lines.count
+    }
+
+    /// `name  [#####-----]  0:01:23  running`, never wider than the terminal (no wrapping, so the
+    /// cursor arithmetic of the next frame stays right after a resize).
+    func render(_ row: Row, now: Double, width: Int, nameWidth: Int) -> String {
+        let remaining = row.remaining(at: now)
+        let clock = CountdownDuration.clock(milliseconds: remaining)
+        let state = row.state.rawValue
+        let name = row.name.count > nameWidth ? String(row.name.prefix(max(nameWidth - 1, 1))) + "~" : row.name.padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+        let fixed = nameWidth + 2 + 2 + clock.count + 2 + 9
+        let barWidth = min(40, width - 1 - fixed - 2)
+        let bar = barWidth >= 3 ? Formatting.bar(remaining: remaining, total: row.total, width: barWidth, filled: "█", empty: "░") + "  " : ""
+        var line = "\(name)  \(bar)\(clock)  \(colored(state, row.state))"
+        let visible = nameWidth + 2 + (barWidth >= 3 ? barWidth + 4 : 0) + clock.count + 2 + state.count
+        if visible > width - 1 {
+            line = String("\(name)  \(clock)  \(state)".prefix(max(width - 1, 0)))
+        }
+        return line
+    }
+
+    private func colored(_ text: String, _ state: CountdownState) -> String {
+        guard console.isTerminal, colorAllowed else { return text }
+        let code: String
+        switch state {
+        case .running: code = "32"
+        case .paused: code = "33"
+        case .done: code = "34"
+        case .cancelled: code = "31"
+        }
+        return "\u{1B}[\(code)m\(text)\u{1B}[0m"
+    }
+
+    var colorAllowed = true
+
+    private func monotonic() -> Double {
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+
+    /// Ctrl-C and SIGTERM show the cursor again and end the line before exiting.
+    private func installTerminalRestore() {
+        let restore: @convention(c) (Int32) -> Void = { signalNumber in
+            let text: StaticString = "\u{1B}[?25h\u{1B}[0m\n"
+            _ = write(STDOUT_FILENO, text.utf8Start, text.utf8CodeUnitCount)
+            _exit(128 + signalNumber)
+        }
+        signal(SIGINT, restore)
+        signal(SIGTERM, restore)
+    }
+}

@@ -1,0 +1,59 @@
+import CountdownCore
+import Glibc
+
+/// Why talking to the daemon failed, worded so a person knows what to do.
+public enum ClientError: Error, CustomStringConvertible, Equatable {
+    /// Nothing listens at the socket path (missing file, or refused: a stale socket).
+    case unreachable(path: String, reason: String, advice: String)
+    /// The socket exists but this user may not connect to it.
+    case permissionDenied(path: String)
+    /// The daemon closed the connection or it failed mid-conversation.
+    case connectionLost(String)
+    /// The daemon said something this client cannot read.
+    case protocolViolation(String)
+    /// No answer within the allowed time.
+    case timedOut(String)
+
+    public var description: String {
+        switch self {
+        case .unreachable(let path, let reason, let advice):
+            return "cannot connect to countdownd at \(path): \(reason); is the daemon running? \(advice)"
+        case .permissionDenied(let path):
+            return "permission denied on \(path); the socket belongs to another user (use --socket, or ask its owner to widen --socket-mode)"
+        case .connectionLost(let why):
+            return "lost the connection to countdownd: \(why)"
+        case .protocolViolation(let why):
+            return "countdownd sent something unexpected: \(why)"
+        case .timedOut(let what):
+            return "timed out waiting for \(what)"
+        }
+    }
+}
+
+/// The daemon's final line for one request: its `OK` text or its `ERR`.
+public enum ReplyOutcome: Equatable, Sendable {
+    /// `OK <text>`
+    case ok(String)
+    /// `ERR <code> <message>`
+    case error(code: ErrorCode?, rawCode: String, message: String)
+}
+
+/// A whole reply block: any `COUNTDOWN` lines, then the final line.
+public struct Reply: Equatable, Sendable {
+    /// The `COUNTDOWN` lines, in order.
+    public var countdowns: [CountdownInfo]
+    /// The final `OK` or `ERR`.
+    public var outcome: ReplyOutcome
+
+    /// Creates a reply.
+    public init(countdowns: [CountdownInfo], outcome: ReplyOutcome) {
+        self.countdowns = countdowns
+        self.outcome = outcome
+    }
+
+    /// For a mutation's `OK <countdown fields>`: the countdown it describes.
+    public var countdown: CountdownInfo? {
+        guard case .ok(let text) = outcome else { return nil }
+        return WireLine.countdownInfo(text.split(separator: " ").map(String.init))
+    }
+}

@@ -1,0 +1,123 @@
+/// Parsing and rendering of countdown durations.
+///
+/// Accepted forms: a bare integer means seconds (`90`); otherwise one or more `<integer><unit>`
+/// with units `ms`, `s`, `m`, `h`, `d` (`90s`, `1m30s`, `1500ms`, `2h`). The result must be
+/// more than zero and at most 366 days.
+public enum CountdownDuration {
+    /// The longest duration accepted, 366 days, in milliseconds.
+    public static let maximumMilliseconds: Int64 = 366 * 86_400_000
+
+    /// The default duration of `START` without one: 60 seconds, like a "resend code" button.
+    public static let defaultMilliseconds: Int64 = 60_000
+
+    /// The accepted forms, for error messages and `--help`.
+    public static let acceptedForms =
+        "a whole number of seconds (90) or <number><unit> parts with units ms, s, m, h, d (90s, 1m30s, 1500ms, 2h), more than 0 and at most 366d"
+
+    /// Parses a duration.
+    /// - Returns: the duration in milliseconds.
+    /// - Throws: `ProtocolError` with code `bad-duration`, naming the problem and the accepted forms.
+    public static func parse<Bytes: Collection<UInt8>>(bytes: Bytes) throws(ProtocolError) -> Int64 {
+        guard let milliseconds = milliseconds(parsing: bytes) else {
+            throw ProtocolError(
+                .badDuration,
+                "'\(ProtocolText.sanitized(bytes))' is not a duration; use \(acceptedForms)"
+            )
+        }
+        if milliseconds == 0 {
+            throw ProtocolError(.badDuration, "duration must be more than zero; use \(acceptedForms)")
+        }
+        if milliseconds > maximumMilliseconds {
+            throw ProtocolError(.badDuration, "duration is longer than 366 days; use \(acceptedForms)")
+        }
+        return milliseconds
+    }
+
+    /// Parses a duration given as a string.
+    /// - Throws: `ProtocolError` with code `bad-duration`.
+    public static func parse(_ text: String) throws(ProtocolError) -> Int64 {
+        try parse(bytes: Array(text.utf8))
+    }
+
+    /// The duration in milliseconds, or `nil` when the text is malformed or overflows.
+    ///
+    /// Zero is returned as zero; range checks are `parse`'s job. Anything that would exceed the
+    /// maximum is clamped to just above it, so that huge numbers are "too long", never a crash.
+    static func milliseconds<Bytes: Collection<UInt8>>(parsing bytes: Bytes) -> Int64? {
+        if bytes.isEmpty {
+            return nil
+        }
+        let tooLong = maximumMilliseconds + 1
+        var total: Int64 = 0
+        var index = bytes.startIndex
+        var sawUnit = false
+        while index != bytes.endIndex {
+            // Digits.
+            var value: Int64 = 0
+            var digits = 0
+            while index != bytes.endIndex, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+                value = min(value * 10 + Int64(bytes[index] - UInt8(ascii: "0")), tooLong)
+                digits += 1
+                index = bytes.index(after: index)
+            }
+            if digits == 0 {
+                return nil
+            }
+            // Unit.
+            let unitStart = index
+            while index != bytes.endIndex, bytes[index] >= UInt8(ascii: "a"), bytes[index] <= UInt8(ascii: "z") {
+                index = bytes.index(after: index)
+            }
+            let unit = bytes[unitStart..<index]
+            let scale: Int64
+            if unit.isEmpty {
+                // A bare number is seconds, but only as the whole text: "1m30" is malformed.
+                guard !sawUnit, index == bytes.endIndex else { return nil }
+                scale = 1000
+            } else if unit.elementsEqual("ms".utf8) {
+                scale = 1
+            } else if unit.elementsEqual("s".utf8) {
+                scale = 1000
+            } else if unit.elementsEqual("m".utf8) {
+                scale = 60_000
+            } else if unit.elementsEqual("h".utf8) {
+                scale = 3_600_000
+            } else if unit.elementsEqual("d".utf8) {
+                scale = 86_400_000
+            } else {
+                return nil
+            }
+            sawUnit = true
+            // value <= tooLong and scale <= 86,400,000 keep this product far below Int64.max.
+            total = min(total + value * scale, tooLong)
+        }
+        return total
+    }
+
+    /// Renders milliseconds compactly in the accepted syntax: `1m30s`, `1500ms`, `2h`.
+    public static func format(milliseconds: Int64) -> String {
+        if milliseconds <= 0 {
+            return "0s"
+        }
+        var rest = milliseconds
+        var out = ""
+        for (unit, scale) in [("d", Int64(86_400_000)), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)] {
+            let count = rest / scale
+            if count > 0 {
+                out += "\(count)\(unit)"
+                rest -= count * scale
+            }
+        }
+        return out
+    }
+
+    /// Renders milliseconds as a clock, `h:mm:ss` (with days folded into hours), rounding up so a
+    /// countdown with 0.4 s left shows `0:00:01`, not `0:00:00`.
+    public static func clock(milliseconds: Int64) -> String {
+        let seconds = milliseconds <= 0 ? 0 : (milliseconds + 999) / 1000
+        let hours = seconds / 3600
+        let minutes = (seconds % 3600) / 60
+        let secs = seconds % 60
+        return "\(hours):\(minutes < 10 ? "0" : "")\(minutes):\(secs < 10 ? "0" : "")\(secs)"
+    }
+}

@@ -1,0 +1,466 @@
+/// Limits and policies of the engine.
+public struct EngineConfiguration: Sendable, Equatable {
+    /// How long a finished (`done` or `cancelled`) countdown stays visible to STATUS and LIST.
+    public var retentionMilliseconds: Int64
+    /// The most countdowns held at once, finished ones included.
+    public var maximumCountdowns: Int
+
+    /// Creates a configuration; the defaults are the daemon's.
+    public init(retentionMilliseconds: Int64 = 600_000, maximumCountdowns: Int = 1_000_000) {
+        self.retentionMilliseconds = retentionMilliseconds
+        self.maximumCountdowns = maximumCountdowns
+    }
+}
+
+/// The deterministic heart of countdownd: every countdown, its schedule, and the events it causes.
+///
+/// The engine never reads a clock. Every operation takes `now`, an instant on the daemon's
+/// monotonic clock, and first runs whatever was due by then, so events always come out in time
+/// order. Ticks are derived from each countdown's absolute deadline (`deadline - k s`), never by
+/// counting down, so nothing drifts however long a countdown runs.
+///
+/// Costs: `nextWakeup` is O(1); start, cancel, pause, resume, extend and each due event are
+/// O(log n) in the number of running countdowns. Nothing scans all countdowns per tick.
+public struct CountdownEngine {
+    /// One countdown's stored state. Everything shown to users is derived from it.
+    struct Record {
+        var name: String
+        var state: CountdownState
+        var totalMilliseconds: Int64
+        /// Valid while running.
+        var deadline: Instant
+        /// Valid while paused.
+        var remainingNanoseconds: Int64
+        /// Valid once done or cancelled: when it finished, which starts the retention period.
+        var finishedAt: Instant
+        var owner: UInt32
+        /// Bumped on every change of schedule; heap entries with an older generation are stale.
+        var generation: UInt32
+        /// Set for a `done` that was delivered late because the daemon was not running.
+        var lateMilliseconds: Int64?
+    }
+
+    /// The configuration in force.
+    public let configuration: EngineConfiguration
+
+    private var records: [Record?] = []
+    private var freeSlots: [Int32] = []
+    private var slotsByName: [String: Int32] = [:]
+    private var heap = TimerHeap()
+
+    /// The sequence number of the last emitted event (0 before the first).
+    public private(set) var lastSequence: UInt64 = 0
+    /// How many countdowns are running.
+    public private(set) var runningCount = 0
+    /// How many countdowns are paused.
+    public private(set) var pausedCount = 0
+
+    /// Creates an empty engine.
+    public init(configuration: EngineConfiguration = EngineConfiguration()) {
+        self.configuration = configuration
+    }
+
+    /// How many countdowns are held, finished ones included.
+    public var count: Int { slotsByName.count }
+
+    /// How many finished countdowns are still held for their retention period.
+    public var finishedCount: Int { slotsByName.count - runningCount - pausedCount }
+
+    /// When the engine next has something to do (a tick, a `done`, or dropping a finished
+    /// countdown), or `nil` when nothing is scheduled. O(1).
+    public var nextWakeup: Instant? {
+        heap.minimum.map { Instant(nanoseconds: $0.due) }
+    }
+
+    // MARK: - Queries
+
+    /// The countdown named `name`, as of `now`.
+    /// - Throws: `not-found` when there is none.
+    public func status(of name: String, now: Instant) throws(ProtocolError) -> CountdownSnapshot {
+        guard let slot = slotsByName[name], let record = records[Int(slot)] else {
+            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
+        }
+        return snapshot(of: record, now: now)
+    }
+
+    /// Every countdown, sorted by name, as of `now`.
+    public func list(now: Instant) -> [CountdownSnapshot] {
+        slotsByName.keys.sorted().compactMap { name in
+            slotsByName[name].flatMap { records[Int($0)] }.map { snapshot(of: $0, now: now) }
+        }
+    }
+
+    /// The running and paused countdowns, all or those named in `names`, sorted by name: what a new
+    /// subscriber is shown right after its `OK`.
+    public func activeSnapshots(matching names: Set<String>?, now: Instant) -> [CountdownSnapshot] {
+        let candidates: [String] = names.map { Array($0) } ?? Array(slotsByName.keys)
+        return candidates.sorted().compactMap { name in
+            guard let slot = slotsByName[name], let record = records[Int(slot)], record.state.isActive else {
+                return nil
+            }
+            return snapshot(of: record, now: now)
+        }
+    }
+
+    /// The names of all countdowns (unsorted); for completion and suggestions.
+    public var names: Dictionary<String, Int32>.Keys { slotsByName.keys }
+
+    // MARK: - Mutations
+
+    /// Starts a countdown of `milliseconds`.
+    ///
+    /// A finished name starts afresh. A running or paused one answers `busy`, unless `replace` is
+    /// set, in which case the old one is reported `cancelled` and the new one `started`.
+    /// - Throws: `bad-duration`, `busy`, `forbidden` (replacing someone else's), `limit`.
+    @discardableResult
+    public mutating func start(
+        _ name: String,
+        milliseconds: Int64,
+        replace: Bool = false,
+        requester: UInt32,
+        now: Instant,
+        events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        guard milliseconds > 0, milliseconds <= CountdownDuration.maximumMilliseconds else {
+            throw ProtocolError(.badDuration, "duration must be more than 0 and at most 366 days")
+        }
+        let slot: Int32
+        var generation: UInt32 = 0
+        if let existing = slotsByName[name], let old = records[Int(existing)] {
+            if old.state.isActive {
+                guard replace else {
+                    let left = CountdownDuration.clock(milliseconds: snapshot(of: old, now: now).remainingMilliseconds)
+                    throw ProtocolError(
+                        .busy,
+                        "'\(name)' is \(old.state.rawValue) with \(left) left; wait for it, CANCEL it, or START it with REPLACE"
+                    )
+                }
+                try authorize(requester, toChange: old, verb: "replace")
+                emit(.cancelled, old, remaining: snapshot(of: old, now: now).remainingMilliseconds, into: &events)
+                leaveActiveState(old.state)
+            }
+            slot = existing
+            generation = old.generation &+ 1
+        } else {
+            guard slotsByName.count < configuration.maximumCountdowns else {
+                throw ProtocolError(
+                    .limit,
+                    "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
+                )
+            }
+            slot = allocateSlot()
+            slotsByName[name] = slot
+        }
+        let record = Record(
+            name: name,
+            state: .running,
+            totalMilliseconds: milliseconds,
+            deadline: now.advanced(byMilliseconds: milliseconds),
+            remainingNanoseconds: 0,
+            finishedAt: now,
+            owner: requester,
+            generation: generation,
+            lateMilliseconds: nil
+        )
+        records[Int(slot)] = record
+        runningCount += 1
+        emit(.started, record, remaining: milliseconds, into: &events)
+        scheduleNext(slot: slot, now: now)
+        dropStaleTop()
+        return snapshot(of: record, now: now)
+    }
+
+    /// Cancels a running or paused countdown. It stays visible, `cancelled`, for the retention period.
+    /// - Throws: `not-found` (also for a finished one), `forbidden`.
+    @discardableResult
+    public mutating func cancel(
+        _ name: String, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        let (slot, old) = try activeRecord(name, verb: "cancel")
+        try authorize(requester, toChange: old, verb: "cancel")
+        let remaining = snapshot(of: old, now: now).remainingMilliseconds
+        var record = old
+        leaveActiveState(record.state)
+        finish(&record, as: .cancelled, at: now)
+        // A cancelled countdown keeps its remaining time for display; it is stored as if paused.
+        record.remainingNanoseconds = remaining * 1_000_000
+        records[Int(slot)] = record
+        schedulePurge(slot: slot, record: record)
+        emit(.cancelled, record, remaining: remaining, into: &events)
+        dropStaleTop()
+        return snapshot(of: record, now: now)
+    }
+
+    /// Pauses a running countdown, keeping its remaining time to the nanosecond.
+    /// - Throws: `not-found`, `busy` (already paused), `forbidden`.
+    @discardableResult
+    public mutating func pause(
+        _ name: String, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        let (slot, old) = try activeRecord(name, verb: "pause")
+        guard old.state == .running else {
+            throw ProtocolError(.busy, "'\(name)' is already paused; RESUME it to continue")
+        }
+        try authorize(requester, toChange: old, verb: "pause")
+        var record = old
+        record.state = .paused
+        record.remainingNanoseconds = record.deadline.nanoseconds(since: now)
+        record.generation &+= 1
+        records[Int(slot)] = record
+        runningCount -= 1
+        pausedCount += 1
+        let result = snapshot(of: record, now: now)
+        emit(.paused, record, remaining: result.remainingMilliseconds, into: &events)
+        dropStaleTop()
+        return result
+    }
+
+    /// Resumes a paused countdown with the time it had left.
+    /// - Throws: `not-found`, `busy` (not paused), `forbidden`.
+    @discardableResult
+    public mutating func resume(
+        _ name: String, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        let (slot, old) = try activeRecord(name, verb: "resume")
+        guard old.state == .paused else {
+            throw ProtocolError(.busy, "'\(name)' is running, not paused; nothing to resume")
+        }
+        try authorize(requester, toChange: old, verb: "resume")
+        var record = old
+        record.state = .running
+        record.deadline = now.advanced(byNanoseconds: record.remainingNanoseconds)
+        record.generation &+= 1
+        records[Int(slot)] = record
+        pausedCount -= 1
+        runningCount += 1
+        let result = snapshot(of: record, now: now)
+        emit(.resumed, record, remaining: result.remainingMilliseconds, into: &events)
+        scheduleNext(slot: slot, now: now)
+        dropStaleTop()
+        return result
+    }
+
+    /// Adds `milliseconds` to a running or paused countdown's remaining time and total.
+    /// - Throws: `bad-duration` (the result would exceed 366 days), `not-found`, `forbidden`.
+    @discardableResult
+    public mutating func extend(
+        _ name: String, by milliseconds: Int64, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        let (slot, old) = try activeRecord(name, verb: "extend")
+        try authorize(requester, toChange: old, verb: "extend")
+        guard milliseconds > 0,
+              old.totalMilliseconds + milliseconds <= CountdownDuration.maximumMilliseconds
+        else {
+            throw ProtocolError(
+                .badDuration,
+                "extending '\(name)' by \(CountdownDuration.format(milliseconds: milliseconds)) would make it longer than 366 days"
+            )
+        }
+        var record = old
+        record.totalMilliseconds += milliseconds
+        if record.state == .running {
+            record.deadline = record.deadline.advanced(byMilliseconds: milliseconds)
+            record.generation &+= 1
+        } else {
+            record.remainingNanoseconds += milliseconds * 1_000_000
+        }
+        records[Int(slot)] = record
+        let result = snapshot(of: record, now: now)
+        emit(.extended, record, remaining: result.remainingMilliseconds, into: &events)
+        if record.state == .running {
+            scheduleNext(slot: slot, now: now)
+            dropStaleTop()
+        }
+        return result
+    }
+
+    // MARK: - Time
+
+    /// Runs everything due at or before `now`, appending the events in time order.
+    ///
+    /// A countdown whose wake-up came late (a stalled process, a suspended machine) skips ahead:
+    /// it gets one tick for the latest whole second passed, or its `done`, never a burst of
+    /// stale ticks.
+    public mutating func advance(to now: Instant, events: inout [CountdownEvent]) {
+        while let top = heap.minimum, top.due <= now.nanoseconds {
+            heap.popMinimum()
+            guard let record = records[Int(top.slot)], record.generation == top.generation else {
+                continue
+            }
+            switch record.state {
+            case .running:
+                fire(slot: top.slot, record: record, now: now, events: &events)
+            case .done, .cancelled:
+                purge(slot: top.slot, name: record.name)
+            case .paused:
+                continue  // Unreachable: pausing bumps the generation. Skipping is the safe answer.
+            }
+        }
+        dropStaleTop()
+    }
+
+    // MARK: - Internals
+
+    private func snapshot(of record: Record, now: Instant) -> CountdownSnapshot {
+        switch record.state {
+        case .running:
+            return CountdownSnapshot(
+                name: record.name,
+                state: .running,
+                remainingMilliseconds: record.deadline.nanoseconds(since: now).ceilingMillisecondsOfNanoseconds,
+                totalMilliseconds: record.totalMilliseconds,
+                deadline: record.deadline,
+                owner: record.owner
+            )
+        case .paused, .cancelled:
+            return CountdownSnapshot(
+                name: record.name,
+                state: record.state,
+                remainingMilliseconds: record.remainingNanoseconds.ceilingMillisecondsOfNanoseconds,
+                totalMilliseconds: record.totalMilliseconds,
+                deadline: nil,
+                owner: record.owner
+            )
+        case .done:
+            return CountdownSnapshot(
+                name: record.name,
+                state: .done,
+                remainingMilliseconds: 0,
+                totalMilliseconds: record.totalMilliseconds,
+                deadline: nil,
+                owner: record.owner,
+                lateMilliseconds: record.lateMilliseconds
+            )
+        }
+    }
+
+    private func activeRecord(_ name: String, verb: String) throws(ProtocolError) -> (Int32, Record) {
+        guard let slot = slotsByName[name], let record = records[Int(slot)] else {
+            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
+        }
+        guard record.state.isActive else {
+            throw ProtocolError(
+                .notFound,
+                "'\(name)' already finished (\(record.state.rawValue)); there is nothing to \(verb). START it again to reuse the name"
+            )
+        }
+        return (slot, record)
+    }
+
+    private func authorize(_ requester: UInt32, toChange record: Record, verb: String) throws(ProtocolError) {
+        guard requester == 0 || requester == record.owner else {
+            throw ProtocolError(
+                .forbidden,
+                "'\(record.name)' belongs to uid \(record.owner); only its owner or root may \(verb) it"
+            )
+        }
+    }
+
+    private mutating func allocateSlot() -> Int32 {
+        if let slot = freeSlots.popLast() {
+            return slot
+        }
+        records.append(nil)
+        return Int32(records.count - 1)
+    }
+
+    private mutating func emit(_ kind: EventKind, _ record: Record, remaining: Int64, into events: inout [CountdownEvent]) {
+        lastSequence += 1
+        events.append(CountdownEvent(
+            sequence: lastSequence,
+            kind: kind,
+            name: record.name,
+            remainingMilliseconds: remaining,
+            totalMilliseconds: record.totalMilliseconds,
+            lateMilliseconds: kind == .done ? record.lateMilliseconds : nil
+        ))
+    }
+
+    private mutating func leaveActiveState(_ state: CountdownState) {
+        if state == .running {
+            runningCount -= 1
+        } else if state == .paused {
+            pausedCount -= 1
+        }
+    }
+
+    private func finish(_ record: inout Record, as state: CountdownState, at instant: Instant) {
+        record.state = state
+        record.finishedAt = instant
+        record.generation &+= 1
+    }
+
+    /// A due entry of a running countdown: its `done`, or the tick for the latest whole second passed.
+    private mutating func fire(slot: Int32, record old: Record, now: Instant, events: inout [CountdownEvent]) {
+        let left = old.deadline.nanoseconds(since: now)
+        if left <= 0 {
+            var record = old
+            runningCount -= 1
+            // Retention runs from the nominal deadline, not from a late wake-up.
+            finish(&record, as: .done, at: record.deadline)
+            if left < -1_000_000_000 && record.lateMilliseconds == nil {
+                // Not a timer's jitter but a gap in the daemon's life; say how late it is.
+                record.lateMilliseconds = (-left) / 1_000_000
+            }
+            records[Int(slot)] = record
+            emit(.done, record, remaining: 0, into: &events)
+            schedulePurge(slot: slot, record: record)
+            return
+        }
+        let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
+        emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
+        scheduleNext(slot: slot, now: now)
+    }
+
+    /// Pushes the next wake-up of a running countdown: the tick at `deadline - k s` for the largest
+    /// whole `k >= 1` still strictly ahead of `now`, or the deadline itself.
+    private mutating func scheduleNext(slot: Int32, now: Instant) {
+        guard let record = records[Int(slot)] else { return }
+        let left = record.deadline.nanoseconds(since: now)
+        var due = record.deadline.nanoseconds
+        if left > 0 {
+            let k = (left + 999_999_999) / 1_000_000_000 - 1
+            if k >= 1 {
+                due -= k * 1_000_000_000
+            }
+        }
+        push(TimerHeap.Entry(due: due, slot: slot, generation: record.generation))
+    }
+
+    private mutating func schedulePurge(slot: Int32, record: Record) {
+        let due = record.finishedAt.advanced(byMilliseconds: configuration.retentionMilliseconds)
+        push(TimerHeap.Entry(due: due.nanoseconds, slot: slot, generation: record.generation))
+    }
+
+    private mutating func push(_ entry: TimerHeap.Entry) {
+        heap.push(entry)
+        // Each countdown has at most one live entry; compact if stale ones pile up.
+        if heap.count > 2 * slotsByName.count + 1024 {
+            heap.compact { entry in
+                guard let record = records[Int(entry.slot)] else { return false }
+                return record.generation == entry.generation && record.state != .paused
+            }
+        }
+    }
+
+    private mutating func purge(slot: Int32, name: String) {
+        slotsByName[name] = nil
+        records[Int(slot)] = nil
+        freeSlots.append(slot)
+    }
+
+    /// Pops stale entries off the top, so `nextWakeup` names a real event.
+    private mutating func dropStaleTop() {
+        while let top = heap.minimum {
+            if let record = records[Int(top.slot)], record.generation == top.generation, record.state != .paused {
+                return
+            }
+            heap.popMinimum()
+        }
+    }
+}

@@ -1,0 +1,173 @@
+/// One parsed client request of protocol v1.
+public enum Request: Equatable, Sendable {
+    /// `START <name> [<duration>] [REPLACE]`; the duration defaults to 60 s.
+    case start(name: String, milliseconds: Int64, replace: Bool)
+    /// `STATUS <name>`
+    case status(name: String)
+    /// `LIST`
+    case list
+    /// `CANCEL <name>`
+    case cancel(name: String)
+    /// `PAUSE <name>`
+    case pause(name: String)
+    /// `RESUME <name>`
+    case resume(name: String)
+    /// `EXTEND <name> <duration>`
+    case extend(name: String, milliseconds: Int64)
+    /// `SUBSCRIBE [<name> …]`; no names means every countdown, present and future.
+    case subscribe(names: [String])
+    /// `UNSUBSCRIBE`
+    case unsubscribe
+    /// `PING`
+    case ping
+    /// `QUIT`
+    case quit
+
+    /// Whether the request changes countdowns, and so must be durable before its reply is sent.
+    public var isMutation: Bool {
+        switch self {
+        case .start, .cancel, .pause, .resume, .extend: return true
+        case .status, .list, .subscribe, .unsubscribe, .ping, .quit: return false
+        }
+    }
+}
+
+/// Parses request lines. Pure and allocation-light: fields are byte ranges of the line.
+///
+/// Fields are separated by spaces (runs of spaces are tolerated). Verbs and the `REPLACE` keyword
+/// are case-insensitive. Every grammar element is ASCII, so any other byte (invalid UTF-8, NUL, a
+/// control character) fails the field it appears in, with that field's error code.
+public enum RequestParser {
+    /// The verbs, for `unknown-command` messages and completion.
+    public static let verbs = [
+        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "SUBSCRIBE", "UNSUBSCRIBE", "PING", "QUIT",
+    ]
+
+    /// Parses one line, without its line terminator (a trailing CR is ignored).
+    /// - Returns: the request, or `nil` for a blank line, which is not a request and gets no reply.
+    /// - Throws: `ProtocolError` with the code the protocol fixes for the problem.
+    public static func parse<Bytes: RandomAccessCollection<UInt8>>(_ line: Bytes) throws(ProtocolError) -> Request? {
+        var fields: [Bytes.SubSequence] = []
+        var index = line.startIndex
+        var end = line.endIndex
+        if end != index, line[line.index(before: end)] == UInt8(ascii: "\r") {
+            end = line.index(before: end)
+        }
+        while index != end {
+            if line[index] == UInt8(ascii: " ") {
+                index = line.index(after: index)
+                continue
+            }
+            let fieldStart = index
+            while index != end, line[index] != UInt8(ascii: " ") {
+                index = line.index(after: index)
+            }
+            fields.append(line[fieldStart..<index])
+        }
+        guard let verb = fields.first else {
+            return nil
+        }
+        let arguments = fields.dropFirst()
+
+        if keyword(verb, is: "START") {
+            guard (1...3).contains(arguments.count) else {
+                throw usage("START <name> [<duration>] [REPLACE]", got: arguments.count)
+            }
+            let name = try CountdownName.validate(bytes: arguments[arguments.startIndex])
+            var milliseconds = CountdownDuration.defaultMilliseconds
+            var replace = false
+            for (offset, field) in arguments.dropFirst().enumerated() {
+                if keyword(field, is: "REPLACE") {
+                    replace = true
+                } else if offset == 0 {
+                    milliseconds = try CountdownDuration.parse(bytes: field)
+                } else {
+                    throw ProtocolError(
+                        .badRequest,
+                        "unexpected '\(ProtocolText.sanitized(field))' after the duration; the only option is REPLACE"
+                    )
+                }
+            }
+            return .start(name: name, milliseconds: milliseconds, replace: replace)
+        }
+        if keyword(verb, is: "STATUS") {
+            return .status(name: try oneName(arguments, usage: "STATUS <name>"))
+        }
+        if keyword(verb, is: "LIST") {
+            try noArguments(arguments, usage: "LIST")
+            return .list
+        }
+        if keyword(verb, is: "CANCEL") {
+            return .cancel(name: try oneName(arguments, usage: "CANCEL <name>"))
+        }
+        if keyword(verb, is: "PAUSE") {
+            return .pause(name: try oneName(arguments, usage: "PAUSE <name>"))
+        }
+        if keyword(verb, is: "RESUME") {
+            return .resume(name: try oneName(arguments, usage: "RESUME <name>"))
+        }
+        if keyword(verb, is: "EXTEND") {
+            guard arguments.count == 2 else {
+                throw usage("EXTEND <name> <duration>", got: arguments.count)
+            }
+            let name = try CountdownName.validate(bytes: arguments[arguments.startIndex])
+            let milliseconds = try CountdownDuration.parse(bytes: arguments[arguments.index(after: arguments.startIndex)])
+            return .extend(name: name, milliseconds: milliseconds)
+        }
+        if keyword(verb, is: "SUBSCRIBE") {
+            var names: [String] = []
+            names.reserveCapacity(arguments.count)
+            for field in arguments {
+                names.append(try CountdownName.validate(bytes: field))
+            }
+            return .subscribe(names: names)
+        }
+        if keyword(verb, is: "UNSUBSCRIBE") {
+            try noArguments(arguments, usage: "UNSUBSCRIBE")
+            return .unsubscribe
+        }
+        if keyword(verb, is: "PING") {
+            try noArguments(arguments, usage: "PING")
+            return .ping
+        }
+        if keyword(verb, is: "QUIT") {
+            try noArguments(arguments, usage: "QUIT")
+            return .quit
+        }
+        throw ProtocolError(
+            .unknownCommand,
+            "unknown command '\(ProtocolText.sanitized(verb))'; known: \(verbs.joined(separator: " "))"
+        )
+    }
+
+    /// Whether `field` spells `upperCaseKeyword`, ignoring ASCII case.
+    static func keyword<Field: Collection<UInt8>>(_ field: Field, is upperCaseKeyword: StaticString) -> Bool {
+        guard field.count == upperCaseKeyword.utf8CodeUnitCount else { return false }
+        var expected = upperCaseKeyword.utf8Start
+        for byte in field {
+            // Clearing bit 5 upper-cases ASCII letters; the keywords are letters only.
+            let folded = (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) ? byte & 0xDF : byte
+            guard folded == expected.pointee else { return false }
+            expected += 1
+        }
+        return true
+    }
+
+    private static func oneName<Fields: Collection>(_ arguments: Fields, usage text: String) throws(ProtocolError) -> String
+    where Fields.Element: Collection<UInt8> {
+        guard arguments.count == 1, let field = arguments.first else {
+            throw usage(text, got: arguments.count)
+        }
+        return try CountdownName.validate(bytes: field)
+    }
+
+    private static func noArguments<Fields: Collection>(_ arguments: Fields, usage text: String) throws(ProtocolError) {
+        guard arguments.isEmpty else {
+            throw usage(text, got: arguments.count)
+        }
+    }
+
+    private static func usage(_ text: String, got count: Int) -> ProtocolError {
+        ProtocolError(.badRequest, "wrong number of arguments (\(count)); usage: \(text)")
+    }
+}

@@ -1,0 +1,167 @@
+/// Encodes replies and events of protocol v1 into bytes, appending to a caller's buffer.
+///
+/// Numbers are written digit by digit and strings as their UTF-8 bytes, so encoding does no
+/// formatting through `String` and allocates nothing beyond the buffer's own growth. The daemon
+/// encodes each event once and hands the same bytes to every subscriber.
+public enum WireEncoder {
+    /// The protocol version this codec speaks.
+    public static let protocolVersion = 1
+
+    /// `HELLO countdownd 1 <daemonVersion>`
+    public static func appendGreeting(daemonVersion: String, to out: inout [UInt8]) {
+        append("HELLO countdownd ", to: &out)
+        appendDecimal(Int64(protocolVersion), to: &out)
+        out.append(UInt8(ascii: " "))
+        append(daemonVersion, to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `OK <text>`
+    public static func appendOK(_ text: String, to out: inout [UInt8]) {
+        append("OK ", to: &out)
+        append(text, to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `OK <count>`: the end of a `LIST` or `STATUS` block.
+    public static func appendOK(count: Int, to out: inout [UInt8]) {
+        append("OK ", to: &out)
+        appendDecimal(Int64(count), to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `OK <countdown fields>`: the reply to a mutation.
+    public static func appendOK(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
+        append("OK ", to: &out)
+        appendFields(snapshot, clock: clock, to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `COUNTDOWN <countdown fields>`: one line of a `STATUS` or `LIST` block.
+    public static func appendCountdown(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
+        append("COUNTDOWN ", to: &out)
+        appendFields(snapshot, clock: clock, to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `ERR <code> <message>`; control characters in the message become spaces, so it stays one line.
+    public static func appendError(_ error: ProtocolError, to out: inout [UInt8]) {
+        append("ERR ", to: &out)
+        append(error.code.rawValue, to: &out)
+        out.append(UInt8(ascii: " "))
+        for byte in error.message.utf8 {
+            out.append(byte < 0x20 || byte == 0x7F ? UInt8(ascii: " ") : byte)
+        }
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> [<late_ms>]`
+    public static func appendEvent(_ event: CountdownEvent, to out: inout [UInt8]) {
+        append("EVENT ", to: &out)
+        appendDecimal(Int64(truncatingIfNeeded: event.sequence), to: &out)
+        out.append(UInt8(ascii: " "))
+        append(event.kind.rawValue, to: &out)
+        out.append(UInt8(ascii: " "))
+        append(event.name, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(event.remainingMilliseconds, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(event.totalMilliseconds, to: &out)
+        if let late = event.lateMilliseconds {
+            out.append(UInt8(ascii: " "))
+            appendDecimal(late, to: &out)
+        }
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// One event's line as its own buffer, to be shared by every subscriber.
+    public static func eventLine(_ event: CountdownEvent) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(48 + event.name.utf8.count)
+        appendEvent(event, to: &out)
+        return out
+    }
+
+    /// `EVENT <seq> snapshot <name> <remaining_ms> <total_ms> <state> <deadline_unix_ms> <owner_uid>`:
+    /// the current state of a countdown, sent to a new subscriber. `seq` is the last emitted one.
+    public static func appendSnapshotEvent(
+        sequence: UInt64, _ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]
+    ) {
+        append("EVENT ", to: &out)
+        appendDecimal(Int64(truncatingIfNeeded: sequence), to: &out)
+        append(" snapshot ", to: &out)
+        append(snapshot.name, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(snapshot.remainingMilliseconds, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(snapshot.totalMilliseconds, to: &out)
+        out.append(UInt8(ascii: " "))
+        append(snapshot.state.rawValue, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDeadline(snapshot, clock: clock, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(Int64(snapshot.owner), to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `SHUTDOWN <reason>`: sent to every connection when the daemon stops; the server closes next.
+    public static func appendShutdown(_ reason: String, to out: inout [UInt8]) {
+        append("SHUTDOWN ", to: &out)
+        append(reason, to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> <owner_uid> [<late_ms>]`
+    static func appendFields(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
+        append(snapshot.name, to: &out)
+        out.append(UInt8(ascii: " "))
+        append(snapshot.state.rawValue, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(snapshot.remainingMilliseconds, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(snapshot.totalMilliseconds, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDeadline(snapshot, clock: clock, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(Int64(snapshot.owner), to: &out)
+        if let late = snapshot.lateMilliseconds {
+            out.append(UInt8(ascii: " "))
+            appendDecimal(late, to: &out)
+        }
+    }
+
+    private static func appendDeadline(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
+        if let deadline = snapshot.deadline {
+            appendDecimal(clock.unixMilliseconds(of: deadline), to: &out)
+        } else {
+            out.append(UInt8(ascii: "-"))
+        }
+    }
+
+    @inline(__always)
+    static func append(_ text: String, to out: inout [UInt8]) {
+        out.append(contentsOf: text.utf8)
+    }
+
+    /// Appends a signed decimal integer without going through `String`.
+    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 {
+            out.append(UInt8(ascii: "-"))
+        }
+        var magnitude = value.magnitude
+        if magnitude < 10 {
+            out.append(UInt8(ascii: "0") + UInt8(magnitude))
+            return
+        }
+        // 20 digits hold any UInt64; write them backwards into a fixed scratch, then copy.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { scratch in
+            var position = 20
+            while magnitude > 0 {
+                position -= 1
+                scratch[position] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[position..<20]))
+        }
+    }
+}

@@ -1,0 +1,161 @@
+/// A countdown as a client reads it from `OK`, `COUNTDOWN` and snapshot lines.
+public struct CountdownInfo: Sendable, Equatable, Codable {
+    /// The countdown's name.
+    public var name: String
+    /// Its state (`running`, `paused`, `done`, `cancelled`).
+    public var state: CountdownState
+    /// Time left, in milliseconds.
+    public var remainingMilliseconds: Int64
+    /// Total duration, in milliseconds.
+    public var totalMilliseconds: Int64
+    /// The wall-clock deadline in Unix milliseconds, while running.
+    public var deadlineUnixMilliseconds: Int64?
+    /// The uid of the client that started it, when the daemon reports it.
+    public var owner: UInt32?
+    /// How late its `done` was delivered, when it finished while the daemon was not running.
+    public var lateMilliseconds: Int64?
+
+    /// Creates a countdown description.
+    public init(
+        name: String, state: CountdownState, remainingMilliseconds: Int64, totalMilliseconds: Int64,
+        deadlineUnixMilliseconds: Int64? = nil, owner: UInt32? = nil, lateMilliseconds: Int64? = nil
+    ) {
+        self.name = name
+        self.state = state
+        self.remainingMilliseconds = remainingMilliseconds
+        self.totalMilliseconds = totalMilliseconds
+        self.deadlineUnixMilliseconds = deadlineUnixMilliseconds
+        self.owner = owner
+        self.lateMilliseconds = lateMilliseconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, state
+        case remainingMilliseconds = "remaining_ms"
+        case totalMilliseconds = "total_ms"
+        case deadlineUnixMilliseconds = "deadline_unix_ms"
+        case owner = "owner_uid"
+        case lateMilliseconds = "late_ms"
+    }
+}
+
+extension CountdownState: Codable {}
+extension EventKind: Codable {}
+
+/// An event as a client reads it from an `EVENT` line.
+public struct EventInfo: Sendable, Equatable, Codable {
+    /// The daemon's sequence number.
+    public var sequence: UInt64
+    /// What happened.
+    public var kind: EventKind
+    /// The countdown's name.
+    public var name: String
+    /// Time left, in milliseconds.
+    public var remainingMilliseconds: Int64
+    /// Total duration, in milliseconds.
+    public var totalMilliseconds: Int64
+    /// For `done`: how late it was delivered, when the daemon was not running at the deadline.
+    public var lateMilliseconds: Int64?
+    /// For `snapshot`: the countdown's state.
+    public var state: CountdownState?
+    /// For `snapshot` of a running countdown: its wall-clock deadline.
+    public var deadlineUnixMilliseconds: Int64?
+
+    /// Creates an event description.
+    public init(
+        sequence: UInt64, kind: EventKind, name: String, remainingMilliseconds: Int64, totalMilliseconds: Int64,
+        lateMilliseconds: Int64? = nil, state: CountdownState? = nil, deadlineUnixMilliseconds: Int64? = nil
+    ) {
+        self.sequence = sequence
+        self.kind = kind
+        self.name = name
+        self.remainingMilliseconds = remainingMilliseconds
+        self.totalMilliseconds = totalMilliseconds
+        self.lateMilliseconds = lateMilliseconds
+        self.state = state
+        self.deadlineUnixMilliseconds = deadlineUnixMilliseconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case sequence = "seq"
+        case kind, name, state
+        case remainingMilliseconds = "remaining_ms"
+        case totalMilliseconds = "total_ms"
+        case lateMilliseconds = "late_ms"
+        case deadlineUnixMilliseconds = "deadline_unix_ms"
+    }
+}
+
+/// One line from the server, classified. Unknown trailing fields are ignored, as the protocol asks.
+public enum WireLine: Sendable, Equatable {
+    /// `HELLO countdownd <protocol> [<daemon version>]`
+    case hello(protocolVersion: Int, daemonVersion: String?)
+    /// `OK <text>`
+    case ok(String)
+    /// `ERR <code> <message>`; `code` is `nil` for a code this client does not know.
+    case error(code: ErrorCode?, rawCode: String, message: String)
+    /// `COUNTDOWN <fields>`
+    case countdown(CountdownInfo)
+    /// `EVENT <fields>`
+    case event(EventInfo)
+    /// `SHUTDOWN <reason>`: the daemon is stopping and will close the connection.
+    case shutdown(String)
+    /// A line this client cannot read.
+    case unrecognized(String)
+
+    /// Classifies one line (without its LF).
+    public static func parse(_ line: String) -> WireLine {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard let head = fields.first else { return .unrecognized(line) }
+        let rest = fields.dropFirst().map(String.init)
+        switch head {
+        case "OK":
+            return .ok(rest.joined(separator: " "))
+        case "ERR":
+            guard let code = rest.first else { return .unrecognized(line) }
+            return .error(code: ErrorCode(rawValue: code), rawCode: code, message: rest.dropFirst().joined(separator: " "))
+        case "COUNTDOWN":
+            return countdownInfo(rest).map(WireLine.countdown) ?? .unrecognized(line)
+        case "EVENT":
+            return eventInfo(rest).map(WireLine.event) ?? .unrecognized(line)
+        case "HELLO":
+            guard rest.count >= 2, rest[0] == "countdownd", let version = Int(rest[1]) else { return .unrecognized(line) }
+            return .hello(protocolVersion: version, daemonVersion: rest.count > 2 ? rest[2] : nil)
+        case "SHUTDOWN":
+            return .shutdown(rest.joined(separator: " "))
+        default:
+            return .unrecognized(line)
+        }
+    }
+
+    /// Reads `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>]]`,
+    /// the fields of `OK` after a mutation and of `COUNTDOWN`.
+    public static func countdownInfo(_ f: [String]) -> CountdownInfo? {
+        guard f.count >= 5, let state = CountdownState(rawValue: f[1]),
+              let remaining = Int64(f[2]), let total = Int64(f[3]) else { return nil }
+        return CountdownInfo(
+            name: f[0],
+            state: state,
+            remainingMilliseconds: remaining,
+            totalMilliseconds: total,
+            deadlineUnixMilliseconds: Int64(f[4]),
+            owner: f.count > 5 ? UInt32(f[5]) : nil,
+            lateMilliseconds: f.count > 6 ? Int64(f[6]) : nil
+        )
+    }
+
+    private static func eventInfo(_ f: [String]) -> EventInfo? {
+        guard f.count >= 5, let sequence = UInt64(f[0]), let kind = EventKind(rawValue: f[1]),
+              let remaining = Int64(f[3]), let total = Int64(f[4]) else { return nil }
+        var event = EventInfo(
+            sequence: sequence, kind: kind, name: f[2], remainingMilliseconds: remaining, totalMilliseconds: total
+        )
+        if kind == .snapshot {
+            event.state = f.count > 5 ? CountdownState(rawValue: f[5]) : nil
+            event.deadlineUnixMilliseconds = f.count > 6 ? Int64(f[6]) : nil
+        } else if kind == .done, f.count > 5 {
+            event.lateMilliseconds = Int64(f[5])
+        }
+        return event
+    }
+}

@@ -1,0 +1,90 @@
+import CountdownCore
+import Glibc
+
+extension Daemon {
+    /// Handles every complete line the connection has buffered, in order.
+    func handleLines(of connection: Connection, now: Instant) {
+        var clock: WallClockMapping?
+        while !connection.isClosing, let frame = connection.framer.nextFrame() {
+            replyBuffer.removeAll(keepingCapacity: true)
+            events.removeAll(keepingCapacity: true)
+            switch frame {
+            case .tooLong:
+                WireEncoder.appendError(
+                    ProtocolError(
+                        .lineTooLong,
+                        "request line is longer than \(LineFramer.maximumLineLength) bytes; it was discarded"
+                    ),
+                    to: &replyBuffer
+                )
+            case .line(let bytes):
+                do {
+                    guard let request = try RequestParser.parse(bytes) else { continue }
+                    if clock == nil {
+                        clock = SystemClock.mapping(at: now)
+                    }
+                    // `clock` was set just above.
+                    try execute(request, from: connection, now: now, clock: clock!)
+                } catch {
+                    WireEncoder.appendError(error, to: &replyBuffer)
+                }
+            }
+            connection.output.appendReply(replyBuffer)
+            publish(events)
+            if connection.output.byteCount > configuration.outputHardLimit {
+                overflow(connection)
+                return
+            }
+        }
+    }
+
+    /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.
+    private func execute(
+        _ request: Request, from connection: Connection, now: Instant, clock: WallClockMapping
+    ) throws(ProtocolError) {
+        let uid = connection.peerUID
+        switch request {
+        case .start(let name, let milliseconds, let replace):
+            let snapshot = try engine.start(name, milliseconds: milliseconds, replace: replace, requester: uid, now: now, events: &events)
+            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
+        case .status(let name):
+            let snapshot = try engine.status(of: name, now: now)
+            WireEncoder.appendCountdown(snapshot, clock: clock, to: &replyBuffer)
+            WireEncoder.appendOK(count: 1, to: &replyBuffer)
+        case .list:
+            let snapshots = engine.list(now: now)
+            for snapshot in snapshots {
+                WireEncoder.appendCountdown(snapshot, clock: clock, to: &replyBuffer)
+            }
+            WireEncoder.appendOK(count: snapshots.count, to: &replyBuffer)
+        case .cancel(let name):
+            let snapshot = try engine.cancel(name, requester: uid, now: now, events: &events)
+            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
+        case .pause(let name):
+            let snapshot = try engine.pause(name, requester: uid, now: now, events: &events)
+            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
+        case .resume(let name):
+            let snapshot = try engine.resume(name, requester: uid, now: now, events: &events)
+            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
+        case .extend(let name, let milliseconds):
+            let snapshot = try engine.extend(name, by: milliseconds, requester: uid, now: now, events: &events)
+            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
+        case .subscribe(let names):
+            try subscribe(connection, to: names)
+            WireEncoder.appendOK(names.isEmpty || connection.subscription == .all ? "subscribed all" : "subscribed \(subscriptionCount(connection))", to: &replyBuffer)
+            // The current state right after the OK, so a status bar draws its first frame at once.
+            let filter: Set<String>? = names.isEmpty ? nil : Set(names)
+            for snapshot in engine.activeSnapshots(matching: filter, now: now) {
+                WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &replyBuffer)
+            }
+        case .unsubscribe:
+            unsubscribe(connection)
+            WireEncoder.appendOK("unsubscribed", to: &replyBuffer)
+        case .ping:
+            WireEncoder.appendOK("pong", to: &replyBuffer)
+        case .quit:
+            WireEncoder.appendOK("bye", to: &replyBuffer)
+            connection.stopReading()
+        }
+    }
+}

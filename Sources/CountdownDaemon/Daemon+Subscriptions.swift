@@ -1,0 +1,104 @@
+import CountdownCore
+import Dispatch
+
+extension Daemon {
+    /// Adds names to a connection's subscription; no names subscribes it to everything.
+    /// - Throws: `limit` when the connection would follow more names than allowed.
+    func subscribe(_ connection: Connection, to names: [String]) throws(ProtocolError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if names.isEmpty {
+            unsubscribe(connection)
+            connection.subscription = .all
+            allSubscribers[connection.id] = connection
+            return
+        }
+        var followed: Set<String>
+        switch connection.subscription {
+        case .all:
+            return  // Already receives everything.
+        case .none:
+            followed = []
+        case .names(let existing):
+            followed = existing
+        }
+        let wanted = followed.union(names)
+        guard wanted.count <= configuration.maximumSubscriptionsPerConnection else {
+            throw ProtocolError(
+                .limit,
+                "a connection may follow at most \(configuration.maximumSubscriptionsPerConnection) names; SUBSCRIBE with no names follows all"
+            )
+        }
+        for name in wanted.subtracting(followed) {
+            nameSubscribers[name, default: [:]][connection.id] = connection
+        }
+        connection.subscription = .names(wanted)
+    }
+
+    /// How many names a connection follows (0 when it follows all or none).
+    func subscriptionCount(_ connection: Connection) -> Int {
+        if case .names(let names) = connection.subscription { return names.count }
+        return 0
+    }
+
+    /// Stops all events to a connection.
+    func unsubscribe(_ connection: Connection) {
+        switch connection.subscription {
+        case .none:
+            return
+        case .all:
+            allSubscribers[connection.id] = nil
+        case .names(let names):
+            for name in names {
+                nameSubscribers[name]?[connection.id] = nil
+                if nameSubscribers[name]?.isEmpty == true {
+                    nameSubscribers[name] = nil
+                }
+            }
+        }
+        connection.subscription = .none
+    }
+
+    /// Hands events to their subscribers: each encoded once, the same bytes queued on every
+    /// matching connection. Output is written when the batch ends.
+    func publish(_ events: [CountdownEvent]) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for event in events {
+            if event.kind.isLifecycle {
+                logger.log(.info, describe(event))
+            }
+            let byName = nameSubscribers[event.name]
+            if allSubscribers.isEmpty && byName == nil { continue }
+            let line = WireEncoder.eventLine(event)
+            let tickName = event.kind == .tick ? event.name : nil
+            for connection in allSubscribers.values {
+                deliver(line, tickName: tickName, to: connection)
+            }
+            if let byName {
+                for connection in byName.values {
+                    deliver(line, tickName: tickName, to: connection)
+                }
+            }
+        }
+    }
+
+    private func deliver(_ line: [UInt8], tickName: String?, to connection: Connection) {
+        connection.output.appendEvent(line, tickName: tickName)
+        if connection.output.byteCount > configuration.outputHardLimit {
+            overflow(connection)
+        } else {
+            pendingFlush[connection.id] = connection
+        }
+    }
+
+    private func describe(_ event: CountdownEvent) -> String {
+        let total = CountdownDuration.format(milliseconds: event.totalMilliseconds)
+        switch event.kind {
+        case .started: return "\(event.name): started, \(total)"
+        case .done:
+            if let late = event.lateMilliseconds { return "\(event.name): done, \(late) ms late" }
+            return "\(event.name): done after \(total)"
+        default:
+            return "\(event.name): \(event.kind.rawValue), \(CountdownDuration.clock(milliseconds: event.remainingMilliseconds)) left of \(total)"
+        }
+    }
+}

@@ -1,0 +1,163 @@
+import CSystemd
+import CountdownCore
+import Dispatch
+import Glibc
+
+/// The countdown daemon: the imperative shell around `CountdownEngine`.
+///
+/// One serial queue, `queue`, owns every piece of mutable state: the engine, the connections, the
+/// subscriptions. Dispatch sources deliver socket, timer and signal events onto it; nothing else
+/// touches the state, and the places that do check it with `dispatchPrecondition`. That is why the
+/// class can be `@unchecked Sendable`: its state never leaves the queue.
+///
+/// One wake-up timer is armed for the engine's next due instant and re-armed after every change.
+/// A tick travels: timer fires -> read the clock -> `engine.advance(to:)` -> events, each encoded
+/// once -> appended to matching subscribers' output queues -> written -> timer re-armed.
+public final class Daemon: @unchecked Sendable {
+    /// The configuration in force.
+    public let configuration: DaemonConfiguration
+
+    let queue = DispatchQueue(label: "countdownd.state")
+    let logger: Logger
+    let notifier = SystemdNotifier()
+    let environment: [String: String]
+
+    var engine: CountdownEngine
+    var listener: ListeningSocket?
+    var timer: WakeupTimer?
+    var signalSources: [any DispatchSourceSignal] = []
+
+    var connections: [Int: Connection] = [:]
+    var allSubscribers: [Int: Connection] = [:]
+    var nameSubscribers: [String: [Int: Connection]] = [:]
+    /// Connections with output produced in the current batch, flushed when the batch ends.
+    var pendingFlush: [Int: Connection] = [:]
+    var batchEndScheduled = false
+    var nextConnectionID = 1
+    var isStopping = false
+
+    /// Reused buffers, so the hot paths do not allocate per request or per event.
+    var events: [CountdownEvent] = []
+    var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+    var replyBuffer: [UInt8] = []
+    var scratch: [UInt8] = []
+
+    /// Creates a daemon; nothing happens until `run()`.
+    public init(configuration: DaemonConfiguration, environment: [String: String]) {
+        self.configuration = configuration
+        self.environment = environment
+        self.engine = CountdownEngine(configuration: configuration.engine)
+        self.logger = Logger(threshold: configuration.logLevel, environment: environment)
+    }
+
+    /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT.
+    /// - Throws: `DaemonError` when it cannot start (socket in use, bad path, …).
+    public func run() throws(DaemonError) -> Never {
+        signal(SIGPIPE, SIG_IGN)
+        let started: Result<Void, DaemonError> = queue.sync {
+            do throws(DaemonError) {
+                try start()
+                return .success(())
+            } catch {
+                return .failure(error)
+            }
+        }
+        try started.get()
+        dispatchMain()
+    }
+
+    /// Sets everything up on the queue; READY=1 is the last step, once connections are accepted.
+    private func start() throws(DaemonError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        raiseDescriptorLimit()
+        let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
+        self.listener = listener
+        timer = try WakeupTimer(queue: queue) { [unowned self] in timerFired() }
+        for signalNumber in [SIGTERM, SIGINT] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
+            source.setEventHandler { [unowned self] in stop(signal: signalNumber) }
+            source.activate()
+            signalSources.append(source)
+        }
+        listener.startAccepting(on: queue) { [unowned self] descriptor in accept(descriptor) }
+        logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
+        notifier.notify("READY=1\nSTATUS=\(statusText())")
+    }
+
+    /// A short summary for `systemctl status`.
+    func statusText() -> String {
+        "\(engine.runningCount) running, \(engine.pausedCount) paused, \(allSubscribers.count + subscribedByNameCount) subscribers, \(connections.count) connections"
+    }
+
+    private var subscribedByNameCount: Int {
+        connections.values.reduce(0) { count, connection in
+            if case .names = connection.subscription { return count + 1 }
+            return count
+        }
+    }
+
+    /// Lets the daemon hold as many descriptors as its hard limit allows: each client is one.
+    private func raiseDescriptorLimit() {
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+        }
+    }
+
+    // MARK: - Time
+
+    private func timerFired() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        timer?.didFire()
+        let now = SystemClock.now()
+        events.removeAll(keepingCapacity: true)
+        engine.advance(to: now, events: &events)
+        publish(events)
+        endBatch()
+    }
+
+    // MARK: - Batches
+
+    /// Ends the current batch once the requests already queued have been handled: commit, then
+    /// write every connection's output, then re-arm the timer.
+    func scheduleBatchEnd() {
+        guard !batchEndScheduled else { return }
+        batchEndScheduled = true
+        queue.async { [self] in endBatch() }
+    }
+
+    func endBatch() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        batchEndScheduled = false
+        for connection in pendingFlush.values {
+            flush(connection)
+        }
+        pendingFlush.removeAll(keepingCapacity: true)
+        timer?.arm(at: engine.nextWakeup)
+    }
+
+    // MARK: - Stopping
+
+    private func stop(signal signalNumber: Int32) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isStopping else { return }
+        isStopping = true
+        notifier.notify("STOPPING=1")
+        logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
+        listener?.close()
+        timer?.cancel()
+        var line: [UInt8] = []
+        WireEncoder.appendShutdown("countdownd is stopping", to: &line)
+        for connection in connections.values {
+            // Queued output first, then the notice; one non-blocking attempt each, never a wait.
+            connection.output.appendReply(line)
+            _ = connection.output.write(to: connection.descriptor, scratch: &scratch)
+            connection.close()
+        }
+        connections.removeAll()
+        logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
+        exit(0)
+    }
+}

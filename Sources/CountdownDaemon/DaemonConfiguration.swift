@@ -1,0 +1,130 @@
+import CountdownCore
+import Glibc
+
+/// Everything the daemon needs to know to run, built by `countdownd`'s argument parsing.
+public struct DaemonConfiguration: Sendable, Equatable {
+    /// The daemon's version, shown in the greeting and by `--version`.
+    public static let version = CountdownVersion.current
+
+    /// Where to listen (ignored when systemd passes a socket).
+    public var socketPath: String
+    /// The mode of a socket file the daemon creates.
+    public var socketMode: mode_t = 0o600
+    /// The engine's limits and retention.
+    public var engine = EngineConfiguration()
+    /// The most client connections at once; more are told `ERR limit` and closed.
+    public var maximumConnections = 10_000
+    /// The most names one connection may subscribe to.
+    public var maximumSubscriptionsPerConnection = 10_000
+    /// Once a connection has this many bytes unsent, its queued ticks are coalesced.
+    public var outputCoalesceThreshold = 64 * 1024
+    /// Past this many bytes unsent, a connection gets `ERR overflow` and is closed.
+    public var outputHardLimit = 16 * 1024 * 1024
+    /// Log entries up to this level are written.
+    public var logLevel = LogLevel.info
+
+    /// Creates a configuration with the defaults and a socket path.
+    public init(socketPath: String) {
+        self.socketPath = socketPath
+    }
+}
+
+/// What `countdownd`'s command line asks for.
+public enum DaemonCommand: Equatable, Sendable {
+    /// Run with this configuration.
+    case run(DaemonConfiguration)
+    /// Print the help text.
+    case help
+    /// Print the version.
+    case version
+}
+
+/// Parses `countdownd`'s arguments into a `DaemonCommand`.
+public enum DaemonCommandLine {
+    /// The help text, kept in step with the man page and README.
+    public static let help = """
+        Usage: countdownd [OPTIONS]
+
+        Keeps named countdowns and publishes their ticks over a Unix socket.
+        Runs in the foreground; systemd units are in the systemd/ folder.
+
+        Options:
+          --socket PATH            listen here (default: $COUNTDOWND_SOCKET, else
+                                   $XDG_RUNTIME_DIR/countdownd/countdownd.sock, else
+                                   /run/countdownd/countdownd.sock for root)
+          --socket-mode MODE       octal mode of the socket file (default 0600)
+          --max-countdowns N       most countdowns held at once (default 1000000)
+          --max-connections N      most client connections at once (default 10000)
+          --max-subscriptions N    most names one connection may subscribe to (default 10000)
+          --output-limit BYTES     unsent bytes after which a client is disconnected
+                                   with ERR overflow (default 16777216)
+          --log-level LEVEL        error, warning, notice, info or debug (default info)
+          -h, --help               show this help
+          -V, --version            show the version
+
+        Protocol: docs/PROTOCOL.md. Signals: SIGTERM and SIGINT stop it cleanly.
+        """
+
+    private static let parser = ArgumentParser(options: [
+        .init(["--socket"], takesValue: true),
+        .init(["--socket-mode"], takesValue: true),
+        .init(["--max-countdowns"], takesValue: true),
+        .init(["--max-connections"], takesValue: true),
+        .init(["--max-subscriptions"], takesValue: true),
+        .init(["--output-limit"], takesValue: true),
+        .init(["--log-level"], takesValue: true),
+        .init(["--help", "-h"]),
+        .init(["--version", "-V"]),
+    ])
+
+    /// A usage error, worded for a person.
+    public struct UsageError: Error, CustomStringConvertible, Equatable {
+        /// What was wrong.
+        public var description: String
+    }
+
+    /// Parses arguments (without the program name).
+    /// - Throws: `UsageError` naming the bad argument and what is expected.
+    public static func parse(
+        _ arguments: [String], environment: [String: String], uid: UInt32
+    ) throws(UsageError) -> DaemonCommand {
+        let parsed: ArgumentParser.Result
+        do {
+            parsed = try parser.parse(arguments)
+        } catch {
+            throw UsageError(description: "\(error); see countdownd --help")
+        }
+        if parsed.has("help") { return .help }
+        if parsed.has("version") { return .version }
+        if let extra = parsed.operands.first {
+            throw UsageError(description: "unexpected argument '\(extra)'; countdownd takes only options, see countdownd --help")
+        }
+        var configuration = DaemonConfiguration(
+            socketPath: parsed.value("socket") ?? SocketPath.resolve(environment: environment, uid: uid)
+        )
+        if let mode = parsed.value("socket-mode") {
+            guard let value = mode_t(mode, radix: 8), value <= 0o777 else {
+                throw UsageError(description: "--socket-mode '\(mode)' is not an octal file mode such as 0600 or 0660")
+            }
+            configuration.socketMode = value
+        }
+        func count(_ key: String) throws(UsageError) -> Int? {
+            guard let text = parsed.value(key) else { return nil }
+            guard let value = Int(text), value > 0 else {
+                throw UsageError(description: "--\(key) '\(text)' must be a whole number above 0")
+            }
+            return value
+        }
+        if let value = try count("max-countdowns") { configuration.engine.maximumCountdowns = value }
+        if let value = try count("max-connections") { configuration.maximumConnections = value }
+        if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
+        if let value = try count("output-limit") { configuration.outputHardLimit = value }
+        if let level = parsed.value("log-level") {
+            guard let value = LogLevel(name: level) else {
+                throw UsageError(description: "--log-level '\(level)' is not one of error, warning, notice, info, debug")
+            }
+            configuration.logLevel = value
+        }
+        return .run(configuration)
+    }
+}

@@ -1,0 +1,114 @@
+import CLinuxShims
+import Dispatch
+import Glibc
+
+/// The daemon's listening socket: bound by the daemon, or passed by systemd's socket activation.
+final class ListeningSocket {
+    /// The listening descriptor.
+    let descriptor: Int32
+    /// The path to unlink on exit, when the daemon bound the socket itself; `nil` for a passed one.
+    let ownedPath: String?
+    /// Where clients connect, for logs.
+    let displayPath: String
+
+    private var source: (any DispatchSourceRead)?
+
+    private init(descriptor: Int32, ownedPath: String?, displayPath: String) {
+        self.descriptor = descriptor
+        self.ownedPath = ownedPath
+        self.displayPath = displayPath
+    }
+
+    /// Binds and listens at `path` with `mode`, creating the parent directory (0700) if needed.
+    ///
+    /// A stale socket file (nothing answers) is replaced; a live daemon makes this fail with a
+    /// clear message, so two daemons never fight over one path.
+    static func bind(path: String, mode: mode_t) throws(DaemonError) -> ListeningSocket {
+        try createParentDirectory(of: path)
+        var status = stat()
+        if lstat(path, &status) == 0 {
+            guard (status.st_mode & S_IFMT) == S_IFSOCK else {
+                throw .pathIsNotSocket(path: path)
+            }
+            if UnixSocket.isLive(path) {
+                throw .alreadyRunning(path: path)
+            }
+            unlink(path)
+        }
+        let fd = countdownd_unix_stream_socket(1)
+        guard fd >= 0 else { throw .system("socket(AF_UNIX)", errno) }
+        // Bind under a umask that leaves the file no wider than 0600, then set the asked mode:
+        // there is no moment in which the socket is more open than configured.
+        let previousMask = umask(0o177)
+        let bound = try UnixSocket.withAddress(path) { address, length in Glibc.bind(fd, address, length) }
+        let bindErrno = errno
+        umask(previousMask)
+        guard bound == 0 else {
+            Glibc.close(fd)
+            throw .system("bind(\(path))", bindErrno)
+        }
+        guard chmod(path, mode) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            unlink(path)
+            throw .system("chmod(\(path))", code)
+        }
+        guard listen(fd, SOMAXCONN) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            unlink(path)
+            throw .system("listen(\(path))", code)
+        }
+        return ListeningSocket(descriptor: fd, ownedPath: path, displayPath: path)
+    }
+
+    /// Adopts a listening socket passed by systemd. It is never unlinked: systemd owns the file.
+    static func adopt(descriptor: Int32, displayPath: String) -> ListeningSocket {
+        UnixSocket.setNonBlocking(descriptor)
+        return ListeningSocket(descriptor: descriptor, ownedPath: nil, displayPath: displayPath)
+    }
+
+    /// Starts accepting: `handler` gets each new non-blocking connection's descriptor, on `queue`.
+    func startAccepting(on queue: DispatchQueue, handler: @escaping (Int32) -> Void) {
+        let fd = descriptor
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        source.setEventHandler {
+            // Accept everything pending, but yield after a burst so requests get served too.
+            for _ in 0..<256 {
+                let client = countdownd_accept(fd)
+                if client < 0 {
+                    break  // EAGAIN, or a transient error (ECONNABORTED, EMFILE): try on the next event.
+                }
+                handler(client)
+            }
+        }
+        source.setCancelHandler {
+            Glibc.close(fd)
+        }
+        source.activate()
+        self.source = source
+    }
+
+    /// Stops accepting, closes the descriptor and removes the socket file the daemon created.
+    func close() {
+        if let path = ownedPath {
+            unlink(path)
+        }
+        if let source {
+            source.cancel()
+            self.source = nil
+        } else {
+            Glibc.close(descriptor)
+        }
+    }
+
+    private static func createParentDirectory(of path: String) throws(DaemonError) {
+        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return }
+        let directory = String(path[..<slash])
+        var status = stat()
+        if stat(directory, &status) == 0 { return }
+        guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
+            throw .system("mkdir(\(directory))", errno)
+        }
+    }
+}

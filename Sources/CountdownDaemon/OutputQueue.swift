@@ -1,0 +1,174 @@
+import Glibc
+
+/// A connection's pending output: replies and events not yet written to its socket.
+///
+/// Events are queued as shared byte arrays (encoded once for all subscribers). Once a subscriber
+/// is more than `coalesceThreshold` bytes behind, a new tick replaces that countdown's older tick
+/// still in the queue (the subscriber sees a gap in `seq`); lifecycle events are never dropped.
+/// The caller enforces the hard limit through `byteCount`.
+struct OutputQueue {
+    private struct Chunk {
+        var bytes: [UInt8]
+        /// The countdown a queued tick belongs to, when it may be replaced by a newer one.
+        var tickName: String?
+        /// Whether the bytes are this connection's own (replies), so more may be appended in place.
+        var isReply: Bool
+    }
+
+    private var chunks: [Chunk] = []
+    /// Index of the first chunk not fully written.
+    private var head = 0
+    /// Bytes of `chunks[head]` already written.
+    private var headOffset = 0
+    /// Absolute index of each replaceable tick still queued, by countdown name.
+    private var queuedTicks: [String: Int] = [:]
+    /// Chunks removed from the front so far, to turn absolute indices into array indices.
+    private var removedChunks = 0
+
+    /// Bytes waiting to be written.
+    private(set) var byteCount = 0
+    /// How far behind a subscriber must be before its ticks are coalesced.
+    let coalesceThreshold: Int
+
+    /// Creates an empty queue.
+    init(coalesceThreshold: Int) {
+        self.coalesceThreshold = coalesceThreshold
+    }
+
+    /// Whether the peer has received part of a line (the head chunk is partly written).
+    var isMidLine: Bool { headOffset > 0 }
+
+    /// Whether there is nothing to write.
+    var isEmpty: Bool { byteCount == 0 }
+
+    /// How many ticks were replaced by newer ones, over the queue's life.
+    private(set) var coalescedTickCount = 0
+
+    /// Appends reply bytes. Consecutive replies share one chunk.
+    mutating func appendReply(_ bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        byteCount += bytes.count
+        if head < chunks.count, chunks[chunks.count - 1].isReply, chunks[chunks.count - 1].bytes.count < 16_384 {
+            // Appending behind a partly written chunk is safe: written bytes stay at its front.
+            chunks[chunks.count - 1].bytes.append(contentsOf: bytes)
+        } else {
+            chunks.append(Chunk(bytes: bytes, tickName: nil, isReply: true))
+        }
+    }
+
+    /// Appends one event's shared bytes. `tickName` is set for ticks, which may be coalesced.
+    mutating func appendEvent(_ bytes: [UInt8], tickName: String?) {
+        byteCount += bytes.count
+        guard let tickName, byteCount > coalesceThreshold else {
+            chunks.append(Chunk(bytes: bytes, tickName: nil, isReply: false))
+            return
+        }
+        if let previous = queuedTicks[tickName] {
+            let index = previous - removedChunks
+            // Replace only a tick no byte of which has been written.
+            if index > head || (index == head && headOffset == 0) {
+                byteCount -= chunks[index].bytes.count
+                chunks[index].bytes = []
+                chunks[index].tickName = nil
+                coalescedTickCount += 1
+                if index == head {
+                    dropEmptyHeadChunks()
+                }
+            }
+        }
+        queuedTicks[tickName] = removedChunks + chunks.count
+        chunks.append(Chunk(bytes: bytes, tickName: tickName, isReply: false))
+    }
+
+    /// The outcome of a write attempt.
+    enum WriteOutcome: Equatable {
+        /// Everything was written.
+        case drained
+        /// The socket buffer is full; wait until it is writable.
+        case wouldBlock
+        /// The peer is gone or the socket failed, with `errno`.
+        case failed(Int32)
+    }
+
+    /// Writes as much as the socket takes. Small chunks are gathered into `scratch` (shared by all
+    /// connections) so that one `write` carries many events; a large head chunk goes out directly.
+    mutating func write(to descriptor: Int32, scratch: inout [UInt8]) -> WriteOutcome {
+        while byteCount > 0 {
+            let written = writeOnce(descriptor, scratch: &scratch)
+            if written < 0 {
+                let code = errno
+                if code == EINTR { continue }
+                if code == EAGAIN || code == EWOULDBLOCK { return .wouldBlock }
+                return .failed(code)
+            }
+            consume(written)
+        }
+        reset()
+        return .drained
+    }
+
+    private func writeOnce(_ descriptor: Int32, scratch: inout [UInt8]) -> Int {
+        let gatherLimit = 64 * 1024
+        let first = chunks[head].bytes
+        if first.count - headOffset >= gatherLimit / 4 || head + 1 == chunks.count {
+            return first.withUnsafeBytes { raw in
+                send(descriptor, raw.baseAddress.map { $0 + headOffset }, raw.count - headOffset, Int32(MSG_NOSIGNAL))
+            }
+        }
+        scratch.removeAll(keepingCapacity: true)
+        scratch.append(contentsOf: first[headOffset...])
+        var index = head + 1
+        while index < chunks.count && scratch.count + chunks[index].bytes.count <= gatherLimit {
+            scratch.append(contentsOf: chunks[index].bytes)
+            index += 1
+        }
+        return scratch.withUnsafeBytes { raw in
+            send(descriptor, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL))
+        }
+    }
+
+    private mutating func consume(_ written: Int) {
+        var remaining = written
+        byteCount -= written
+        while remaining > 0 && head < chunks.count {
+            let available = chunks[head].bytes.count - headOffset
+            if remaining >= available {
+                remaining -= available
+                dropHeadChunk()
+            } else {
+                headOffset += remaining
+                remaining = 0
+            }
+        }
+        dropEmptyHeadChunks()
+        if head > 1024 && head * 2 > chunks.count {
+            chunks.removeSubrange(0..<head)
+            removedChunks += head
+            head = 0
+        }
+    }
+
+    /// Skips chunks emptied by coalescing, so the head always has bytes to write.
+    private mutating func dropEmptyHeadChunks() {
+        while head < chunks.count && chunks[head].bytes.count == headOffset {
+            dropHeadChunk()
+        }
+    }
+
+    private mutating func dropHeadChunk() {
+        if let name = chunks[head].tickName, queuedTicks[name] == removedChunks + head {
+            queuedTicks[name] = nil
+        }
+        chunks[head].bytes = []
+        head += 1
+        headOffset = 0
+    }
+
+    private mutating func reset() {
+        removedChunks += chunks.count
+        chunks.removeAll(keepingCapacity: chunks.capacity <= 4096)
+        queuedTicks.removeAll(keepingCapacity: false)
+        head = 0
+        headOffset = 0
+    }
+}

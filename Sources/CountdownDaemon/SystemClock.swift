@@ -1,0 +1,32 @@
+import CountdownCore
+import Glibc
+
+/// The daemon's clocks: `CLOCK_BOOTTIME` for countdowns, `CLOCK_REALTIME` for reporting.
+///
+/// `CLOCK_BOOTTIME` is monotonic and keeps counting while the machine is suspended, so a tea timer
+/// set before closing the lid is due at the right moment after it opens. It never steps when the
+/// wall clock is set, so NTP or `date -s` never moves a running countdown.
+enum SystemClock {
+    /// The current instant on `CLOCK_BOOTTIME`.
+    static func now() -> Instant {
+        Instant(nanoseconds: read(CLOCK_BOOTTIME))
+    }
+
+    /// The wall clock, in nanoseconds since the Unix epoch.
+    static func unixNanoseconds() -> Int64 {
+        read(CLOCK_REALTIME)
+    }
+
+    /// Both clocks read together, to derive wall-clock values of monotonic instants.
+    static func mapping(at instant: Instant? = nil) -> WallClockMapping {
+        let monotonic = instant ?? now()
+        return WallClockMapping(monotonic: monotonic, unixMilliseconds: unixNanoseconds() / 1_000_000)
+    }
+
+    private static func read(_ clock: clockid_t) -> Int64 {
+        var spec = timespec()
+        // clock_gettime cannot fail for these clocks on Linux with a valid pointer.
+        clock_gettime(clock, &spec)
+        return Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec)
+    }
+}
