@@ -1,0 +1,70 @@
+import CountdownCore
+import Testing
+
+@Suite("Durations and names")
+struct DurationAndNameTests {
+    @Test("accepted duration forms", arguments: [
+        ("90", 90_000), ("90s", 90_000), ("1m30s", 90_000), ("1500ms", 1500), ("2h", 7_200_000),
+        ("1d", 86_400_000), ("1h1m1s1ms", 3_661_001), ("366d", 366 * 86_400_000), ("0m1s", 1000), ("007", 7000),
+    ] as [(String, Int64)])
+    func accepted(text: String, milliseconds: Int64) throws {
+        #expect(try CountdownDuration.parse(text) == milliseconds)
+    }
+
+    @Test("rejected durations are bad-duration", arguments: [
+        "", "0", "0s", "-5", "+5", "5x", "1.5s", "s", "1m30", "90 s", "367d", "8785h", "99999999999999999999999",
+        "9223372036854775807ms", "1e3", "１", "5S", "\u{0}",
+    ])
+    func rejected(text: String) {
+        do {
+            _ = try CountdownDuration.parse(text)
+            Issue.record("'\(text)' was accepted")
+        } catch {
+            #expect(error.code == .badDuration)
+            #expect(error.message.contains("1m30s"), "the message shows the accepted forms")
+        }
+    }
+
+    @Test("durations render back in the accepted syntax and as a clock")
+    func rendering() throws {
+        #expect(CountdownDuration.format(milliseconds: 90_000) == "1m30s")
+        #expect(CountdownDuration.format(milliseconds: 1500) == "1s500ms")
+        #expect(try CountdownDuration.parse(CountdownDuration.format(milliseconds: 93_784_005)) == 93_784_005)
+        #expect(CountdownDuration.clock(milliseconds: 0) == "0:00:00")
+        #expect(CountdownDuration.clock(milliseconds: 1) == "0:00:01")
+        #expect(CountdownDuration.clock(milliseconds: 3_599_000) == "0:59:59")
+        #expect(CountdownDuration.clock(milliseconds: 366 * 86_400_000) == "8784:00:00")
+    }
+
+    @Test("accepted names", arguments: ["tea", "otp:+4915112345678", "a", "build.release_1@host-2", String(repeating: "n", count: 128)])
+    func goodNames(name: String) throws {
+        #expect(try CountdownName.validate(name) == name)
+    }
+
+    @Test("rejected names are bad-name", arguments: [
+        "", String(repeating: "n", count: 129), "with space", "slash/", "tab\t", "nul\u{0}", "del\u{7F}", "é", "emoji🍵", "new\nline", "quote\"",
+    ])
+    func badNames(name: String) {
+        #expect(throws: ProtocolError.self) { try CountdownName.validate(name) }
+        do { _ = try CountdownName.validate(name) } catch { #expect(error.code == .badName) }
+    }
+
+    @Test("invalid UTF-8 in a name is bad-name, and the message escapes it")
+    func invalidUTF8Name() {
+        do {
+            _ = try CountdownName.validate(bytes: [0x61, 0xFF, 0xFE])
+            Issue.record("accepted")
+        } catch {
+            #expect(error.code == .badName)
+            #expect(error.message.contains("0xff"))
+        }
+    }
+
+    @Test("the default socket path follows the documented order")
+    func socketPath() {
+        #expect(SocketPath.resolve(environment: ["COUNTDOWND_SOCKET": "/x.sock", "XDG_RUNTIME_DIR": "/run/user/1"], uid: 1) == "/x.sock")
+        #expect(SocketPath.resolve(environment: ["XDG_RUNTIME_DIR": "/run/user/1000"], uid: 1000) == "/run/user/1000/countdownd/countdownd.sock")
+        #expect(SocketPath.resolve(environment: [:], uid: 0) == "/run/countdownd/countdownd.sock")
+        #expect(SocketPath.resolve(environment: ["COUNTDOWND_SOCKET": ""], uid: 1000) == "/tmp/countdownd-1000/countdownd.sock")
+    }
+}

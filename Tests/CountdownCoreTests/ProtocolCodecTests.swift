@@ -1,0 +1,173 @@
+import CountdownCore
+import Testing
+
+@Suite("Protocol codec: parser, framer, encoder")
+struct ProtocolCodecTests {
+    static func parse(_ line: String) throws(ProtocolError) -> Request? {
+        try RequestParser.parse(Array(line.utf8))
+    }
+
+    @Test("well-formed requests", arguments: [
+        ("START tea 3m", Request.start(name: "tea", milliseconds: 180_000, replace: false)),
+        ("start tea", .start(name: "tea", milliseconds: 60_000, replace: false)),
+        ("START tea 5 replace", .start(name: "tea", milliseconds: 5000, replace: true)),
+        ("START tea REPLACE", .start(name: "tea", milliseconds: 60_000, replace: true)),
+        ("Status tea", .status(name: "tea")),
+        ("LIST", .list),
+        ("CANCEL a", .cancel(name: "a")),
+        ("PAUSE a", .pause(name: "a")),
+        ("RESUME a", .resume(name: "a")),
+        ("EXTEND a 1m", .extend(name: "a", milliseconds: 60_000)),
+        ("SUBSCRIBE", .subscribe(names: [])),
+        ("SUBSCRIBE a b", .subscribe(names: ["a", "b"])),
+        ("UNSUBSCRIBE", .unsubscribe),
+        ("PING\r", .ping),
+        ("  QUIT  ", .quit),
+    ] as [(String, Request)])
+    func wellFormed(line: String, request: Request) throws {
+        #expect(try Self.parse(line) == request)
+    }
+
+    @Test("blank lines are not requests")
+    func blank() throws {
+        #expect(try Self.parse("") == nil)
+        #expect(try Self.parse("   ") == nil)
+        #expect(try Self.parse("\r") == nil)
+    }
+
+    @Test("malformed requests get the right error code", arguments: [
+        ("FOO", ErrorCode.unknownCommand), ("STARTX tea 5", .unknownCommand), ("\u{0}", .unknownCommand),
+        ("START", .badRequest), ("START a 5 REPLACE extra", .badRequest), ("START a 5 6", .badRequest),
+        ("STATUS", .badRequest), ("STATUS a b", .badRequest), ("LIST x", .badRequest), ("PING x", .badRequest),
+        ("EXTEND a", .badRequest), ("CANCEL", .badRequest), ("QUIT now", .badRequest), ("UNSUBSCRIBE a", .badRequest),
+        ("START a/b 5", .badName), ("STATUS é", .badName), ("SUBSCRIBE ok bad\u{1}", .badName), ("START \u{7F} 5", .badName),
+        ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),
+        ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration),
+    ] as [(String, ErrorCode)])
+    func malformed(line: String, code: ErrorCode) {
+        do {
+            _ = try Self.parse(line)
+            Issue.record("'\(line)' parsed")
+        } catch {
+            #expect(error.code == code, "\(line): \(error)")
+            #expect(!error.message.isEmpty)
+        }
+    }
+
+    @Test("invalid UTF-8 anywhere is rejected by the field it is in, never crashes")
+    func invalidUTF8() {
+        let cases: [([UInt8], ErrorCode)] = [
+            ([0xFF, 0xFE], .unknownCommand),
+            (Array("START ".utf8) + [0xC3, 0x28] + Array(" 5".utf8), .badName),
+            (Array("START tea ".utf8) + [0xE2, 0x82], .badDuration),
+        ]
+        for (bytes, code) in cases {
+            do {
+                _ = try RequestParser.parse(bytes)
+                Issue.record("parsed")
+            } catch {
+                #expect(error.code == code)
+            }
+        }
+    }
+
+    @Test("the framer splits lines, accepts CRLF, and keeps partial lines for later")
+    func framing() {
+        var framer = LineFramer()
+        framer.append(Array("PING\r\nLI".utf8))
+        #expect(framer.nextFrame() == .line(ArraySlice(Array("PING\r".utf8))))
+        #expect(framer.nextFrame() == nil)
+        #expect(framer.hasPartialLine)
+        framer.append(Array("ST\n".utf8))
+        #expect(framer.nextFrame() == .line(ArraySlice(Array("LIST".utf8))))
+        #expect(framer.nextFrame() == nil)
+        #expect(!framer.hasPartialLine)
+    }
+
+    @Test("a line over the limit yields one tooLong, is discarded, and the next line is fine")
+    func tooLong() {
+        var framer = LineFramer(maximumLineLength: 10)
+        framer.append(Array("0123456789".utf8))
+        #expect(framer.nextFrame() == nil)  // Exactly the limit, still waiting for LF.
+        framer.append(Array("AB".utf8))
+        #expect(framer.nextFrame() == .tooLong)
+        framer.append(Array(repeating: UInt8(ascii: "x"), count: 10_000))
+        #expect(framer.nextFrame() == nil)
+        #expect(framer.bufferedByteCount == 0, "discarded bytes are not kept")
+        framer.append(Array("yy\nPING\n".utf8))
+        #expect(framer.nextFrame() == .line(ArraySlice(Array("PING".utf8))))
+    }
+
+    @Test("a complete line at the limit passes; one byte over is tooLong; CR does not count")
+    func limitBoundary() {
+        var framer = LineFramer(maximumLineLength: 4)
+        framer.append(Array("abcd\r\nabcde\nok\n".utf8))
+        #expect(framer.nextFrame() == .line(ArraySlice(Array("abcd\r".utf8))))
+        #expect(framer.nextFrame() == .tooLong)
+        #expect(framer.nextFrame() == .line(ArraySlice(Array("ok".utf8))))
+    }
+
+    @Test("encoded replies and events read back identically")
+    func roundTrip() {
+        let clock = WallClockMapping(monotonic: .seconds(100), unixMilliseconds: 1_700_000_000_000)
+        let snapshot = CountdownSnapshot(
+            name: "tea", state: .running, remainingMilliseconds: 2500, totalMilliseconds: 3000,
+            deadline: .milliseconds(102_500), owner: 1000
+        )
+        var out: [UInt8] = []
+        WireEncoder.appendCountdown(snapshot, clock: clock, to: &out)
+        WireEncoder.appendOK(snapshot, clock: clock, to: &out)
+        WireEncoder.appendEvent(CountdownEvent(sequence: 7, kind: .tick, name: "tea", remainingMilliseconds: 2000, totalMilliseconds: 3000), to: &out)
+        WireEncoder.appendEvent(CountdownEvent(sequence: 8, kind: .done, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 3000, lateMilliseconds: 1234), to: &out)
+        WireEncoder.appendSnapshotEvent(sequence: 8, snapshot, clock: clock, to: &out)
+        WireEncoder.appendError(ProtocolError(.busy, "two\nlines"), to: &out)
+        WireEncoder.appendGreeting(daemonVersion: "9.9", to: &out)
+        let text = String(decoding: out, as: UTF8.self)
+        #expect(text == """
+            COUNTDOWN tea running 2500 3000 1700000002500 1000
+            OK tea running 2500 3000 1700000002500 1000
+            EVENT 7 tick tea 2000 3000
+            EVENT 8 done tea 0 3000 1234
+            EVENT 8 snapshot tea 2500 3000 running 1700000002500 1000
+            ERR busy two lines
+            HELLO countdownd 1 9.9
+
+            """)
+        let lines = text.split(separator: "\n").map { WireLine.parse(String($0)) }
+        let info = CountdownInfo(name: "tea", state: .running, remainingMilliseconds: 2500, totalMilliseconds: 3000, deadlineUnixMilliseconds: 1_700_000_002_500, owner: 1000)
+        #expect(lines[0] == .countdown(info))
+        #expect(lines[1] == .ok("tea running 2500 3000 1700000002500 1000"))
+        #expect(lines[2] == .event(EventInfo(sequence: 7, kind: .tick, name: "tea", remainingMilliseconds: 2000, totalMilliseconds: 3000)))
+        #expect(lines[3] == .event(EventInfo(sequence: 8, kind: .done, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 3000, lateMilliseconds: 1234)))
+        #expect(lines[4] == .event(EventInfo(sequence: 8, kind: .snapshot, name: "tea", remainingMilliseconds: 2500, totalMilliseconds: 3000, state: .running, deadlineUnixMilliseconds: 1_700_000_002_500)))
+        #expect(lines[5] == .error(code: .busy, rawCode: "busy", message: "two lines"))
+        #expect(lines[6] == .hello(protocolVersion: 1, daemonVersion: "9.9"))
+    }
+
+    @Test("decimal encoding covers zero, negatives and the extremes")
+    func decimals() {
+        for value: Int64 in [0, 7, 10, -1, -10, 1_234_567_890_123, .max, .min] {
+            var out: [UInt8] = []
+            WireEncoder.appendEvent(CountdownEvent(sequence: 1, kind: .tick, name: "n", remainingMilliseconds: value, totalMilliseconds: 1), to: &out)
+            #expect(String(decoding: out, as: UTF8.self) == "EVENT 1 tick n \(value) 1\n")
+        }
+    }
+
+    @Test("clients ignore trailing fields they do not know")
+    func unknownTrailingFields() {
+        #expect(WireLine.parse("EVENT 3 tick a 1000 2000 future stuff") == .event(EventInfo(sequence: 3, kind: .tick, name: "a", remainingMilliseconds: 1000, totalMilliseconds: 2000)))
+        if case .countdown(let info) = WireLine.parse("COUNTDOWN a paused 5 10 - 0 - extra") {
+            #expect(info.state == .paused && info.deadlineUnixMilliseconds == nil)
+        } else {
+            Issue.record("COUNTDOWN with extra fields not read")
+        }
+    }
+
+    @Test("wall-clock mapping derives Unix deadlines from monotonic instants and back")
+    func wallClock() {
+        let mapping = WallClockMapping(monotonic: .seconds(50), unixMilliseconds: 1_000_000)
+        #expect(mapping.unixMilliseconds(of: .seconds(60)) == 1_010_000)
+        #expect(mapping.unixMilliseconds(of: .seconds(40)) == 990_000)
+        #expect(mapping.instant(ofUnixMilliseconds: 1_010_000) == .seconds(60))
+    }
+}
