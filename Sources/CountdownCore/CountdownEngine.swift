@@ -63,6 +63,10 @@ public struct CountdownEngine {
     /// How many countdowns are held, finished ones included.
     public var count: Int { slotsByName.count }
 
+    /// How many wake-ups are in the scheduler, stale ones included; bounded by twice the number of
+    /// countdowns plus a constant, whatever the churn.
+    public var scheduledEntryCount: Int { heap.count }
+
     /// How many finished countdowns are still held for their retention period.
     public var finishedCount: Int { slotsByName.count - runningCount - pausedCount }
 

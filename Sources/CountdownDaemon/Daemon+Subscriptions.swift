@@ -8,6 +8,7 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         if names.isEmpty {
             unsubscribe(connection)
+            subscriberCount += 1
             connection.subscription = .all
             allSubscribers[connection.id] = connection
             return
@@ -30,6 +31,9 @@ extension Daemon {
         }
         for name in wanted.subtracting(followed) {
             nameSubscribers[name, default: [:]][connection.id] = connection
+        }
+        if connection.subscription == .none {
+            subscriberCount += 1
         }
         connection.subscription = .names(wanted)
     }
@@ -56,6 +60,7 @@ extension Daemon {
             }
         }
         connection.subscription = .none
+        subscriberCount -= 1
     }
 
     /// Hands events to their subscribers: each encoded once, the same bytes queued on every

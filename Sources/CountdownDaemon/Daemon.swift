@@ -34,6 +34,12 @@ public final class Daemon: @unchecked Sendable {
     var pendingFlush: [Int: Connection] = [:]
     var batchEndScheduled = false
     var nextConnectionID = 1
+    /// Connections subscribed to anything (all, or some names).
+    var subscriberCount = 0
+    /// What systemd was last told in `STATUS=`, and when (monotonic seconds).
+    var reportedStatus: StatusCounts?
+    var statusReportedAt = 0.0
+    var statusReportScheduled = false
     var isStopping = false
 
     /// Reused buffers, so the hot paths do not allocate per request or per event.
@@ -82,19 +88,22 @@ public final class Daemon: @unchecked Sendable {
         }
         listener.startAccepting(on: queue) { [unowned self] descriptor in accept(descriptor) }
         logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
+        reportedStatus = statusCounts()
         notifier.notify("READY=1\nSTATUS=\(statusText())")
     }
 
     /// A short summary for `systemctl status`.
     func statusText() -> String {
-        "\(engine.runningCount) running, \(engine.pausedCount) paused, \(allSubscribers.count + subscribedByNameCount) subscribers, \(connections.count) connections"
+        statusCounts().description
     }
 
-    private var subscribedByNameCount: Int {
-        connections.values.reduce(0) { count, connection in
-            if case .names = connection.subscription { return count + 1 }
-            return count
-        }
+    func statusCounts() -> StatusCounts {
+        StatusCounts(
+            running: engine.runningCount,
+            paused: engine.pausedCount,
+            subscribers: subscriberCount,
+            connections: connections.count
+        )
     }
 
     /// Lets the daemon hold as many descriptors as its hard limit allows: each client is one.
@@ -136,6 +145,7 @@ public final class Daemon: @unchecked Sendable {
         }
         pendingFlush.removeAll(keepingCapacity: true)
         timer?.arm(at: engine.nextWakeup)
+        reportStatus()
     }
 
     // MARK: - Stopping

@@ -1,0 +1,62 @@
+# countdownd: build, run, test, install.
+#
+#   make run       install missing system packages, build, run countdownd in the foreground
+#   make test      install missing system packages, build, run the whole test suite
+#   make install   install binaries and systemd units (PREFIX, DESTDIR)
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+SWIFT      ?= swift
+# System packages the build needs (C headers for the system-library targets, pkg-config to find them).
+APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
+
+.PHONY: all deps build release run test install uninstall clean
+
+all: build
+
+# Installs what is missing, non-interactively. Needs root (or sudo) only when something is missing.
+deps:
+	@missing=""; \
+	for pkg in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; \
+	  else echo "error: missing packages:$$missing; install them as root: apt-get install$$missing" >&2; exit 1; fi; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+run: build
+	$$($(SWIFT) build --show-bin-path)/countdownd
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+install: release
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR)
+	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/countdownd $(DESTDIR)$(BINDIR)/countdownd
+	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/cdctl $(DESTDIR)$(BINDIR)/cdctl
+	for unit in systemd/countdownd.service systemd/countdownd.socket; do \
+	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
+	for unit in systemd/user/countdownd.service systemd/user/countdownd.socket; do \
+	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/countdownd $(DESTDIR)$(BINDIR)/cdctl
+	rm -f $(DESTDIR)$(UNITDIR)/countdownd.service $(DESTDIR)$(UNITDIR)/countdownd.socket
+	rm -f $(DESTDIR)$(USERUNITDIR)/countdownd.service $(DESTDIR)$(USERUNITDIR)/countdownd.socket
+
+clean:
+	$(SWIFT) package clean

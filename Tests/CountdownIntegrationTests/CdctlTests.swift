@@ -1,0 +1,113 @@
+import CountdownCore
+import Foundation
+import Testing
+
+extension Integration {
+    @Suite("cdctl against the real daemon")
+    struct CdctlTests {
+        @Test("start, status, list, pause, resume, extend, cancel: output and exit codes")
+        func lifecycle() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            let started = try cdctl(["start", "tea", "3m"], socket: s)
+            #expect(started.status == 0 && started.stdout == "tea: running, 0:03:00 left of 0:03:00\n")
+            let busy = try cdctl(["start", "tea", "3m"], socket: s)
+            #expect(busy.status == 4 && busy.stderr.contains("(busy)"))
+            #expect(try cdctl(["start", "tea", "1m", "--replace"], socket: s).status == 0)
+            let status = try cdctl(["status", "tea"], socket: s)
+            #expect(status.status == 0 && status.stdout.hasPrefix("NAME ") && status.stdout.contains("tea   running"))
+            let json = try cdctl(["status", "tea", "--json"], socket: s)
+            let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+            #expect(object?["name"] as? String == "tea" && object?["total_ms"] as? Int == 60_000 && object?["state"] as? String == "running")
+            #expect(try cdctl(["pause", "tea"], socket: s).stdout.hasPrefix("tea: paused"))
+            #expect(try cdctl(["resume", "tea"], socket: s).stdout.hasPrefix("tea: running"))
+            #expect(try cdctl(["extend", "tea", "1m"], socket: s).stdout.hasSuffix("of 0:02:00\n"))
+            #expect(try cdctl(["cancel", "tea"], socket: s).stdout.hasPrefix("tea: cancelled"))
+            let list = try cdctl(["list", "--json"], socket: s)
+            let array = try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]]
+            #expect(array?.count == 1 && array?.first?["state"] as? String == "cancelled")
+        }
+
+        @Test("an unknown name exits 3 and suggests the closest one")
+        func notFound() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "pomodoro", "25m"], socket: daemon.socketPath)
+            let result = try cdctl(["cancel", "pomodor"], socket: daemon.socketPath)
+            #expect(result.status == 3)
+            #expect(result.stderr.contains("did you mean 'pomodoro'?"))
+        }
+
+        @Test("an unreachable daemon exits 6, naming the socket and how to start it")
+        func unreachable() throws {
+            let directory = TemporaryDirectory()
+            let result = try cdctl(["list"], socket: directory.file("none.sock"))
+            #expect(result.status == 6)
+            #expect(result.stderr.contains(directory.file("none.sock")))
+            #expect(result.stderr.contains("systemctl"))
+        }
+
+        @Test("usage errors exit 2")
+        func usage() throws {
+            let result = try runCommand(TestBinaries.cdctl, ["start", "tea", "soon"])
+            #expect(result.status == 2 && result.stderr.contains("bad duration"))
+            #expect(try runCommand(TestBinaries.cdctl, ["--help"]).stdout.contains("Exit codes:"))
+        }
+
+        @Test("wait: 0 when done, 5 when cancelled, 3 when unknown, at once when already finished")
+        func waitExitCodes() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            _ = try cdctl(["start", "quick", "1500ms"], socket: s)
+            let waited = try cdctl(["wait", "quick"], socket: s)
+            #expect(waited.status == 0)
+            #expect(try cdctl(["status", "quick"], socket: s).stdout.contains("done"))
+
+            // Already finished: returns at once with the outcome.
+            #expect(try cdctl(["wait", "quick"], socket: s, timeout: 5).status == 0)
+
+            #expect(try cdctl(["wait", "ghost"], socket: s).status == 3)
+
+            // Cancelled while waited for: a second client cancels once the waiter is subscribed.
+            _ = try cdctl(["start", "long", "1h"], socket: s)
+            let watcher = try daemon.connect()
+            _ = try watcher.request("SUBSCRIBE long")
+            let waiter = Process()
+            waiter.executableURL = URL(fileURLWithPath: TestBinaries.cdctl)
+            waiter.arguments = ["--socket", s, "wait", "long"]
+            waiter.standardError = FileHandle.nullDevice
+            try waiter.run()
+            // The waiter subscribes before it reads STATUS; the daemon's STATUS= line to systemd
+            // counts subscribers, so wait until it shows the waiter beside the watcher.
+            try waitUntil(timeout: 10) { subscriberCount(daemon) >= 2 }
+            _ = try cdctl(["cancel", "long"], socket: s)
+            waiter.waitUntilExit()
+            #expect(waiter.terminationStatus == 5)
+        }
+
+        @Test("start --wait blocks until the countdown is done")
+        func startWait() throws {
+            let daemon = try DaemonProcess()
+            let before = monotonicNow()
+            let result = try cdctl(["start", "brew", "1200ms", "--wait"], socket: daemon.socketPath)
+            #expect(result.status == 0)
+            #expect(monotonicNow() - before >= 1.1)
+        }
+    }
+}
+
+/// Polls a condition that depends on another process, up to `timeout` seconds.
+func waitUntil(timeout: Double, _ condition: () throws -> Bool) throws {
+    let deadline = monotonicNow() + timeout
+    while try !condition() {
+        guard monotonicNow() < deadline else { throw HarnessError.unexpected("condition not met within \(timeout) s") }
+        usleep(10_000)
+    }
+}
+
+/// How many subscribers the daemon has, read from the status it reports to systemd.
+func subscriberCount(_ daemon: DaemonProcess) -> Int {
+    daemon.notify.drain()
+    guard let last = daemon.notify.lines(withPrefix: "STATUS=").last,
+          let match = last.firstMatch(of: #/(\d+) subscribers/#) else { return 0 }
+    return Int(match.1) ?? 0
+}

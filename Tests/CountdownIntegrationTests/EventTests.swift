@@ -1,0 +1,116 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Testing
+
+extension Integration {
+    @Suite("Events: ticks, done, pause, slow subscribers")
+    struct EventTests {
+        /// Lateness bound for events in tests: a correctness bound far above the expected figure
+        /// (BENCHMARKS.md has the real numbers).
+        static let punctuality = 20.0
+
+        @Test("a subscriber gets started, one exact tick per whole second, and done within 20 ms")
+        func ticksAndDone() throws {
+            let daemon = try DaemonProcess()
+            let subscriber = try daemon.connect()
+            #expect(try subscriber.request("SUBSCRIBE").outcome == .ok("subscribed all"))
+            let control = try daemon.connect()
+            let reply = try control.request("START tea 3")
+            let deadline = Double(try #require(reply.countdown?.deadlineUnixMilliseconds))
+
+            let started = try subscriber.waitForEvent { $0.name == "tea" }
+            #expect(started.kind == .started && started.remainingMilliseconds == 3000 && started.totalMilliseconds == 3000)
+            for k in [2, 1] {
+                let tick = try subscriber.waitForEvent { $0.name == "tea" }
+                let arrived = unixNowMilliseconds()
+                #expect(tick.kind == .tick && tick.remainingMilliseconds == Int64(k) * 1000)
+                let nominal = deadline - Double(k) * 1000
+                #expect(arrived >= nominal - 2 && arrived - nominal <= Self.punctuality, "tick \(k) arrived \(arrived - nominal) ms from nominal")
+                #expect(tick.sequence == started.sequence + UInt64(3 - k))
+            }
+            let done = try subscriber.waitForEvent { $0.name == "tea" }
+            let lateness = unixNowMilliseconds() - deadline
+            #expect(done.kind == .done && done.remainingMilliseconds == 0)
+            #expect(lateness >= -2 && lateness <= Self.punctuality, "done arrived \(lateness) ms after the deadline")
+        }
+
+        @Test("a new subscriber sees the current state at once, right after its OK")
+        func snapshotOnSubscribe() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            _ = try c.request("START a 1h")
+            _ = try c.request("START b 2h")
+            _ = try c.request("PAUSE b")
+            _ = try c.request("START other 1h")
+            let subscriber = try daemon.connect()
+            try subscriber.send("SUBSCRIBE a b\n")
+            #expect(try subscriber.readLine(timeout: 5) == "OK subscribed 2")
+            let first = try subscriber.waitForEvent(timeout: 1) { _ in true }
+            let second = try subscriber.waitForEvent(timeout: 1) { _ in true }
+            #expect(first.kind == .snapshot && first.name == "a" && first.state == .running && first.deadlineUnixMilliseconds != nil)
+            #expect(second.kind == .snapshot && second.name == "b" && second.state == .paused && second.remainingMilliseconds == 7_200_000)
+        }
+
+        @Test("a paused countdown stops ticking, and resumes with ticks on the new deadline")
+        func pauseStopsTicks() throws {
+            let daemon = try DaemonProcess()
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE")
+            let control = try daemon.connect()
+            _ = try control.request("START p 10")
+            _ = try subscriber.waitForEvent { $0.name == "p" && $0.kind == .tick && $0.remainingMilliseconds == 9000 }
+            let paused = try #require(try control.request("PAUSE p").countdown)
+            #expect(paused.state == .paused && paused.remainingMilliseconds > 8000 && paused.remainingMilliseconds <= 9000)
+            // A second countdown is the test's clock: 2.2 s pass while "p" is paused.
+            _ = try control.request("START witness 2200ms")
+            var sawDuringPause: [EventInfo] = []
+            _ = try subscriber.waitForEvent { event in
+                if event.name == "p" && event.kind == .tick { sawDuringPause.append(event) }
+                return event.name == "witness" && event.kind == .done
+            }
+            #expect(sawDuringPause.isEmpty, "ticks while paused: \(sawDuringPause)")
+            let resumed = try #require(try control.request("RESUME p").countdown)
+            #expect(resumed.remainingMilliseconds == paused.remainingMilliseconds)
+            let deadline = Double(try #require(resumed.deadlineUnixMilliseconds))
+            let tick = try subscriber.waitForEvent { $0.name == "p" && $0.kind == .tick }
+            #expect(tick.remainingMilliseconds == 8000)
+            let lateness = unixNowMilliseconds() - (deadline - 8000)
+            #expect(lateness >= -2 && lateness <= Self.punctuality, "first tick after resume \(lateness) ms from nominal")
+        }
+
+        @Test("a client that never reads does not delay another subscriber's done by more than 20 ms")
+        func slowSubscriberIsolated() throws {
+            let daemon = try DaemonProcess()
+            let stuck = try daemon.connect()
+            _ = try stuck.request("SUBSCRIBE")  // ... and never read again.
+            let control = try daemon.connect()
+            var batch = ""
+            for index in 0..<5000 {
+                batch += "START flood\(index) \(1500 + index % 1000)ms\n"
+            }
+            try control.send(batch)
+            for _ in 0..<5000 { _ = try control.readReply() }
+            let probe = try daemon.connect()
+            _ = try probe.request("SUBSCRIBE probe")
+            let deadline = Double(try #require(try control.request("START probe 2s").countdown?.deadlineUnixMilliseconds))
+            _ = try probe.waitForEvent { $0.name == "probe" && $0.kind == .done }
+            let lateness = unixNowMilliseconds() - deadline
+            #expect(lateness <= Self.punctuality, "probe's done was \(lateness) ms late beside a stuck subscriber")
+            #expect(try control.request("PING").outcome == .ok("pong"))
+        }
+
+        @Test("SIGTERM: subscribers are told, STOPPING=1 is sent, exit 0, the socket file is removed")
+        func cleanShutdown() throws {
+            let daemon = try DaemonProcess()
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE")
+            #expect(FileManager.default.fileExists(atPath: daemon.socketPath))
+            #expect(daemon.terminate() == 0)
+            #expect(try subscriber.nextEvent(timeout: 5) == nil)
+            #expect(subscriber.shutdownReason?.contains("stopping") == true)
+            #expect(daemon.notify.waitFor("STOPPING=1", timeout: 1) != nil)
+            #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
+        }
+    }
+}

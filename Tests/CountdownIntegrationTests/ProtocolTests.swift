@@ -1,0 +1,171 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Testing
+
+extension Integration {
+    @Suite("Wire protocol against the real daemon")
+    struct ProtocolTests {
+        @Test("the greeting names the protocol and the daemon version")
+        func greeting() throws {
+            let daemon = try DaemonProcess()
+            let connection = try daemon.connect()
+            #expect(connection.protocolVersion == 1)
+            #expect(connection.daemonVersion == CountdownVersion.current)
+        }
+
+        @Test("every verb answers with the documented shape")
+        func replyShapes() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            let countdownFields = #/^(OK|COUNTDOWN) tea (running|paused|done|cancelled) \d+ \d+ (\d{13}|-) \d+$/#
+
+            try c.send("START tea 3m\n")
+            let started = try #require(try c.readLine(timeout: 5))
+            #expect(started.wholeMatch(of: countdownFields) != nil, "\(started)")
+            let fields = started.split(separator: " ")
+            #expect(fields[2] == "running" && fields[3] == "180000" && fields[4] == "180000")
+            let deadline = try #require(Double(fields[5]))
+            #expect(abs(deadline - (unixNowMilliseconds() + 180_000)) < 1000)
+            #expect(fields[6] == "\(getuid())")
+
+            try c.send("STATUS tea\n")
+            let status = try #require(try c.readLine(timeout: 5))
+            #expect(status.wholeMatch(of: countdownFields) != nil && status.hasPrefix("COUNTDOWN tea running"), "\(status)")
+            #expect(try c.readLine(timeout: 5) == "OK 1")
+
+            _ = try c.request("START zz 10")
+            try c.send("LIST\n")
+            #expect(try c.readLine(timeout: 5)?.hasPrefix("COUNTDOWN tea running") == true)
+            #expect(try c.readLine(timeout: 5)?.hasPrefix("COUNTDOWN zz running") == true)
+            #expect(try c.readLine(timeout: 5) == "OK 2")
+
+            try c.send("PAUSE tea\n")
+            let paused = try #require(try c.readLine(timeout: 5))
+            #expect(paused.wholeMatch(of: countdownFields) != nil && paused.contains(" paused ") && paused.contains(" - "), "\(paused)")
+            let pausedRemaining = try #require(Int(paused.split(separator: " ")[3]))
+
+            try c.send("RESUME tea\n")
+            let resumed = try #require(try c.readLine(timeout: 5))
+            #expect(resumed.contains(" running ") && Int(resumed.split(separator: " ")[3]) == pausedRemaining, "\(resumed)")
+
+            try c.send("EXTEND tea 1m\n")
+            let extended = try #require(try c.readLine(timeout: 5))
+            #expect(extended.split(separator: " ")[4] == "240000", "\(extended)")
+
+            try c.send("CANCEL tea\n")
+            let cancelled = try #require(try c.readLine(timeout: 5))
+            #expect(cancelled.wholeMatch(of: countdownFields) != nil && cancelled.contains(" cancelled "), "\(cancelled)")
+
+            #expect(try c.request("PING").outcome == .ok("pong"))
+            #expect(try c.request("UNSUBSCRIBE").outcome == .ok("unsubscribed"))
+        }
+
+        @Test("START on a running name is busy until it finishes; REPLACE overrides")
+        func busyAndReplace() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            #expect(try c.request("START otp:+4915112345678 1500ms").countdown?.state == .running)
+            let busy = try c.request("START otp:+4915112345678 60")
+            guard case .error(.busy?, _, let message) = busy.outcome else {
+                Issue.record("expected ERR busy, got \(busy)")
+                return
+            }
+            #expect(message.contains("REPLACE"))
+            let replaced = try c.request("START otp:+4915112345678 2s REPLACE")
+            #expect(replaced.countdown?.totalMilliseconds == 2000)
+            // Once it has finished, the name is startable again.
+            _ = try c.request("SUBSCRIBE otp:+4915112345678")
+            _ = try c.waitForEvent { $0.kind == .done }
+            #expect(try c.request("START otp:+4915112345678 60").countdown?.state == .running)
+        }
+
+        @Test("bad input gets the right ERR code and the connection keeps working", arguments: [
+            ("FROB", "unknown-command"),
+            ("START", "bad-request"),
+            ("START tea 5 6", "bad-request"),
+            ("LIST all", "bad-request"),
+            ("START bad/name 5", "bad-name"),
+            ("START \(String(repeating: "n", count: 129)) 5", "bad-name"),
+            ("START tea 0", "bad-duration"),
+            ("START tea 367d", "bad-duration"),
+            ("START tea 99999999999999999999999999", "bad-duration"),
+            ("STATUS nosuch", "not-found"),
+            ("CANCEL nosuch", "not-found"),
+            ("START \(String(repeating: "x", count: 5000)) 5", "line-too-long"),
+        ])
+        func errors(line: String, code: String) throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            try c.send(line + "\n")
+            let reply = try #require(try c.readLine(timeout: 5))
+            #expect(reply.hasPrefix("ERR \(code) "), "\(line.prefix(40)) -> \(reply)")
+            #expect(reply.count > "ERR \(code) ".count + 10, "the message explains the error")
+            #expect(try c.request("PING").outcome == .ok("pong"))
+        }
+
+        @Test("NUL bytes, control characters and invalid UTF-8 are rejected without harm")
+        func hostileBytes() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            let cases: [([UInt8], String)] = [
+                (Array("START te".utf8) + [0] + Array("a 5\n".utf8), "ERR bad-name"),
+                (Array("START te".utf8) + [0x1B] + Array("a 5\n".utf8), "ERR bad-name"),
+                (Array("START ".utf8) + [0xC3, 0x28] + Array(" 5\n".utf8), "ERR bad-name"),
+                ([0xFF, 0xFE, 0x0A], "ERR unknown-command"),
+                (Array("START tea 5".utf8) + [0xE2, 0x82, 0x0A], "ERR bad-duration"),
+            ]
+            for (bytes, prefix) in cases {
+                try c.sendBytes(bytes)
+                let reply = try #require(try c.readLine(timeout: 5))
+                #expect(reply.hasPrefix(prefix), "\(bytes) -> \(reply)")
+            }
+            #expect(try c.request("PING").outcome == .ok("pong"))
+            #expect(try c.request("LIST").countdowns.isEmpty)
+        }
+
+        @Test("pipelined requests are answered in order, in one write")
+        func pipelining() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            var batch = ""
+            for index in 0..<300 {
+                batch += "START p\(index) \(index + 10)\n"
+                batch += index % 3 == 0 ? "STATUS p\(index)\n" : "PING\n"
+            }
+            try c.send(batch)
+            for index in 0..<300 {
+                let started = try c.readReply(timeout: 10)
+                #expect(started.countdown?.name == "p\(index)" && started.countdown?.totalMilliseconds == Int64(index + 10) * 1000)
+                let second = try c.readReply(timeout: 10)
+                if index % 3 == 0 {
+                    #expect(second.countdowns.first?.name == "p\(index)" && second.outcome == .ok("1"))
+                } else {
+                    #expect(second.outcome == .ok("pong"))
+                }
+            }
+        }
+
+        @Test("a client that half-closes after sending still gets every reply")
+        func halfClose() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            try c.send("START a 5\nSTART b 5\nLIST\n")
+            c.finishSending()
+            #expect(try c.readReply().countdown?.name == "a")
+            #expect(try c.readReply().countdown?.name == "b")
+            #expect(try c.readReply().outcome == .ok("2"))
+            #expect(try c.readLine(timeout: 5) == nil, "then the daemon closes")
+        }
+
+        @Test("QUIT answers OK bye and closes; requests after it are not run")
+        func quit() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            try c.send("QUIT\nSTART never 5\n")
+            #expect(try c.readLine(timeout: 5) == "OK bye")
+            #expect(try c.readLine(timeout: 5) == nil)
+            #expect(try daemon.connect().request("LIST").countdowns.isEmpty)
+        }
+    }
+}
