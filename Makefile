@@ -9,6 +9,7 @@ DESTDIR    ?=
 BINDIR     ?= $(PREFIX)/bin
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
@@ -45,18 +46,20 @@ test: deps
 	$(SWIFT) test --skip-build
 
 install: release
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/countdownd $(DESTDIR)$(BINDIR)/countdownd
 	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/cdctl $(DESTDIR)$(BINDIR)/cdctl
 	for unit in systemd/countdownd.service systemd/countdownd.socket; do \
 	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
 	for unit in systemd/user/countdownd.service systemd/user/countdownd.socket; do \
 	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
+	install -m 0644 systemd/countdownd.sysusers $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/countdownd $(DESTDIR)$(BINDIR)/cdctl
 	rm -f $(DESTDIR)$(UNITDIR)/countdownd.service $(DESTDIR)$(UNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(USERUNITDIR)/countdownd.service $(DESTDIR)$(USERUNITDIR)/countdownd.socket
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
 
 clean:
 	$(SWIFT) package clean

@@ -42,6 +42,7 @@ let package = Package(
         .executableTarget(name: "cdctl", dependencies: ["CountdownCLI"]),
 
         .testTarget(name: "CountdownCoreTests", dependencies: ["CountdownCore", "CountdownCLI"]),
+        .testTarget(name: "CountdownDaemonTests", dependencies: ["CountdownDaemon", "CountdownCore"]),
         .testTarget(
             name: "CountdownIntegrationTests",
             dependencies: ["CountdownCore", "CountdownClient", "countdownd", "cdctl"]

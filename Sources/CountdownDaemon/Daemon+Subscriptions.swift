@@ -69,7 +69,13 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         for event in events {
             if event.kind.isLifecycle {
-                logger.log(.info, describe(event))
+                logger.log(.info, describe(event), fields: [
+                    "COUNTDOWN_NAME": event.name,
+                    "COUNTDOWN_EVENT": event.kind.rawValue,
+                    "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
+                    "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",
+                    "COUNTDOWN_SEQ": "\(event.sequence)",
+                ])
             }
             let byName = nameSubscribers[event.name]
             if allSubscribers.isEmpty && byName == nil { continue }

@@ -26,6 +26,7 @@ public final class Daemon: @unchecked Sendable {
     var listener: ListeningSocket?
     var timer: WakeupTimer?
     var signalSources: [any DispatchSourceSignal] = []
+    var watchdog: (any DispatchSourceTimer)?
 
     var connections: [Int: Connection] = [:]
     var allSubscribers: [Int: Connection] = [:]
@@ -87,6 +88,7 @@ public final class Daemon: @unchecked Sendable {
             signalSources.append(source)
         }
         listener.startAccepting(on: queue) { [unowned self] descriptor in accept(descriptor) }
+        startWatchdog()
         logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
         reportedStatus = statusCounts()
         notifier.notify("READY=1\nSTATUS=\(statusText())")
@@ -104,6 +106,22 @@ public final class Daemon: @unchecked Sendable {
             subscribers: subscriberCount,
             connections: connections.count
         )
+    }
+
+    /// Pings systemd's watchdog at half the interval it asked for, from the daemon's own queue:
+    /// if that queue wedges, the pings stop and systemd restarts the daemon.
+    private func startWatchdog() {
+        guard let interval = notifier.watchdogInterval() else { return }
+        let period = DispatchTimeInterval.microseconds(Int(min(interval / 2, UInt64(Int32.max))))
+        let source = DispatchSource.makeTimerSource(queue: queue)
+        source.schedule(deadline: .now(), repeating: period, leeway: .milliseconds(10))
+        source.setEventHandler { [unowned self] in
+            dispatchPrecondition(condition: .onQueue(queue))
+            notifier.notify("WATCHDOG=1")
+        }
+        source.activate()
+        watchdog = source
+        logger.log(.info, "watchdog enabled: pinging every \(interval / 2000) ms")
     }
 
     /// Lets the daemon hold as many descriptors as its hard limit allows: each client is one.

@@ -25,26 +25,38 @@ public enum LogLevel: Int, Comparable, Sendable, CaseIterable {
     }
 }
 
-/// Writes the daemon's log to stderr, one line per entry.
+/// Writes the daemon's log.
 ///
-/// When stderr is the journal (`JOURNAL_STREAM` names stderr's device and inode), each line starts
-/// with `<N>`, the syslog priority, which journald turns into `PRIORITY=`.
+/// When stderr is connected to the journal (`JOURNAL_STREAM` names stderr's device and inode),
+/// entries go through `sd_journal_sendv` with `MESSAGE=`, `PRIORITY=` and the daemon's own fields
+/// (`COUNTDOWN_NAME=`, `COUNTDOWN_EVENT=`, …), so `journalctl COUNTDOWN_NAME=tea` works. If the
+/// journal refuses an entry, the line goes to stderr with a `<N>` priority prefix instead, which
+/// journald also understands. Otherwise: plain `countdownd: …` lines on stderr.
 final class Logger {
     /// Entries above this level are dropped.
     let threshold: LogLevel
-    private let prefixPriority: Bool
+    /// Whether entries go to the journal as structured entries.
+    let usesJournal: Bool
 
     /// Creates a logger, looking at `JOURNAL_STREAM` once.
     init(threshold: LogLevel, environment: [String: String]) {
         self.threshold = threshold
-        self.prefixPriority = Logger.stderrIsJournal(environment["JOURNAL_STREAM"])
+        self.usesJournal = Logger.stderrIsJournal(environment["JOURNAL_STREAM"])
     }
 
-    /// Logs one line.
-    func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
+    /// Logs one entry, with optional structured fields (journal field names, upper case).
+    func log(_ level: LogLevel, _ message: @autoclosure () -> String, fields: KeyValuePairs<String, String> = [:]) {
         guard level <= threshold else { return }
-        var line = prefixPriority ? "<\(level.rawValue)>" : "countdownd: "
-        line += message()
+        let text = message()
+        if usesJournal {
+            var entry = JournalEntry(priority: level, message: text)
+            for (name, value) in fields {
+                entry.append(name, value)
+            }
+            if entry.send() >= 0 { return }
+        }
+        var line = usesJournal ? "<\(level.rawValue)>" : "countdownd: "
+        line += text
         line += "\n"
         // stderr is the journal, a terminal or a file; one write(2) per line keeps lines whole.
         var bytes = Array(line.utf8)

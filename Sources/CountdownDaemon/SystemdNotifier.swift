@@ -11,3 +11,13 @@ struct SystemdNotifier {
         sd_notify(0, state) > 0
     }
 }
+
+extension SystemdNotifier {
+    /// The watchdog interval systemd asks for (`WATCHDOG_USEC`, for this process), in
+    /// microseconds, or `nil` when the watchdog is off.
+    func watchdogInterval() -> UInt64? {
+        var microseconds: UInt64 = 0
+        guard sd_watchdog_enabled(0, &microseconds) > 0, microseconds > 0 else { return nil }
+        return microseconds
+    }
+}

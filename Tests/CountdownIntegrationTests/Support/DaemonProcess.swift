@@ -21,15 +21,22 @@ final class DaemonProcess {
         arguments: [String] = [],
         environment: [String: String] = [:],
         directory: TemporaryDirectory = TemporaryDirectory(),
-        waitForReady: Bool = true
+        waitForReady: Bool = true,
+        watchdogPIDSelf: Bool = false
     ) throws {
         self.directory = directory
         socketPath = directory.file("d.sock")
         notify = NotifyListener(path: directory.file("notify-\(UUID().uuidString.prefix(8)).sock"))
         stderrPath = directory.file("stderr-\(UUID().uuidString.prefix(8)).log")
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: TestBinaries.countdownd)
-        process.arguments = ["--socket", socketPath] + arguments
+        if watchdogPIDSelf {
+            // sd_watchdog_enabled() only says yes when WATCHDOG_PID is this process's pid.
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\"", TestBinaries.countdownd, "--socket", socketPath] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: TestBinaries.countdownd)
+            process.arguments = ["--socket", socketPath] + arguments
+        }
         var env = ProcessInfo.processInfo.environment
         env["NOTIFY_SOCKET"] = notify.path
         env["XDG_STATE_HOME"] = directory.file("state")
@@ -37,7 +44,10 @@ final class DaemonProcess {
         env["JOURNAL_STREAM"] = nil
         env["LISTEN_FDS"] = nil
         env["LISTEN_PID"] = nil
+        env["WATCHDOG_USEC"] = nil
+        env["WATCHDOG_PID"] = nil
         env.merge(environment) { $1 }
+        if watchdogPIDSelf { env["WATCHDOG_PID"] = nil }
         process.environment = env
         process.standardError = FileHandle(forWritingAtPath: stderrPath)
         process.standardOutput = FileHandle.nullDevice

@@ -37,6 +37,12 @@ final class NotifyListener {
         return nil
     }
 
+    /// Forgets what was received so far.
+    func clear() {
+        drain()
+        messages.removeAll()
+    }
+
     /// Reads whatever has arrived, without waiting.
     func drain() {
         while let message = receive(until: monotonicNow()) {

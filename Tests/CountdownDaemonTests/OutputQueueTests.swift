@@ -1,0 +1,101 @@
+@testable import CountdownDaemon
+import Glibc
+import Testing
+
+@Suite("Per-connection output queue")
+struct OutputQueueTests {
+    /// A connected socket pair; the test reads what the queue writes on the other end.
+    final class SocketPair {
+        let writer: Int32
+        let reader: Int32
+        init(sendBuffer: Int32? = nil) {
+            var fds: [Int32] = [0, 0]
+            precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+            writer = fds[0]
+            reader = fds[1]
+            _ = fcntl(writer, F_SETFL, fcntl(writer, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
+            if var size = sendBuffer {
+                setsockopt(writer, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
+        }
+        deinit {
+            close(writer)
+            close(reader)
+        }
+        func readAll() -> String {
+            var out: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(reader, $0.baseAddress, $0.count) }
+                if count <= 0 { break }
+                out += buffer[0..<count]
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+
+    func line(_ text: String) -> [UInt8] { Array((text + "\n").utf8) }
+
+    @Test("replies and events go out in order")
+    func order() {
+        let pair = SocketPair()
+        var queue = OutputQueue(coalesceThreshold: 1 << 20)
+        var scratch: [UInt8] = []
+        queue.appendReply(line("OK 1"))
+        queue.appendEvent(line("EVENT 1 tick a 2000 3000"), tickName: "a")
+        queue.appendReply(line("OK 2"))
+        #expect(queue.write(to: pair.writer, scratch: &scratch) == .drained)
+        #expect(queue.isEmpty)
+        #expect(pair.readAll() == "OK 1\nEVENT 1 tick a 2000 3000\nOK 2\n")
+    }
+
+    @Test("a subscriber behind the threshold gets the newest tick per countdown, and every lifecycle event")
+    func coalescing() {
+        let pair = SocketPair()
+        var queue = OutputQueue(coalesceThreshold: 0)
+        var scratch: [UInt8] = []
+        queue.appendEvent(line("EVENT 1 started a 3000 3000"), tickName: nil)
+        queue.appendEvent(line("EVENT 2 tick a 2000 3000"), tickName: "a")
+        queue.appendEvent(line("EVENT 3 tick b 5000 6000"), tickName: "b")
+        queue.appendEvent(line("EVENT 4 tick a 1000 3000"), tickName: "a")
+        queue.appendEvent(line("EVENT 5 done a 0 3000"), tickName: nil)
+        queue.appendEvent(line("EVENT 6 tick b 4000 6000"), tickName: "b")
+        #expect(queue.coalescedTickCount == 2)
+        #expect(queue.write(to: pair.writer, scratch: &scratch) == .drained)
+        #expect(pair.readAll() == "EVENT 1 started a 3000 3000\nEVENT 4 tick a 1000 3000\nEVENT 5 done a 0 3000\nEVENT 6 tick b 4000 6000\n")
+    }
+
+    @Test("a full socket parks output; a partly written tick is never replaced; the rest follows intact")
+    func partialWrites() {
+        let pair = SocketPair(sendBuffer: 4096)
+        var queue = OutputQueue(coalesceThreshold: 0)
+        var scratch: [UInt8] = []
+        let big = String(repeating: "x", count: 300_000)
+        queue.appendEvent(line("EVENT 1 tick a \(big)"), tickName: "a")
+        #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
+        #expect(queue.isMidLine)
+        queue.appendEvent(line("EVENT 2 tick a 1"), tickName: "a")
+        var received = ""
+        for _ in 0..<10_000 where !queue.isEmpty {
+            received += pair.readAll()
+            _ = queue.write(to: pair.writer, scratch: &scratch)
+        }
+        received += pair.readAll()
+        #expect(queue.isEmpty)
+        #expect(received == "EVENT 1 tick a \(big)\nEVENT 2 tick a 1\n")
+    }
+
+    @Test("a closed peer is reported as a failure, not a crash (no SIGPIPE)")
+    func closedPeer() {
+        signal(SIGPIPE, SIG_IGN)
+        let pair = SocketPair()
+        shutdown(pair.reader, Int32(SHUT_RDWR))  // The peer goes away; the pair still owns the descriptor.
+        var queue = OutputQueue(coalesceThreshold: 1 << 20)
+        var scratch: [UInt8] = []
+        queue.appendReply(line("OK 1"))
+        if case .failed = queue.write(to: pair.writer, scratch: &scratch) {} else {
+            Issue.record("writing to a closed peer did not fail")
+        }
+    }
+}

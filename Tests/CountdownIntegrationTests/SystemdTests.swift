@@ -1,0 +1,198 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Glibc
+import Testing
+
+/// Whether an executable is on this machine, for skipping with a reason.
+func toolExists(_ path: String) -> Bool {
+    FileManager.default.isExecutableFile(atPath: path)
+}
+
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+extension Integration {
+    @Suite("systemd: notify protocol, watchdog, socket activation, units, a real user manager")
+    struct SystemdTests {
+        @Test("READY=1 comes only once the socket accepts connections, with a STATUS= line")
+        func readiness() throws {
+            let daemon = try DaemonProcess(waitForReady: false)
+            let ready = try #require(daemon.notify.waitFor("READY=1", timeout: 20), "no READY=1: \(daemon.stderrText)")
+            #expect(ready == "READY=1")
+            // Connect exactly once, right now: no retry. A READY=1 sent early would fail here.
+            let connection = try CountdownConnection(path: daemon.socketPath, timeout: 5)
+            #expect(try connection.request("PING").outcome == .ok("pong"))
+            #expect(daemon.notify.lines(withPrefix: "STATUS=").first == "STATUS=0 running, 0 paused, 0 subscribers, 0 connections")
+        }
+
+        @Test("STATUS= follows changes, at most a few times a second, and ends on the truth")
+        func statusUpdates() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            _ = try c.request("SUBSCRIBE")
+            for index in 0..<50 {
+                _ = try c.request("START s\(index) 1h")
+            }
+            _ = try c.request("PAUSE s0")
+            let expected = "STATUS=49 running, 1 paused, 1 subscribers, 1 connections"
+            let deadline = monotonicNow() + 5
+            while daemon.notify.lines(withPrefix: "STATUS=").last != expected && monotonicNow() < deadline {
+                _ = daemon.notify.waitFor("STATUS=49", timeout: 0.5)
+                daemon.notify.drain()
+            }
+            let updates = daemon.notify.lines(withPrefix: "STATUS=")
+            #expect(updates.last == expected)
+            #expect(updates.count < 20, "52 changes in well under a second must be rate-limited, got \(updates.count)")
+        }
+
+        @Test("WATCHDOG=1 is sent at half the interval while the queue is healthy")
+        func watchdog() throws {
+            let daemon = try DaemonProcess(environment: ["WATCHDOG_USEC": "400000"], watchdogPIDSelf: true)
+            let start = monotonicNow()
+            for _ in 0..<3 {
+                #expect(daemon.notify.waitFor("WATCHDOG=1", timeout: 2) != nil)
+                daemon.notify.clear()
+            }
+            let elapsed = monotonicNow() - start
+            #expect(elapsed < 2, "three pings at a 200 ms period took \(elapsed) s")
+        }
+
+        @Test("no WATCHDOG=1 when systemd did not ask for one")
+        func noWatchdogByDefault() throws {
+            let daemon = try DaemonProcess()
+            _ = try daemon.connect().request("START witness 1200ms")
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE witness")
+            _ = try subscriber.waitForEvent { $0.kind == .done }
+            daemon.notify.drain()
+            #expect(daemon.notify.lines(withPrefix: "WATCHDOG").isEmpty)
+        }
+
+        @Test(
+            "socket activation through the real systemd-socket-activate: greeting, commands, socket not unlinked",
+            .enabled(if: toolExists("/usr/bin/systemd-socket-activate"), "systemd-socket-activate is not installed")
+        )
+        func socketActivation() throws {
+            let directory = TemporaryDirectory()
+            let socketPath = directory.file("activated.sock")
+            let notify = NotifyListener(path: directory.file("notify.sock"))
+            let activator = Process()
+            activator.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-socket-activate")
+            activator.arguments = [
+                "-l", socketPath, "--fdname=control", "-E", "NOTIFY_SOCKET=\(notify.path)",
+                "-E", "XDG_STATE_HOME=\(directory.file("state"))",
+                TestBinaries.countdownd, "--socket", directory.file("unused.sock"),
+            ]
+            activator.standardError = FileHandle.nullDevice
+            try activator.run()
+            defer {
+                if activator.isRunning { kill(activator.processIdentifier, SIGKILL) }
+                activator.waitUntilExit()
+            }
+            // The tool binds first, and execs the daemon on the first connection.
+            try waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: socketPath) }
+            let connection = try CountdownConnection(path: socketPath, timeout: 10)
+            #expect(connection.protocolVersion == 1)
+            #expect(try connection.request("START activated 1h").countdown?.name == "activated")
+            #expect(try connection.request("LIST").countdowns.map(\.name) == ["activated"])
+            #expect(notify.waitFor("READY=1", timeout: 10) != nil)
+            #expect(!FileManager.default.fileExists(atPath: directory.file("unused.sock")), "it used the passed socket, not --socket")
+            kill(activator.processIdentifier, SIGTERM)  // systemd-socket-activate exec'd into countdownd.
+            activator.waitUntilExit()
+            #expect(activator.terminationStatus == 0)
+            #expect(FileManager.default.fileExists(atPath: socketPath), "a passed socket belongs to systemd and is never unlinked")
+        }
+
+        @Test(
+            "every unit passes systemd-analyze verify (strict flags)",
+            .enabled(if: toolExists("/usr/bin/systemd-analyze"), "systemd-analyze is not installed")
+        )
+        func unitsVerify() throws {
+            let units = InstalledUnits()
+            let system = try runCommand("/usr/bin/systemd-analyze", ["verify", "--recursive-errors=no", "--man=no"] + units.system)
+            #expect(system.status == 0, "\(system.stdout)\(system.stderr)")
+            let user = try runCommand(
+                "/usr/bin/systemd-analyze", ["verify", "--user", "--recursive-errors=no", "--man=no"] + units.user,
+                environment: ["XDG_RUNTIME_DIR": units.runtimeDirectory]
+            )
+            #expect(user.status == 0, "\(user.stdout)\(user.stderr)")
+            // The check itself must be able to fail: a typo is caught.
+            let typo = units.directory.file("typo.service")
+            try "[Service]\nType=notify\nExecStart=\(TestBinaries.countdownd)\nProtectSytem=strict\n".write(toFile: typo, atomically: true, encoding: .utf8)
+            #expect(try runCommand("/usr/bin/systemd-analyze", ["verify", "--recursive-errors=no", "--man=no", typo]).status != 0)
+        }
+
+        @Test(
+            "the system service's exposure score is 1.0 or lower",
+            .enabled(if: toolExists("/usr/bin/systemd-analyze"), "systemd-analyze is not installed")
+        )
+        func securityScore() throws {
+            let units = InstalledUnits()
+            let service = try #require(units.system.first { $0.hasSuffix(".service") })
+            let result = try runCommand("/usr/bin/systemd-analyze", ["security", "--offline=yes", service])
+            let match = try #require(result.stdout.firstMatch(of: #/Overall exposure level for countdownd.service: (\d+\.\d)/#), "\(result.stdout)")
+            let score = try #require(Double(match.1))
+            #expect(score <= 1.0, "exposure \(score)")
+        }
+
+        @Test(
+            "under a real systemd --user manager: socket activation by cdctl, STATUS in systemctl status, clean stop",
+            .enabled(if: getuid() == 0, "needs root for a private mount namespace (unshare --mount)"),
+            .enabled(if: toolExists("/usr/bin/unshare") && toolExists("/lib/systemd/systemd"), "unshare or systemd is not installed")
+        )
+        func userManager() throws {
+            let result = try runCommand(
+                "/usr/bin/unshare",
+                ["--mount", "bash", packageRoot + "/Tests/Scripts/systemd-user-session.sh", TestBinaries.directory, packageRoot + "/systemd/user"],
+                timeout: 90
+            )
+            var seen: [String: String] = [:]
+            for line in result.stdout.split(separator: "\n") {
+                if let equals = line.firstIndex(of: "=") {
+                    seen[String(line[..<equals])] = String(line[line.index(after: equals)...])
+                }
+            }
+            if let reason = seen["SKIP"] {
+                // The namespace could not be set up here (a container without mount rights).
+                try Test.cancel("skipped: a real systemd --user manager cannot run here: \(reason)")
+            }
+            #expect(seen["DONE"] == "yes", "script output:\n\(result.stdout)\n\(result.stderr)")
+            #expect(seen["SOCKET_ACTIVE"] == "active")
+            #expect(seen["SERVICE_BEFORE"] == "inactive", "the service starts only on the first connection")
+            #expect(seen["SOCKET_PATH_EXISTS"] == "yes")
+            #expect(seen["CDCTL_START_STATUS"] == "0", "\(seen["CDCTL_START"] ?? "")")
+            #expect(seen["SERVICE_AFTER"] == "active")
+            #expect(seen["STATUS_LINE"]?.contains("1 running, 0 paused") == true, "\(seen["STATUS_LINE"] ?? "")")
+            #expect(seen["WATCHDOG_USEC"] == "20s")
+            #expect(seen["SERVICE_STOPPED"] == "inactive")
+            #expect(seen["RESULT"] == "success")
+            #expect(seen["EXIT_STATUS"] == "0")
+            #expect(seen["SOCKET_STILL_ACTIVE"] == "active")
+        }
+    }
+}
+
+/// The repository's units with `@BINDIR@` pointing at the built binaries, in a temporary directory.
+struct InstalledUnits {
+    let directory = TemporaryDirectory()
+    var system: [String] = []
+    var user: [String] = []
+    var runtimeDirectory: String
+
+    init() {
+        runtimeDirectory = directory.file("runtime")
+        // Creating folders and files in a fresh temporary directory only fails if /tmp is broken.
+        try! FileManager.default.createDirectory(atPath: runtimeDirectory, withIntermediateDirectories: true)
+        try! FileManager.default.createDirectory(atPath: directory.file("user"), withIntermediateDirectories: true)
+        for (source, target) in [("systemd", ""), ("systemd/user", "user/")] {
+            for unit in ["countdownd.service", "countdownd.socket"] {
+                // The units are part of the repository; a missing one is a broken checkout.
+                let text = try! String(contentsOfFile: "\(packageRoot)/\(source)/\(unit)", encoding: .utf8)
+                    .replacingOccurrences(of: "@BINDIR@", with: TestBinaries.directory)
+                let path = directory.file(target + unit)
+                try! text.write(toFile: path, atomically: true, encoding: .utf8)
+                if target.isEmpty { system.append(path) } else { user.append(path) }
+            }
+        }
+    }
+}
