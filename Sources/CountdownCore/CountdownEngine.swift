@@ -47,6 +47,7 @@ public struct CountdownEngine {
     private var freeSlots: [Int32] = []
     private var slotsByName: [String: Int32] = [:]
     private var heap = TimerHeap()
+    private var purgedNames: [String] = []
 
     /// The sequence number of the last emitted event (0 before the first).
     public private(set) var lastSequence: UInt64 = 0
@@ -108,6 +109,73 @@ public struct CountdownEngine {
 
     /// The names of all countdowns (unsorted); for completion and suggestions.
     public var names: Dictionary<String, Int32>.Keys { slotsByName.keys }
+
+    /// Names of countdowns dropped after their retention period since the last call, so the shell
+    /// can forget them in storage too.
+    public mutating func takePurgedNames() -> [String] {
+        defer { purgedNames.removeAll(keepingCapacity: true) }
+        return purgedNames
+    }
+
+    func record(named name: String) -> Record? {
+        slotsByName[name].flatMap { records[Int($0)] }
+    }
+
+    // MARK: - Restoring
+
+    /// Continues numbering events after `sequence`, so a restarted daemon's `seq` keeps increasing.
+    public mutating func continueSequence(after sequence: UInt64) {
+        lastSequence = max(lastSequence, sequence)
+    }
+
+    /// Brings back a countdown from storage, as of `now`.
+    ///
+    /// A running countdown whose deadline passed while the daemon was not running becomes `done`
+    /// here, once, with how late it is; the caller stores that, so it never fires twice. Paused
+    /// ones keep their remaining time. Finished ones past their retention are not restored.
+    /// Limits do not apply: a countdown that was acknowledged is never dropped.
+    /// - Returns: `false` when the countdown was not restored (expired retention, or a name
+    ///   already present), and storage should forget it.
+    @discardableResult
+    public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
+        guard slotsByName[persisted.name] == nil, persisted.totalMilliseconds > 0 else { return false }
+        var record = Record(
+            name: persisted.name,
+            state: persisted.state,
+            totalMilliseconds: persisted.totalMilliseconds,
+            deadline: persisted.deadline ?? now,
+            remainingNanoseconds: persisted.remainingNanoseconds,
+            finishedAt: persisted.finishedAt ?? now,
+            owner: persisted.owner,
+            generation: 0,
+            lateMilliseconds: persisted.lateMilliseconds
+        )
+        if record.state == .running && record.deadline <= now {
+            record.state = .done
+            record.finishedAt = record.deadline
+            record.lateMilliseconds = now.nanoseconds(since: record.deadline) / 1_000_000
+        } else if !record.state.isActive,
+                  record.finishedAt.advanced(byMilliseconds: configuration.retentionMilliseconds) <= now {
+            return false
+        }
+        let slot = allocateSlot()
+        slotsByName[record.name] = slot
+        records[Int(slot)] = record
+        switch record.state {
+        case .running:
+            runningCount += 1
+            scheduleNext(slot: slot, now: now)
+        case .paused:
+            pausedCount += 1
+        case .done, .cancelled:
+            if persisted.state == .running {
+                emit(.done, record, remaining: 0, into: &events)
+            }
+            schedulePurge(slot: slot, record: record)
+        }
+        dropStaleTop()
+        return true
+    }
 
     // MARK: - Mutations
 
@@ -453,6 +521,7 @@ public struct CountdownEngine {
     }
 
     private mutating func purge(slot: Int32, name: String) {
+        purgedNames.append(name)
         slotsByName[name] = nil
         records[Int(slot)] = nil
         freeSlots.append(slot)

@@ -52,6 +52,7 @@ final class Connection {
 
     /// Starts reading; `handler` runs on the queue whenever the socket is readable.
     func startReading(_ handler: @escaping (Connection) -> Void) {
+        readHandler = handler
         let source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         source.setEventHandler { [unowned self] in handler(self) }
         source.setCancelHandler { [self] in sourceDidCancel() }
@@ -60,9 +61,30 @@ final class Connection {
         source.activate()
     }
 
+    /// Reading is paused because too many replies wait to be written (backpressure).
+    private(set) var isReadingPaused = false
+    private var readHandler: ((Connection) -> Void)?
+
+    /// Stops reading for now, keeping the connection open: the read source is cancelled (never
+    /// suspended) and a new one is made by `resumeReading`.
+    func pauseReading() {
+        guard let source = readSource, !isClosing else { return }
+        isReadingPaused = true
+        readSource = nil
+        source.cancel()
+    }
+
+    /// Reads again after `pauseReading`.
+    func resumeReading() {
+        guard isReadingPaused, !isClosing, let handler = readHandler else { return }
+        isReadingPaused = false
+        startReading(handler)
+    }
+
     /// Stops reading requests; pending output is still written, then the connection closes.
     func stopReading() {
         isClosing = true
+        isReadingPaused = false
         if let source = readSource {
             readSource = nil
             source.cancel()
@@ -93,6 +115,7 @@ final class Connection {
         guard !isClosed else { return }
         isClosed = true
         isClosing = true
+        readHandler = nil
         stopWaitingForWritable()
         if let source = readSource {
             readSource = nil

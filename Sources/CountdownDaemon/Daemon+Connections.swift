@@ -3,6 +3,27 @@ import Dispatch
 import Glibc
 
 extension Daemon {
+    /// Accepts every pending connection, until none is left: the source may not fire again for
+    /// connections already waiting. After a burst it yields to other handlers and continues in a
+    /// queued block; out of descriptors, it retries shortly instead of spinning.
+    func acceptPending() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let listener else { return }
+        for _ in 0..<256 {
+            switch listener.acceptOne() {
+            case .accepted(let descriptor):
+                accept(descriptor)
+            case .drained:
+                return
+            case .retryLater:
+                logger.log(.warning, "cannot accept a connection: out of descriptors; retrying in 100 ms")
+                queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in acceptPending() }
+                return
+            }
+        }
+        queue.async { [self] in acceptPending() }
+    }
+
     /// A new client: greet it, or turn it away when the connection limit is reached.
     func accept(_ descriptor: Int32) {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -37,34 +58,60 @@ extension Daemon {
         flush(connection)
     }
 
-    /// Reads everything the socket has (up to a fair share), handles each complete line, and
-    /// leaves the replies for the end of the batch.
+    /// Reads everything the socket has, handles each complete line, and leaves the replies for
+    /// the end of the batch.
+    ///
+    /// It reads until `EAGAIN` or end of file, never less: a Dispatch read source may not fire
+    /// again for data (or an EOF) that was already there when it last fired. After a fair share
+    /// (16 reads) it yields to other handlers and continues in a block queued behind them.
     func readable(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
+        guard !connection.isClosed, !connection.isReadingPaused else { return }
         let now = SystemClock.now()
         var reads = 0
-        while reads < 16 && !connection.isClosing {
+        var drained = false
+        while !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
+            guard reads < 16 else { break }
             let count = readBuffer.withUnsafeMutableBytes { read(connection.descriptor, $0.baseAddress, $0.count) }
             if count > 0 {
                 connection.framer.append(readBuffer[0..<count])
                 handleLines(of: connection, now: now)
                 reads += 1
-                if count < readBuffer.count { break }  // Drained: the next read would say EAGAIN.
             } else if count == 0 {
                 // The peer closed its sending side: answer what it sent, then close.
                 if connection.framer.hasPartialLine {
                     logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
                 }
                 connection.stopReading()
-                break
+                drained = true
             } else if errno == EINTR {
                 continue
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                drained = true
                 break
             } else {
                 close(connection)
                 return
             }
+        }
+        if connection.output.byteCount >= configuration.readPauseThreshold {
+            connection.pauseReading()
+        } else if !drained && !connection.isClosing {
+            let id = connection.id
+            queue.async { [self] in
+                if let connection = connections[id] { readable(connection) }
+            }
+        }
+        pendingFlush[connection.id] = connection
+        scheduleBatchEnd()
+    }
+
+    /// After a paused connection's replies drained: handle the lines it already sent, then read
+    /// again. Their replies go out with the next batch, after its commit, like any others.
+    private func resumeAfterBackpressure(_ connection: Connection) {
+        handleLines(of: connection, now: SystemClock.now())
+        if connection.output.byteCount < configuration.readPauseThreshold {
+            connection.resumeReading()
         }
         pendingFlush[connection.id] = connection
         scheduleBatchEnd()
@@ -79,6 +126,8 @@ extension Daemon {
             connection.stopWaitingForWritable()
             if connection.isClosing {
                 close(connection)
+            } else if connection.isReadingPaused {
+                resumeAfterBackpressure(connection)
             }
         case .wouldBlock:
             connection.waitUntilWritable { [unowned self] connection in flush(connection) }
@@ -96,19 +145,34 @@ extension Daemon {
         connection.close()
     }
 
-    /// Sends `ERR overflow` (best effort) and closes a connection that fell too far behind.
+    /// Disconnects a connection that fell too far behind: its unsent output is dropped (except
+    /// the rest of a half-sent line) and replaced by `ERR overflow`, which is written as soon as
+    /// the socket has room; then the connection closes. A client that never reads again is closed
+    /// after a short grace period, so it holds nothing but a descriptor until then.
     func overflow(_ connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
         logger.log(
             .warning,
-            "connection \(connection.id) (uid \(connection.peerUID)) had more than \(configuration.outputHardLimit) bytes unsent; disconnected"
+            "connection \(connection.id) (uid \(connection.peerUID)) had more than \(configuration.outputHardLimit) bytes unsent; disconnecting it"
         )
-        // A client that received part of a line gets it ended first, so the error is a line of its own.
-        var line: [UInt8] = connection.output.isMidLine ? [UInt8(ascii: "\n")] : []
+        unsubscribe(connection)
+        connection.stopReading()
+        connection.output.discardAllButCurrentLine()
+        var line: [UInt8] = []
         WireEncoder.appendError(
-            ProtocolError(.overflow, "this client fell more than \(configuration.outputHardLimit) bytes behind; reconnect and read faster"),
+            ProtocolError(.overflow, "this client fell more than \(configuration.outputHardLimit) bytes behind and is disconnected; reconnect and read faster"),
             to: &line
         )
-        _ = line.withUnsafeBytes { send(connection.descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        close(connection)
+        connection.output.appendReply(line)
+        flush(connection)
+        let id = connection.id
+        queue.asyncAfter(deadline: .now() + Self.overflowGracePeriod) { [self] in
+            if let connection = connections[id] {
+                close(connection)
+            }
+        }
     }
+
+    /// How long an overflowed connection gets to read its `ERR overflow` before it is closed.
+    static let overflowGracePeriod = DispatchTimeInterval.seconds(2)
 }

@@ -5,7 +5,9 @@ extension Daemon {
     /// Handles every complete line the connection has buffered, in order.
     func handleLines(of connection: Connection, now: Instant) {
         var clock: WallClockMapping?
-        while !connection.isClosing, let frame = connection.framer.nextFrame() {
+        // Backpressure: past the threshold, lines wait in the framer until the replies drain.
+        while !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold,
+              let frame = connection.framer.nextFrame() {
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch frame {
@@ -31,10 +33,6 @@ extension Daemon {
             }
             connection.output.appendReply(replyBuffer)
             publish(events)
-            if connection.output.byteCount > configuration.outputHardLimit {
-                overflow(connection)
-                return
-            }
         }
     }
 

@@ -69,6 +69,7 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         for event in events {
             if event.kind.isLifecycle {
+                dirtyNames.insert(event.name)
                 logger.log(.info, describe(event), fields: [
                     "COUNTDOWN_NAME": event.name,
                     "COUNTDOWN_EVENT": event.kind.rawValue,
@@ -93,6 +94,7 @@ extension Daemon {
     }
 
     private func deliver(_ line: [UInt8], tickName: String?, to connection: Connection) {
+        guard !connection.isClosing else { return }
         connection.output.appendEvent(line, tickName: tickName)
         if connection.output.byteCount > configuration.outputHardLimit {
             overflow(connection)

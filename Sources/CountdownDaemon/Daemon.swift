@@ -23,6 +23,13 @@ public final class Daemon: @unchecked Sendable {
     let environment: [String: String]
 
     var engine: CountdownEngine
+    var store: CountdownStore?
+    /// Countdowns changed in the current batch, written by `commitBatch`.
+    var dirtyNames: Set<String> = []
+    /// Countdowns to forget in storage with the next commit.
+    var pendingDeletions: [String] = []
+    /// The last commit failed; changes are kept and retried.
+    var storageFailing = false
     var listener: ListeningSocket?
     var timer: WakeupTimer?
     var signalSources: [any DispatchSourceSignal] = []
@@ -77,6 +84,7 @@ public final class Daemon: @unchecked Sendable {
     private func start() throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
+        try openStoreAndRestore()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         self.listener = listener
         timer = try WakeupTimer(queue: queue) { [unowned self] in timerFired() }
@@ -87,7 +95,7 @@ public final class Daemon: @unchecked Sendable {
             source.activate()
             signalSources.append(source)
         }
-        listener.startAccepting(on: queue) { [unowned self] descriptor in accept(descriptor) }
+        listener.startAccepting(on: queue) { [unowned self] in acceptPending() }
         startWatchdog()
         logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
         reportedStatus = statusCounts()
@@ -158,6 +166,7 @@ public final class Daemon: @unchecked Sendable {
     func endBatch() {
         dispatchPrecondition(condition: .onQueue(queue))
         batchEndScheduled = false
+        commitBatch()
         for connection in pendingFlush.values {
             flush(connection)
         }
@@ -176,6 +185,7 @@ public final class Daemon: @unchecked Sendable {
         logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
         listener?.close()
         timer?.cancel()
+        commitBatch()
         var line: [UInt8] = []
         WireEncoder.appendShutdown("countdownd is stopping", to: &line)
         for connection in connections.values {

@@ -18,14 +18,39 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var maximumSubscriptionsPerConnection = 10_000
     /// Once a connection has this many bytes unsent, its queued ticks are coalesced.
     public var outputCoalesceThreshold = 64 * 1024
-    /// Past this many bytes unsent, a connection gets `ERR overflow` and is closed.
+    /// Once a connection has this many bytes unsent, its requests are not read until they drain:
+    /// backpressure for clients that pipeline without reading. Generous, so that a client may
+    /// send tens of thousands of requests before it reads a reply; nothing is dropped either way.
+    public var readPauseThreshold = 4 * 1024 * 1024
+    /// Past this many bytes of events unsent, a subscriber gets `ERR overflow` and is closed.
     public var outputHardLimit = 16 * 1024 * 1024
     /// Log entries up to this level are written.
     public var logLevel = LogLevel.info
+    /// Where the state database lives.
+    public var stateDirectory: String
+    /// How hard storage works to keep an acknowledged change.
+    public var durability = Durability.process
 
-    /// Creates a configuration with the defaults and a socket path.
-    public init(socketPath: String) {
+    /// Creates a configuration with the defaults, a socket path and a state directory.
+    public init(socketPath: String, stateDirectory: String) {
         self.socketPath = socketPath
+        self.stateDirectory = stateDirectory
+    }
+
+    /// The default state directory: `$STATE_DIRECTORY` (set by systemd's `StateDirectory=`; the
+    /// first one if several), else `$XDG_STATE_HOME/countdownd`, else `/var/lib/countdownd` for
+    /// root, else `$HOME/.local/state/countdownd`.
+    public static func defaultStateDirectory(environment: [String: String], uid: UInt32) -> String {
+        if let systemd = environment["STATE_DIRECTORY"]?.split(separator: ":").first, !systemd.isEmpty {
+            return String(systemd)
+        }
+        if let xdg = environment["XDG_STATE_HOME"], !xdg.isEmpty {
+            return xdg + "/countdownd"
+        }
+        if uid == 0 {
+            return "/var/lib/countdownd"
+        }
+        return (environment["HOME"] ?? "/tmp/countdownd-\(uid)") + "/.local/state/countdownd"
     }
 }
 
@@ -53,6 +78,12 @@ public enum DaemonCommandLine {
                                    $XDG_RUNTIME_DIR/countdownd/countdownd.sock, else
                                    /run/countdownd/countdownd.sock for root)
           --socket-mode MODE       octal mode of the socket file (default 0600)
+          --state-dir DIR          where the state database lives (default:
+                                   $STATE_DIRECTORY, else $XDG_STATE_HOME/countdownd,
+                                   else /var/lib/countdownd for root, else
+                                   ~/.local/state/countdownd)
+          --durability LEVEL       process: every OK survives a killed daemon (default);
+                                   power: also a power loss (fsync per batch)
           --max-countdowns N       most countdowns held at once (default 1000000)
           --max-connections N      most client connections at once (default 10000)
           --max-subscriptions N    most names one connection may subscribe to (default 10000)
@@ -68,6 +99,8 @@ public enum DaemonCommandLine {
     private static let parser = ArgumentParser(options: [
         .init(["--socket"], takesValue: true),
         .init(["--socket-mode"], takesValue: true),
+        .init(["--state-dir"], takesValue: true),
+        .init(["--durability"], takesValue: true),
         .init(["--max-countdowns"], takesValue: true),
         .init(["--max-connections"], takesValue: true),
         .init(["--max-subscriptions"], takesValue: true),
@@ -100,8 +133,15 @@ public enum DaemonCommandLine {
             throw UsageError(description: "unexpected argument '\(extra)'; countdownd takes only options, see countdownd --help")
         }
         var configuration = DaemonConfiguration(
-            socketPath: parsed.value("socket") ?? SocketPath.resolve(environment: environment, uid: uid)
+            socketPath: parsed.value("socket") ?? SocketPath.resolve(environment: environment, uid: uid),
+            stateDirectory: parsed.value("state-dir") ?? DaemonConfiguration.defaultStateDirectory(environment: environment, uid: uid)
         )
+        if let durability = parsed.value("durability") {
+            guard let value = Durability(rawValue: durability) else {
+                throw UsageError(description: "--durability '\(durability)' is not 'process' or 'power'")
+            }
+            configuration.durability = value
+        }
         if let mode = parsed.value("socket-mode") {
             guard let value = mode_t(mode, radix: 8), value <= 0o777 else {
                 throw UsageError(description: "--socket-mode '\(mode)' is not an octal file mode such as 0600 or 0660")

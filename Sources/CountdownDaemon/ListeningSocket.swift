@@ -68,25 +68,40 @@ final class ListeningSocket {
         return ListeningSocket(descriptor: descriptor, ownedPath: nil, displayPath: displayPath)
     }
 
-    /// Starts accepting: `handler` gets each new non-blocking connection's descriptor, on `queue`.
-    func startAccepting(on queue: DispatchQueue, handler: @escaping (Int32) -> Void) {
+    /// Starts watching for connections: `readable` runs on `queue` when some are pending.
+    func startAccepting(on queue: DispatchQueue, readable: @escaping () -> Void) {
         let fd = descriptor
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler {
-            // Accept everything pending, but yield after a burst so requests get served too.
-            for _ in 0..<256 {
-                let client = countdownd_accept(fd)
-                if client < 0 {
-                    break  // EAGAIN, or a transient error (ECONNABORTED, EMFILE): try on the next event.
-                }
-                handler(client)
-            }
-        }
+        source.setEventHandler(handler: readable)
         source.setCancelHandler {
             Glibc.close(fd)
         }
         source.activate()
         self.source = source
+    }
+
+    /// What one `accept` gave.
+    enum AcceptResult {
+        /// A new non-blocking, close-on-exec connection.
+        case accepted(Int32)
+        /// Nothing pending (or the socket is closed).
+        case drained
+        /// Out of descriptors or memory: try again a little later.
+        case retryLater
+    }
+
+    /// Accepts one pending connection.
+    func acceptOne() -> AcceptResult {
+        guard source != nil else { return .drained }
+        while true {
+            let client = countdownd_accept(descriptor)
+            if client >= 0 { return .accepted(client) }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .retryLater
+            default: return .drained
+            }
+        }
     }
 
     /// Stops accepting, closes the descriptor and removes the socket file the daemon created.

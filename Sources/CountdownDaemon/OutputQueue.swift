@@ -80,6 +80,22 @@ struct OutputQueue {
         chunks.append(Chunk(bytes: bytes, tickName: tickName, isReply: false))
     }
 
+    /// Drops everything not yet sent, except the rest of a line the peer has received only in
+    /// part, so that what is appended next starts on a line of its own.
+    mutating func discardAllButCurrentLine() {
+        var keep: [UInt8] = []
+        if head < chunks.count && headOffset > 0 {
+            let rest = chunks[head].bytes[headOffset...]
+            if let newline = rest.firstIndex(of: UInt8(ascii: "\n")) {
+                keep = Array(rest[...newline])
+            }
+        }
+        reset()
+        byteCount = 0
+        coalescedTickCount = 0
+        appendReply(keep)
+    }
+
     /// The outcome of a write attempt.
     enum WriteOutcome: Equatable {
         /// Everything was written.

@@ -98,6 +98,13 @@ final class DaemonProcess {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
     }
 
+    /// The number of sockets the daemon holds open now (listening socket and connections).
+    func openSocketCount() -> Int {
+        let directory = "/proc/\(pid)/fd"
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return entries.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + $0))?.hasPrefix("socket:") == true }.count
+    }
+
     /// The daemon's resident set size, in bytes.
     func residentBytes() -> Int {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),

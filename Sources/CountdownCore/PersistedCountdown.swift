@@ -1,0 +1,56 @@
+/// A countdown's durable state: what storage keeps so a restarted daemon can carry on.
+///
+/// Instants are on the engine's monotonic clock; the shell converts them to and from what it
+/// stores (a wall-clock deadline, and the boot-clock one while the machine has not rebooted).
+/// Ticks are derived, never stored.
+public struct PersistedCountdown: Equatable, Sendable {
+    /// The countdown's name.
+    public var name: String
+    /// Its state.
+    public var state: CountdownState
+    /// Total duration, in milliseconds.
+    public var totalMilliseconds: Int64
+    /// The deadline, while running.
+    public var deadline: Instant?
+    /// Time left, while paused (and at the moment it was cancelled).
+    public var remainingNanoseconds: Int64
+    /// When it finished, once done or cancelled.
+    public var finishedAt: Instant?
+    /// The uid of the client that started it.
+    public var owner: UInt32
+    /// How late its `done` was delivered, when the daemon was not running at the deadline.
+    public var lateMilliseconds: Int64?
+
+    /// Creates a persisted countdown.
+    public init(
+        name: String, state: CountdownState, totalMilliseconds: Int64, deadline: Instant?,
+        remainingNanoseconds: Int64, finishedAt: Instant?, owner: UInt32, lateMilliseconds: Int64? = nil
+    ) {
+        self.name = name
+        self.state = state
+        self.totalMilliseconds = totalMilliseconds
+        self.deadline = deadline
+        self.remainingNanoseconds = remainingNanoseconds
+        self.finishedAt = finishedAt
+        self.owner = owner
+        self.lateMilliseconds = lateMilliseconds
+    }
+}
+
+extension CountdownEngine {
+    /// The durable state of the countdown named `name`, or `nil` when there is none (it was never
+    /// started, or it has been purged after its retention period).
+    public func persistentState(of name: String) -> PersistedCountdown? {
+        guard let record = record(named: name) else { return nil }
+        return PersistedCountdown(
+            name: record.name,
+            state: record.state,
+            totalMilliseconds: record.totalMilliseconds,
+            deadline: record.state == .running ? record.deadline : nil,
+            remainingNanoseconds: record.state == .running || record.state == .done ? 0 : record.remainingNanoseconds,
+            finishedAt: record.state.isActive ? nil : record.finishedAt,
+            owner: record.owner,
+            lateMilliseconds: record.lateMilliseconds
+        )
+    }
+}

@@ -1,0 +1,131 @@
+import CSQLite
+
+/// A failure reported by SQLite, with its message.
+struct SQLiteError: Error, CustomStringConvertible {
+    /// SQLite's result code.
+    var code: Int32
+    /// What SQLite said, and what the daemon was doing.
+    var message: String
+
+    var description: String { message }
+}
+
+/// A small, checked wrapper over one SQLite connection. Used only from the daemon's queue.
+final class SQLiteDatabase {
+    private var handle: OpaquePointer?
+
+    /// Opens (creating if needed) the database at `path`.
+    init(path: String) throws(SQLiteError) {
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let result = sqlite3_open_v2(path, &handle, flags, nil)
+        guard result == SQLITE_OK else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            sqlite3_close_v2(handle)
+            handle = nil
+            throw SQLiteError(code: result, message: "cannot open \(path): \(message)")
+        }
+        sqlite3_extended_result_codes(handle, 1)
+        sqlite3_busy_timeout(handle, 5000)
+    }
+
+    deinit {
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs SQL that returns no rows (several statements allowed).
+    func execute(_ sql: String) throws(SQLiteError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let result = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        guard result == SQLITE_OK else {
+            let message = errorMessage.map { String(cString: $0) } ?? lastError
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: result, message: message)
+        }
+    }
+
+    /// Runs a query and returns the first column of the first row as text.
+    func scalarText(_ sql: String) throws(SQLiteError) -> String? {
+        let statement = try prepare(sql)
+        return try statement.step() ? statement.text(0) : nil
+    }
+
+    /// Prepares a statement for repeated use.
+    func prepare(_ sql: String) throws(SQLiteError) -> SQLiteStatement {
+        var statement: OpaquePointer?
+        let result = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
+        guard result == SQLITE_OK, let statement else {
+            throw SQLiteError(code: result, message: "cannot prepare '\(sql.prefix(60))': \(lastError)")
+        }
+        return SQLiteStatement(statement, database: self)
+    }
+
+    /// The last error message on this connection.
+    var lastError: String {
+        handle.map { String(cString: sqlite3_errmsg($0)) } ?? "no connection"
+    }
+}
+
+/// A prepared statement. Bind, step, read columns, reset.
+final class SQLiteStatement {
+    private let statement: OpaquePointer
+    private unowned let database: SQLiteDatabase
+
+    /// SQLite's "copy the value now" destructor marker: the bound buffers are temporary.
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    fileprivate init(_ statement: OpaquePointer, database: SQLiteDatabase) {
+        self.statement = statement
+        self.database = database
+    }
+
+    deinit {
+        sqlite3_finalize(statement)
+    }
+
+    /// Binds an integer, or NULL for `nil` (1-based index).
+    func bind(_ index: Int32, _ value: Int64?) {
+        if let value {
+            sqlite3_bind_int64(statement, index, value)
+        } else {
+            sqlite3_bind_null(statement, index)
+        }
+    }
+
+    /// Binds text (1-based index).
+    func bind(_ index: Int32, _ value: String) {
+        sqlite3_bind_text(statement, index, value, -1, Self.transient)
+    }
+
+    /// Steps once. - Returns: `true` for a row, `false` when done.
+    func step() throws(SQLiteError) -> Bool {
+        let result = sqlite3_step(statement)
+        switch result {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default: throw SQLiteError(code: result, message: database.lastError)
+        }
+    }
+
+    /// Runs a statement that returns no rows, then resets it for reuse.
+    func run() throws(SQLiteError) {
+        defer { reset() }
+        _ = try step()
+    }
+
+    /// Resets for another execution and clears the bindings.
+    func reset() {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+    }
+
+    /// Column `index` (0-based) as an integer, or `nil` for NULL.
+    func int(_ index: Int32) -> Int64? {
+        sqlite3_column_type(statement, index) == SQLITE_NULL ? nil : sqlite3_column_int64(statement, index)
+    }
+
+    /// Column `index` (0-based) as text, or `nil` for NULL.
+    func text(_ index: Int32) -> String? {
+        guard let pointer = sqlite3_column_text(statement, index) else { return nil }
+        return String(cString: pointer)
+    }
+}

@@ -1,0 +1,203 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Glibc
+import Testing
+
+extension Integration {
+    @Suite("Reliability: persistence, slow clients, limits, ownership, hygiene")
+    struct ReliabilityTests {
+        @Test("SIGKILL with 1,000 countdowns: all come back on time; expired ones are done exactly once")
+        func restartAfterKill() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let c = try daemon.connect()
+            var batch = ""
+            for index in 0..<900 { batch += "START run\(index) \(60 + index % 60)s\n" }
+            for index in 0..<50 { batch += "START hold\(index) 1h\nPAUSE hold\(index)\n" }
+            for index in 0..<50 { batch += "START quick\(index) \(1000 + index * 10)ms\n" }
+            try c.send(batch)
+            var before: [String: CountdownInfo] = [:]
+            for _ in 0..<1050 {
+                if let info = try c.readReply().countdown { before[info.name] = info }
+            }
+            let quickDeadline = try #require(before["quick49"]?.deadlineUnixMilliseconds)
+            daemon.crash()
+            // Let every "quick" deadline pass while the daemon is down.
+            try waitUntil(timeout: 10) { unixNowMilliseconds() > Double(quickDeadline) + 100 }
+
+            daemon = try DaemonProcess(directory: directory)
+            let list = try daemon.connect().request("LIST", timeout: 30)
+            let queriedAt = unixNowMilliseconds()
+            let after = Dictionary(uniqueKeysWithValues: list.countdowns.map { ($0.name, $0) })
+            #expect(after.count == 1000)
+            for index in 0..<900 {
+                let old = try #require(before["run\(index)"]), new = try #require(after["run\(index)"])
+                #expect(new.state == .running)
+                let oldDeadline = try #require(old.deadlineUnixMilliseconds), newDeadline = try #require(new.deadlineUnixMilliseconds)
+                #expect(abs(newDeadline - oldDeadline) <= 50, "run\(index) deadline moved by \(newDeadline - oldDeadline) ms")
+                let ideal = Double(oldDeadline) - queriedAt
+                #expect(abs(Double(new.remainingMilliseconds) - ideal) <= 50 + 5, "run\(index): \(new.remainingMilliseconds) vs \(ideal)")
+            }
+            for index in 0..<50 {
+                let old = try #require(before["hold\(index)"]), new = try #require(after["hold\(index)"])
+                #expect(new.state == .paused && new.remainingMilliseconds == old.remainingMilliseconds)
+                let quick = try #require(after["quick\(index)"])
+                #expect(quick.state == .done)
+                #expect((quick.lateMilliseconds ?? -1) >= 0, "a done restored late says how late")
+            }
+            // A second restart reports nothing again: each expired countdown was done exactly once.
+            #expect(daemon.terminate() == 0)
+            let third = try DaemonProcess(directory: directory)
+            _ = try third.connect().request("PING")
+            let logs = daemon.stderrText + third.stderrText
+            for index in 0..<50 {
+                #expect(logs.components(separatedBy: "quick\(index): done").count - 1 == 1, "quick\(index) reported done more than once")
+            }
+            #expect(try third.connect().request("STATUS quick0").countdowns.first?.state == .done)
+        }
+
+        @Test("a corrupt database is moved aside with a clear log line; the daemon starts empty")
+        func corruptDatabase() throws {
+            let directory = TemporaryDirectory()
+            let stateDirectory = directory.file("state/countdownd")
+            try FileManager.default.createDirectory(atPath: stateDirectory, withIntermediateDirectories: true)
+            let database = stateDirectory + "/countdownd.db"
+            try Data(repeating: 0x5A, count: 8192).write(to: URL(fileURLWithPath: database))
+            let daemon = try DaemonProcess(directory: directory)
+            #expect(daemon.stderrText.contains("is unusable"))
+            #expect(daemon.stderrText.contains("moved it to"))
+            let moved = try FileManager.default.contentsOfDirectory(atPath: stateDirectory).filter { $0.hasPrefix("countdownd.db.corrupt-") }
+            #expect(!moved.isEmpty)
+            let c = try daemon.connect()
+            #expect(try c.request("LIST").countdowns.isEmpty)
+            #expect(try c.request("START fresh 1h").countdown?.state == .running)
+        }
+
+        @Test("a subscriber that never reads, 20,000 countdowns: another subscriber's done stays within 20 ms; memory stays bounded")
+        func stuckSubscriberWith20k() throws {
+            let daemon = try DaemonProcess()
+            let baseline = daemon.residentBytes()
+            let stuck = try daemon.connect()
+            _ = try stuck.request("SUBSCRIBE")  // ... and never reads again.
+            let control = try daemon.connect()
+            var batch = ""
+            for index in 0..<20_000 {
+                batch += "START flood\(index) \(2000 + index % 2000)ms\n"
+            }
+            try control.send(batch)
+            for _ in 0..<20_000 { _ = try control.readReply(timeout: 30) }
+            let probe = try daemon.connect()
+            _ = try probe.request("SUBSCRIBE probe")
+            let deadline = Double(try #require(try control.request("START probe 2500ms").countdown?.deadlineUnixMilliseconds))
+            _ = try probe.waitForEvent { $0.name == "probe" && $0.kind == .done }
+            let lateness = unixNowMilliseconds() - deadline
+            #expect(lateness <= 20, "probe's done was \(lateness) ms late beside a stuck subscriber")
+            let growth = daemon.residentBytes() - baseline
+            // The documented bound (README, Reliability): 64 MiB for this load.
+            #expect(growth < 64 * 1024 * 1024, "RSS grew by \(growth / 1024) KiB")
+            #expect(try control.request("PING").outcome == .ok("pong"))
+        }
+
+        @Test("past the output limit a stuck subscriber gets ERR overflow and is closed; others carry on")
+        func overflowDisconnects() throws {
+            let daemon = try DaemonProcess(arguments: ["--output-limit", "262144"])
+            let stuck = try daemon.connect()
+            _ = try stuck.request("SUBSCRIBE")
+            let control = try daemon.connect()
+            var batch = ""
+            for index in 0..<20_000 { batch += "START f\(index) 1h\n" }
+            try control.send(batch)
+            for _ in 0..<20_000 { _ = try control.readReply(timeout: 30) }
+            #expect(try control.request("PING").outcome == .ok("pong"))
+            // Now the stuck client reads: what the kernel held, then the error, then the end.
+            var last: String?
+            while let line = try stuck.readLine(timeout: 10) {
+                last = line
+            }
+            #expect(last?.hasPrefix("ERR overflow ") == true, "last line: \(last ?? "none")")
+            #expect(daemon.stderrText.contains("disconnecting it"))
+        }
+
+        @Test("limits: connections, subscriptions and countdowns answer ERR limit")
+        func limits() throws {
+            let daemon = try DaemonProcess(arguments: ["--max-connections", "2", "--max-subscriptions", "2", "--max-countdowns", "2"])
+            let first = try daemon.connect()
+            let second = try daemon.connect()
+            #expect(throws: ClientError.self) { try daemon.connect() }
+            do {
+                _ = try daemon.connect()
+            } catch let error as ClientError {
+                #expect("\(error)".contains("too many connections"))
+            }
+            #expect(try first.request("START a 1h").countdown != nil)
+            #expect(try first.request("START b 1h").countdown != nil)
+            guard case .error(.limit?, _, let message) = try first.request("START c 1h").outcome else {
+                Issue.record("third countdown accepted")
+                return
+            }
+            #expect(message.contains("--max-countdowns"))
+            guard case .error(.limit?, _, _) = try second.request("SUBSCRIBE a b c").outcome else {
+                Issue.record("three names accepted")
+                return
+            }
+            #expect(try second.request("SUBSCRIBE a b").outcome == .ok("subscribed 2"))
+        }
+
+        @Test(
+            "another uid cannot cancel or replace a countdown, but can read it",
+            .enabled(if: getuid() == 0, "needs root to run cdctl as another user (setpriv --reuid=nobody)"),
+            .enabled(if: toolExists("/usr/bin/setpriv"), "setpriv is not installed")
+        )
+        func ownership() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            _ = try daemon.connect().request("START mine 1h")
+            func asNobody(_ arguments: [String]) throws -> CommandResult {
+                try runCommand(
+                    "/usr/bin/setpriv",
+                    ["--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", daemon.socketPath] + arguments
+                )
+            }
+            let cancel = try asNobody(["cancel", "mine"])
+            #expect(cancel.status == 1 && cancel.stderr.contains("(forbidden)"), "\(cancel.stderr)")
+            let replace = try asNobody(["start", "mine", "5", "--replace"])
+            #expect(replace.status == 1 && replace.stderr.contains("only its owner or root"))
+            #expect(try asNobody(["pause", "mine"]).status == 1)
+            let status = try asNobody(["status", "mine", "--json"])
+            #expect(status.status == 0 && status.stdout.contains(#""owner_uid":0"#))
+            // nobody's own countdown records nobody's uid; root may still change it.
+            #expect(try asNobody(["start", "theirs", "1h"]).status == 0)
+            let theirs = try #require(try daemon.connect().request("STATUS theirs").countdowns.first)
+            #expect(theirs.owner == 65534)
+            #expect(try daemon.connect().request("CANCEL theirs").countdown?.state == .cancelled)
+        }
+
+        @Test("5,000 connects and disconnects, some mid-line or mid-reply, leak no descriptors")
+        func descriptorHygiene() throws {
+            let daemon = try DaemonProcess()
+            let setup = try daemon.connect()
+            var batch = ""
+            for index in 0..<300 { batch += "START h\(index) 1h\n" }
+            try setup.send(batch)
+            for _ in 0..<300 { _ = try setup.readReply() }
+            let baseline = daemon.openSocketCount()
+            let descriptorsBefore = daemon.openDescriptorCount()
+            for cycle in 0..<5000 {
+                let c = try daemon.connect()
+                switch cycle % 4 {
+                case 0: try c.send("STAT")             // mid-line
+                case 1: try c.send("LIST\n")           // mid-reply: the 300-line answer is never read
+                case 2: _ = try c.request("PING")
+                default: break                         // nothing at all
+                }
+            }
+            try waitUntil(timeout: 10) { daemon.openSocketCount() <= baseline }
+            #expect(daemon.openSocketCount() == baseline)
+            // libdispatch may add a descriptor or two of its own as its thread pool grows.
+            #expect(daemon.openDescriptorCount() <= descriptorsBefore + 4)
+            #expect(try setup.request("PING").outcome == .ok("pong"))
+        }
+    }
+}
