@@ -14,7 +14,10 @@ SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
 
-.PHONY: all deps build release run test install uninstall clean
+FUZZ_BIN     := .build/fuzz-request-parser
+FUZZ_SECONDS ?= 300
+
+.PHONY: all deps build release run test install uninstall clean fuzz fuzz-smoke
 
 all: build
 
@@ -60,6 +63,22 @@ uninstall:
 	rm -f $(DESTDIR)$(UNITDIR)/countdownd.service $(DESTDIR)$(UNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(USERUNITDIR)/countdownd.service $(DESTDIR)$(USERUNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
+
+# libFuzzer over the request path (framer, parser, engine, encoder). SwiftPM cannot link a fuzzer
+# executable, so the pure core is compiled with swiftc directly (Fuzz/README.md).
+$(FUZZ_BIN): Sources/CountdownCore/*.swift Fuzz/RequestParserFuzz.swift
+	mkdir -p .build
+	swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name CountdownCore \
+	  Sources/CountdownCore/*.swift Fuzz/RequestParserFuzz.swift -o $@
+
+# A long run that adds new inputs to the committed corpus (review and commit the interesting ones).
+fuzz: $(FUZZ_BIN)
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -dict=Fuzz/protocol.dict -max_len=2048 Fuzz/corpus/request-parser
+
+# A short bounded run on a scratch copy of the corpus (the test suite runs the same).
+fuzz-smoke: $(FUZZ_BIN)
+	tmp=$$(mktemp -d) && cp Fuzz/corpus/request-parser/* $$tmp/ && \
+	$(FUZZ_BIN) -runs=50000 -dict=Fuzz/protocol.dict -max_len=2048 $$tmp; rc=$$?; rm -rf $$tmp; exit $$rc
 
 clean:
 	$(SWIFT) package clean
