@@ -10,6 +10,10 @@ BINDIR     ?= $(PREFIX)/bin
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+MANDIR     ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
@@ -17,7 +21,7 @@ APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build release run test install uninstall clean fuzz fuzz-smoke
+.PHONY: all deps build release run test install uninstall clean fuzz fuzz-smoke bench bench-smoke
 
 all: build
 
@@ -57,12 +61,20 @@ install: release
 	for unit in systemd/user/countdownd.service systemd/user/countdownd.socket; do \
 	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
 	install -m 0644 systemd/countdownd.sysusers $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0644 docs/man/cdctl.1 $(DESTDIR)$(MANDIR)/man1/cdctl.1
+	install -m 0644 docs/man/countdownd.8 $(DESTDIR)$(MANDIR)/man8/countdownd.8
+	install -m 0644 completions/cdctl.bash $(DESTDIR)$(BASHCOMPDIR)/cdctl
+	install -m 0644 completions/_cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl
+	install -m 0644 completions/cdctl.fish $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/countdownd $(DESTDIR)$(BINDIR)/cdctl
 	rm -f $(DESTDIR)$(UNITDIR)/countdownd.service $(DESTDIR)$(UNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(USERUNITDIR)/countdownd.service $(DESTDIR)$(USERUNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
+	rm -f $(DESTDIR)$(MANDIR)/man1/cdctl.1 $(DESTDIR)$(MANDIR)/man8/countdownd.8
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
 
 # libFuzzer over the request path (framer, parser, engine, encoder). SwiftPM cannot link a fuzzer
 # executable, so the pure core is compiled with swiftc directly (Fuzz/README.md).
@@ -79,6 +91,17 @@ fuzz: $(FUZZ_BIN)
 fuzz-smoke: $(FUZZ_BIN)
 	tmp=$$(mktemp -d) && cp Fuzz/corpus/request-parser/* $$tmp/ && \
 	$(FUZZ_BIN) -runs=50000 -dict=Fuzz/protocol.dict -max_len=2048 $$tmp; rc=$$?; rm -rf $$tmp; exit $$rc
+
+# The benchmark (BENCHMARKS.md): countdownd against Redis and the clock floor. Installs
+# redis-server when it can (the Redis column is skipped otherwise). A few minutes; not run by CI.
+bench: release
+	-@command -v redis-server >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server </dev/null >/dev/null; }
+	python3 bench/run.py
+
+# The same with tiny sizes, to check the benchmark still works (writes to /tmp, not BENCHMARKS.md).
+bench-smoke: release
+	python3 bench/run.py --quick --output /tmp/BENCHMARKS-smoke.md
 
 clean:
 	$(SWIFT) package clean

@@ -37,13 +37,21 @@ public struct Cdctl {
 
     private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
         switch invocation.command {
-        case .start(let name, let milliseconds, let replace, let wait):
+        case .start(let name, let milliseconds, let replace, let ifIdle, let wait):
             if wait {
                 try subscribe(connection, to: [name])
             }
             var line = "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
             if replace { line += " REPLACE" }
-            let code = try mutation(line, on: connection, name: name)
+            var code = try mutation(line, on: connection, name: name, quietWhenBusy: ifIdle)
+            if code == .busy && ifIdle {
+                // Already counting: leave it alone, say where it stands, and succeed.
+                let status = try connection.request("STATUS \(name)")
+                if let countdown = status.countdowns.first {
+                    console.out(describe(countdown))
+                }
+                code = .success
+            }
             guard code == .success, wait else { return code }
             return try waitForAll([name], on: connection, subscribed: true)
         case .cancel(let name):
@@ -54,29 +62,29 @@ public struct Cdctl {
             return try mutation("RESUME \(name)", on: connection, name: name)
         case .extend(let name, let milliseconds):
             return try mutation("EXTEND \(name) \(milliseconds)ms", on: connection, name: name)
-        case .status(let name?, let json):
+        case .status(let name, let style, true):
+            return try follow(name, style: style, on: connection)
+        case .status(let name?, let style, false):
             let reply = try connection.request("STATUS \(name)")
             if case .error = reply.outcome {
                 return report(reply, on: connection, name: name)
             }
-            if json {
-                if let first = reply.countdowns.first { console.out(Formatting.json(first)) }
-            } else {
-                console.out(Formatting.table(reply.countdowns))
-            }
+            console.out(render(reply.countdowns, style: style, single: true))
             return .success
-        case .status(nil, let json), .list(let json):
+        case .status(nil, let style, false), .list(let style):
             let reply = try connection.request("LIST")
             if case .error = reply.outcome {
                 return report(reply, on: connection, name: nil)
             }
-            if json {
-                console.out(Formatting.json(reply.countdowns))
-            } else if reply.countdowns.isEmpty {
+            if case .table = style, reply.countdowns.isEmpty {
                 console.out("no countdowns\n")
             } else {
-                console.out(Formatting.table(reply.countdowns))
+                console.out(render(reply.countdowns, style: style, single: false))
             }
+            return .success
+        case .completeNames:
+            let reply = try connection.request("LIST")
+            console.out(reply.countdowns.map { $0.name + "\n" }.joined())
             return .success
         case .watch(let names, let json):
             try subscribe(connection, to: names)
@@ -97,6 +105,66 @@ public struct Cdctl {
         }
     }
 
+    /// Countdowns in the chosen style: a table, JSON (an object for one, an array for several),
+    /// or one template line each.
+    private func render(_ countdowns: [CountdownInfo], style: OutputStyle, single: Bool) -> String {
+        switch style {
+        case .table:
+            return Formatting.table(countdowns)
+        case .json:
+            if single, let first = countdowns.first {
+                return Formatting.json(first)
+            }
+            return Formatting.json(countdowns)
+        case .template(let template):
+            return countdowns.map { template.render($0) + "\n" }.joined()
+        }
+    }
+
+    /// `status --follow`: the current state, then a line on every change (every tick, so once a
+    /// second while running), for waybar, polybar, i3blocks and tmux. Runs until interrupted.
+    private func follow(_ name: String?, style: OutputStyle, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
+        try subscribe(connection, to: name.map { [$0] } ?? [])
+        if let name {
+            // A finished countdown has no snapshot event; show its final state once.
+            let reply = try connection.request("STATUS \(name)")
+            if let countdown = reply.countdowns.first, !countdown.state.isActive {
+                console.out(followLine(countdown, style: style))
+            }
+        }
+        while let event = try connection.nextEvent() {
+            let state: CountdownState
+            switch event.kind {
+            case .snapshot: state = event.state ?? .running
+            case .paused: state = .paused
+            case .done: state = .done
+            case .cancelled: state = .cancelled
+            case .started, .tick, .resumed, .extended: state = .running
+            }
+            let countdown = CountdownInfo(
+                name: event.name, state: state,
+                remainingMilliseconds: event.remainingMilliseconds, totalMilliseconds: event.totalMilliseconds,
+                deadlineUnixMilliseconds: event.deadlineUnixMilliseconds
+            )
+            console.out(followLine(countdown, style: style))
+        }
+        console.error("cdctl: countdownd closed the connection\(connection.shutdownReason.map { " (\($0))" } ?? "")\n")
+        return .unavailable
+    }
+
+    private func followLine(_ countdown: CountdownInfo, style: OutputStyle) -> String {
+        switch style {
+        case .json: return Formatting.json(countdown)
+        case .template(let template): return template.render(countdown) + "\n"
+        case .table: return describe(countdown)
+        }
+    }
+
+    /// `tea: running, 0:02:41 left of 0:03:00`
+    private func describe(_ countdown: CountdownInfo) -> String {
+        "\(countdown.name): \(countdown.state.rawValue), \(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
+    }
+
     private func subscribe(_ connection: CountdownConnection, to names: [String]) throws(ClientError) {
         let reply = try connection.request((["SUBSCRIBE"] + names).joined(separator: " "))
         if case .error(_, let code, let message) = reply.outcome {
@@ -105,14 +173,17 @@ public struct Cdctl {
     }
 
     /// Sends a mutation and reports its outcome: one line for a person on success.
-    private func mutation(_ line: String, on connection: CountdownConnection, name: String) throws(ClientError) -> ExitCode {
+    private func mutation(
+        _ line: String, on connection: CountdownConnection, name: String, quietWhenBusy: Bool = false
+    ) throws(ClientError) -> ExitCode {
         let reply = try connection.request(line)
         guard case .ok = reply.outcome, let countdown = reply.countdown else {
+            if quietWhenBusy, case .error(.busy?, _, _) = reply.outcome {
+                return .busy
+            }
             return report(reply, on: connection, name: name)
         }
-        console.out(
-            "\(countdown.name): \(countdown.state.rawValue), \(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
-        )
+        console.out(describe(countdown))
         return .success
     }
 

@@ -1,13 +1,23 @@
 import CountdownCore
 
+/// How `status` and `list` print countdowns.
+public enum OutputStyle: Equatable, Sendable {
+    /// An aligned table for people.
+    case table
+    /// JSON: one document (or, with `--follow`, one object per line).
+    case json
+    /// One line per countdown from a `--format` template.
+    case template(OutputTemplate)
+}
+
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
-    /// `start NAME [DURATION] [--replace] [--wait]`
-    case start(name: String, milliseconds: Int64?, replace: Bool, wait: Bool)
-    /// `status [NAME] [--json]`; no name lists all.
-    case status(name: String?, json: Bool)
-    /// `list [--json]`
-    case list(json: Bool)
+    /// `start NAME [DURATION] [--replace | --if-idle] [--wait]`
+    case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool)
+    /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
+    case status(name: String?, style: OutputStyle, follow: Bool)
+    /// `list [--json | --format T]`
+    case list(style: OutputStyle)
     /// `cancel NAME`
     case cancel(name: String)
     /// `pause NAME`
@@ -24,6 +34,8 @@ public enum CdctlCommand: Equatable, Sendable {
     case help
     /// `--version`
     case version
+    /// `__complete names`: the names of existing countdowns, for shell completion (hidden).
+    case completeNames
 }
 
 /// A parsed `cdctl` invocation: the command and where to reach the daemon.
@@ -53,11 +65,15 @@ public enum CdctlCommandLine {
         Usage: cdctl [--socket PATH] COMMAND [ARGS]
 
         Commands:
-          start NAME [DURATION] [--replace] [--wait]
+          start NAME [DURATION] [--replace | --if-idle] [--wait]
                                  start a countdown (default 60s); --replace restarts a
-                                 running one, --wait blocks until it finishes
-          status [NAME] [--json] show one countdown, or all
-          list [--json]          show all countdowns
+                                 running one; --if-idle leaves a running one alone and
+                                 succeeds; --wait blocks until it finishes
+          status [NAME] [--json | --format TEMPLATE] [--follow]
+                                 show one countdown, or all; --follow prints again on
+                                 every change (every second while running), for bars
+          list [--json | --format TEMPLATE]
+                                 show all countdowns
           cancel NAME            cancel a running or paused countdown
           pause NAME             pause a running countdown
           resume NAME            resume a paused countdown
@@ -75,6 +91,9 @@ public enum CdctlCommandLine {
                                  $XDG_RUNTIME_DIR/countdownd/countdownd.sock, else
                                  /run/countdownd/countdownd.sock for root)
           --json                 machine-readable output (status, list, watch)
+          --format TEMPLATE      one line per countdown (status, list), with {name}
+                                 {state} {remaining} {remaining_s} {total} {progress}
+                                 {percent} {bar}; {{ and }} for braces
           --no-color             no colour (also when NO_COLOR is set)
           -h, --help             show this help
           -V, --version          show the version
@@ -89,6 +108,9 @@ public enum CdctlCommandLine {
     private static let parser = ArgumentParser(options: [
         .init(["--socket"], takesValue: true),
         .init(["--json"]),
+        .init(["--format"], takesValue: true),
+        .init(["--follow", "-f"]),
+        .init(["--if-idle"]),
         .init(["--replace"]),
         .init(["--wait"]),
         .init(["--no-color"]),
@@ -119,26 +141,37 @@ public enum CdctlCommandLine {
         }
         let operands = Array(parsed.operands.dropFirst())
         let json = parsed.has("json")
+        var style = OutputStyle.table
+        if let format = parsed.value("format") {
+            guard !json else { throw UsageError("--json and --format exclude each other; pick one") }
+            style = .template(try OutputTemplate(parsing: format))
+        } else if json {
+            style = .json
+        }
         let allowedFlags: Set<String>
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait"]
-            try expect(operands, 1...2, usage: "start NAME [DURATION] [--replace] [--wait]")
+            allowedFlags = ["replace", "wait", "if-idle"]
+            try expect(operands, 1...2, usage: "start NAME [DURATION] [--replace | --if-idle] [--wait]")
+            guard !(parsed.has("replace") && parsed.has("if-idle")) else {
+                throw UsageError("--replace and --if-idle exclude each other: one restarts a running countdown, the other leaves it alone")
+            }
             command = .start(
                 name: try name(operands[0]),
                 milliseconds: try operands.count > 1 ? duration(operands[1]) : nil,
                 replace: parsed.has("replace"),
+                ifIdle: parsed.has("if-idle"),
                 wait: parsed.has("wait")
             )
         case "status":
-            allowedFlags = ["json"]
-            try expect(operands, 0...1, usage: "status [NAME] [--json]")
-            command = .status(name: try operands.first.map(name), json: json)
+            allowedFlags = ["json", "format", "follow"]
+            try expect(operands, 0...1, usage: "status [NAME] [--json | --format TEMPLATE] [--follow]")
+            command = .status(name: try operands.first.map(name), style: style, follow: parsed.has("follow"))
         case "list", "ls":
-            allowedFlags = ["json"]
-            try expect(operands, 0...0, usage: "list [--json]")
-            command = .list(json: json)
+            allowedFlags = ["json", "format"]
+            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE]")
+            command = .list(style: style)
         case "cancel", "pause", "resume":
             allowedFlags = []
             try expect(operands, 1...1, usage: "\(verb) NAME")
@@ -157,10 +190,13 @@ public enum CdctlCommandLine {
             command = .wait(names: try operands.map(name))
         case "help":
             return invocation(.help)
+        case "__complete":
+            // Hidden: used by the shell completions to offer live countdown names.
+            return invocation(.completeNames)
         default:
             throw UsageError("unknown command '\(verb)'; commands: start status list cancel pause resume extend watch wait")
         }
-        for flag in ["json", "replace", "wait"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

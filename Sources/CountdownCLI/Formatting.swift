@@ -28,6 +28,12 @@ public enum Formatting {
         filledCells(remaining: remaining, total: total, width: 100)
     }
 
+    /// A clock without leading zero hours, for status bars: `0:05`, `2:41`, `1:02:41`.
+    public static func compactClock(milliseconds: Int64) -> String {
+        let full = CountdownDuration.clock(milliseconds: milliseconds)
+        return full.hasPrefix("0:") ? String(full.dropFirst(2)).replacingFirstZero() : full
+    }
+
     /// An aligned table of countdowns, with a header, for `status` and `list`.
     public static func table(_ countdowns: [CountdownInfo]) -> String {
         let header = ["NAME", "STATE", "REMAINING", "TOTAL", "PROGRESS"]
@@ -72,5 +78,12 @@ public enum Formatting {
             line += " \(state.rawValue)"
         }
         return line + "\n"
+    }
+}
+
+private extension String {
+    /// `05:00` -> `5:00`; `00:05` -> `0:05`.
+    func replacingFirstZero() -> String {
+        hasPrefix("0") && count > 4 ? String(dropFirst()) : self
     }
 }

@@ -150,5 +150,12 @@ struct LiveWatch {
         }
         signal(SIGINT, restore)
         signal(SIGTERM, restore)
+        // A parent may have left these blocked (a thread pool's mask is inherited); unblock them
+        // so Ctrl-C always reaches the handler.
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGINT)
+        sigaddset(&signals, SIGTERM)
+        sigprocmask(SIG_UNBLOCK, &signals, nil)
     }
 }

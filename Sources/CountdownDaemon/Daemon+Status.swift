@@ -14,10 +14,8 @@ struct StatusCounts: Equatable, CustomStringConvertible {
 }
 
 extension Daemon {
-    /// The most `STATUS=` updates per second: cheap for systemd, fresh enough for a person.
-    static let statusUpdatesPerSecond = 4.0
-
-    /// Tells systemd the new status if the counts changed, at most a few times a second; a change
+    /// Tells systemd the new status if the counts changed, at most once per `--status-interval`
+    /// (250 ms by default: cheap for systemd, fresh enough for a person); a change
     /// inside the quiet period is sent when it ends, so the last word is always the truth.
     func reportStatus() {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -26,11 +24,11 @@ extension Daemon {
         var spec = timespec()
         clock_gettime(CLOCK_MONOTONIC, &spec)
         let now = Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
-        let quiet = 1 / Self.statusUpdatesPerSecond
+        let quiet = Double(configuration.statusIntervalMilliseconds) / 1000
         if now - statusReportedAt >= quiet {
             reportedStatus = counts
             statusReportedAt = now
-            notifier.notify("STATUS=\(counts.description)")
+            notifier.updateStatus(counts.description)
         } else {
             statusReportScheduled = true
             queue.asyncAfter(deadline: .now() + (quiet - (now - statusReportedAt))) { [self] in

@@ -9,7 +9,7 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         let directory = configuration.stateDirectory
         try Self.createDirectory(directory)
-        let bootID = CountdownStore.currentBootID()
+        let bootID = self.bootID
         var opened: (CountdownStore, CountdownStore.Contents)?
         do throws(SQLiteError) {
             let store = try CountdownStore(directory: directory, durability: configuration.durability)
@@ -72,7 +72,7 @@ extension Daemon {
             }
         }
         do throws(SQLiteError) {
-            try store.commit(upserts: upserts, deletions: pendingDeletions, lastSequence: engine.lastSequence, bootID: CountdownStore.currentBootID())
+            try store.commit(upserts: upserts, deletions: pendingDeletions, lastSequence: engine.lastSequence, bootID: bootID)
             dirtyNames.removeAll(keepingCapacity: true)
             pendingDeletions.removeAll(keepingCapacity: true)
             if storageFailing {

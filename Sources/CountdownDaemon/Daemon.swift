@@ -30,6 +30,8 @@ public final class Daemon: @unchecked Sendable {
     var pendingDeletions: [String] = []
     /// The last commit failed; changes are kept and retried.
     var storageFailing = false
+    /// This boot's id, read once: boot-clock deadlines in storage are only valid within it.
+    let bootID = CountdownStore.currentBootID()
     var listener: ListeningSocket?
     var timer: WakeupTimer?
     var signalSources: [any DispatchSourceSignal] = []

@@ -26,6 +26,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var outputHardLimit = 16 * 1024 * 1024
     /// Log entries up to this level are written.
     public var logLevel = LogLevel.info
+    /// The least time between two `STATUS=` updates to systemd, in milliseconds (0: every change).
+    public var statusIntervalMilliseconds = 250
     /// Where the state database lives.
     public var stateDirectory: String
     /// How hard storage works to keep an acknowledged change.
@@ -90,6 +92,8 @@ public enum DaemonCommandLine {
           --output-limit BYTES     unsent bytes after which a client is disconnected
                                    with ERR overflow (default 16777216)
           --log-level LEVEL        error, warning, notice, info or debug (default info)
+          --status-interval MS     least time between STATUS= updates to systemd
+                                   (default 250; 0 sends every change)
           -h, --help               show this help
           -V, --version            show the version
 
@@ -106,6 +110,7 @@ public enum DaemonCommandLine {
         .init(["--max-subscriptions"], takesValue: true),
         .init(["--output-limit"], takesValue: true),
         .init(["--log-level"], takesValue: true),
+        .init(["--status-interval"], takesValue: true),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
     ])
@@ -159,6 +164,12 @@ public enum DaemonCommandLine {
         if let value = try count("max-connections") { configuration.maximumConnections = value }
         if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
         if let value = try count("output-limit") { configuration.outputHardLimit = value }
+        if let text = parsed.value("status-interval") {
+            guard let value = Int(text), value >= 0 else {
+                throw UsageError(description: "--status-interval '\(text)' must be a whole number of milliseconds, 0 or more")
+            }
+            configuration.statusIntervalMilliseconds = value
+        }
         if let level = parsed.value("log-level") {
             guard let value = LogLevel(name: level) else {
                 throw UsageError(description: "--log-level '\(level)' is not one of error, warning, notice, info, debug")

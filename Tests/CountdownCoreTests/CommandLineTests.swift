@@ -33,11 +33,14 @@ struct CommandLineTests {
 
     @Test("cdctl commands parse into validated values")
     func cdctlCommands() throws {
-        #expect(try cdctl(["start", "tea", "3m"]).command == .start(name: "tea", milliseconds: 180_000, replace: false, wait: false))
-        #expect(try cdctl(["start", "--replace", "tea", "--wait"]).command == .start(name: "tea", milliseconds: nil, replace: true, wait: true))
-        #expect(try cdctl(["status"]).command == .status(name: nil, json: false))
-        #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", json: true))
-        #expect(try cdctl(["list", "--json"]).command == .list(json: true))
+        #expect(try cdctl(["start", "tea", "3m"]).command == .start(name: "tea", milliseconds: 180_000, replace: false, ifIdle: false, wait: false))
+        #expect(try cdctl(["start", "--replace", "tea", "--wait"]).command == .start(name: "tea", milliseconds: nil, replace: true, ifIdle: false, wait: true))
+        #expect(try cdctl(["start", "otp:1", "60", "--if-idle"]).command == .start(name: "otp:1", milliseconds: 60_000, replace: false, ifIdle: true, wait: false))
+        #expect(try cdctl(["status"]).command == .status(name: nil, style: .table, follow: false))
+        #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", style: .json, follow: false))
+        #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
+        #expect(try cdctl(["list", "--json"]).command == .list(style: .json))
+        #expect(try cdctl(["__complete", "names"]).command == .completeNames)
         #expect(try cdctl(["extend", "tea", "30s"]).command == .extend(name: "tea", milliseconds: 30_000))
         #expect(try cdctl(["watch"]).command == .watch(names: [], json: false))
         #expect(try cdctl(["wait", "a", "b"]).command == .wait(names: ["a", "b"]))
@@ -50,6 +53,9 @@ struct CommandLineTests {
         ([], "no command"), (["frobnicate"], "unknown command"), (["start"], "usage: cdctl start"),
         (["start", "a/b"], "bad name"), (["start", "tea", "5x"], "bad duration"), (["list", "--replace"], "does not apply"),
         (["wait"], "usage: cdctl wait"), (["status", "a", "b"], "usage"), (["--bogus", "list"], "unknown option"),
+        (["list", "--follow"], "does not apply"), (["status", "--json", "--format", "{name}"], "exclude each other"),
+        (["start", "a", "--replace", "--if-idle"], "exclude each other"), (["status", "--format", "{nope}"], "unknown placeholder"),
+        (["status", "--format", "{name"], "not closed"), (["cancel", "a", "--if-idle"], "does not apply"),
     ] as [([String], String)])
     func cdctlUsageErrors(arguments: [String], fragment: String) {
         do {
@@ -115,5 +121,44 @@ struct FormattingTests {
         let event = EventInfo(sequence: 4, kind: .tick, name: "tea", remainingMilliseconds: 2000, totalMilliseconds: 3000)
         #expect(Formatting.json(event) == #"{"kind":"tick","name":"tea","remaining_ms":2000,"seq":4,"total_ms":3000}"# + "\n")
         #expect(Formatting.eventLine(event) == "4 tick tea 2000 3000\n")
+    }
+}
+
+@Suite("--format templates")
+struct TemplateTests {
+    let tea = CountdownInfo(name: "tea", state: .running, remainingMilliseconds: 161_000, totalMilliseconds: 180_000, owner: 1000)
+
+    @Test("every placeholder, golden")
+    func placeholders() throws {
+        let template = try OutputTemplate(parsing: "{name}|{state}|{remaining}|{remaining_s}|{total}|{progress}|{percent}|{bar}")
+        #expect(template.render(tea) == "tea|running|2:41|161|3:00|10|90|█████████░")  // 89.4 % left rounds up, like the bar
+    }
+
+    @Test("literal text and escaped braces pass through")
+    func literals() throws {
+        #expect(try OutputTemplate(parsing: "⏲ {{{name}}} left: {remaining}").render(tea) == "⏲ {tea} left: 2:41")
+        #expect(try OutputTemplate(parsing: "").render(tea) == "")
+        #expect(try OutputTemplate(parsing: "plain }} text").render(tea) == "plain } text")
+    }
+
+    @Test("boundaries: finished, sub-second, hours, days")
+    func boundaries() throws {
+        let template = try OutputTemplate(parsing: "{remaining} {remaining_s} {percent} {progress} {bar}")
+        let done = CountdownInfo(name: "x", state: .done, remainingMilliseconds: 0, totalMilliseconds: 3000)
+        #expect(template.render(done) == "0:00 0 0 100 ░░░░░░░░░░")
+        let almost = CountdownInfo(name: "x", state: .running, remainingMilliseconds: 1, totalMilliseconds: 3_600_000)
+        #expect(template.render(almost) == "0:01 1 1 99 █░░░░░░░░░")
+        let long = CountdownInfo(name: "x", state: .paused, remainingMilliseconds: 3_723_000, totalMilliseconds: 2 * 86_400_000)
+        #expect(template.render(long) == "1:02:03 3723 3 97 █░░░░░░░░░")
+        let full = CountdownInfo(name: "x", state: .running, remainingMilliseconds: 600_000, totalMilliseconds: 600_000)
+        #expect(template.render(full) == "10:00 600 100 0 ██████████")
+    }
+
+    @Test("compact clock drops zero hours, keeps minutes")
+    func compactClock() {
+        #expect(Formatting.compactClock(milliseconds: 5000) == "0:05")
+        #expect(Formatting.compactClock(milliseconds: 300_000) == "5:00")
+        #expect(Formatting.compactClock(milliseconds: 3_599_000) == "59:59")
+        #expect(Formatting.compactClock(milliseconds: 3_600_000) == "1:00:00")
     }
 }

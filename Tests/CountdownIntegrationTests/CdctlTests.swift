@@ -71,17 +71,12 @@ extension Integration {
             _ = try cdctl(["start", "long", "1h"], socket: s)
             let watcher = try daemon.connect()
             _ = try watcher.request("SUBSCRIBE long")
-            let waiter = Process()
-            waiter.executableURL = URL(fileURLWithPath: TestBinaries.cdctl)
-            waiter.arguments = ["--socket", s, "wait", "long"]
-            waiter.standardError = FileHandle.nullDevice
-            try waiter.run()
+            let waiter = try ChildProcess(TestBinaries.cdctl, ["--socket", s, "wait", "long"], environment: ProcessInfo.processInfo.environment)
             // The waiter subscribes before it reads STATUS; the daemon's STATUS= line to systemd
             // counts subscribers, so wait until it shows the waiter beside the watcher.
             try waitUntil(timeout: 10) { subscriberCount(daemon) >= 2 }
             _ = try cdctl(["cancel", "long"], socket: s)
-            waiter.waitUntilExit()
-            #expect(waiter.terminationStatus == 5)
+            #expect(waiter.wait() == 5)
         }
 
         @Test("start --wait blocks until the countdown is done")

@@ -45,6 +45,23 @@ extension Integration {
             #expect(updates.count < 20, "52 changes in well under a second must be rate-limited, got \(updates.count)")
         }
 
+        @Test("a service manager that stops reading STATUS= updates cannot wedge the daemon")
+        func unreadNotifySocket() throws {
+            // Every change sends STATUS=; the listener reads READY=1 and then nothing. A Unix
+            // datagram socket queues at most net.unix.max_dgram_qlen (512) datagrams; a blocking
+            // sender waits after that.
+            let daemon = try DaemonProcess(arguments: ["--status-interval", "0"])
+            let control = try daemon.connect()
+            let started = monotonicNow()
+            for index in 0..<800 {
+                _ = try control.request("START n\(index) 1h", timeout: 5)
+            }
+            #expect(try control.request("PING", timeout: 5).outcome == .ok("pong"))
+            #expect(monotonicNow() - started < 30)
+            // Reading again lets the coalesced latest status through.
+            #expect(daemon.notify.waitFor("STATUS=800 running", timeout: 10) != nil)
+        }
+
         @Test("WATCHDOG=1 is sent at half the interval while the queue is healthy")
         func watchdog() throws {
             let daemon = try DaemonProcess(environment: ["WATCHDOG_USEC": "400000"], watchdogPIDSelf: true)
@@ -76,19 +93,11 @@ extension Integration {
             let directory = TemporaryDirectory()
             let socketPath = directory.file("activated.sock")
             let notify = NotifyListener(path: directory.file("notify.sock"))
-            let activator = Process()
-            activator.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-socket-activate")
-            activator.arguments = [
+            let activator = try ChildProcess("/usr/bin/systemd-socket-activate", [
                 "-l", socketPath, "--fdname=control", "-E", "NOTIFY_SOCKET=\(notify.path)",
                 "-E", "XDG_STATE_HOME=\(directory.file("state"))",
                 TestBinaries.countdownd, "--socket", directory.file("unused.sock"),
-            ]
-            activator.standardError = FileHandle.nullDevice
-            try activator.run()
-            defer {
-                if activator.isRunning { kill(activator.processIdentifier, SIGKILL) }
-                activator.waitUntilExit()
-            }
+            ], environment: ProcessInfo.processInfo.environment)
             // The tool binds first, and execs the daemon on the first connection.
             try waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: socketPath) }
             let connection = try CountdownConnection(path: socketPath, timeout: 10)
@@ -97,9 +106,8 @@ extension Integration {
             #expect(try connection.request("LIST").countdowns.map(\.name) == ["activated"])
             #expect(notify.waitFor("READY=1", timeout: 10) != nil)
             #expect(!FileManager.default.fileExists(atPath: directory.file("unused.sock")), "it used the passed socket, not --socket")
-            kill(activator.processIdentifier, SIGTERM)  // systemd-socket-activate exec'd into countdownd.
-            activator.waitUntilExit()
-            #expect(activator.terminationStatus == 0)
+            activator.signal(SIGTERM)  // systemd-socket-activate exec'd into countdownd.
+            #expect(activator.wait() == 0)
             #expect(FileManager.default.fileExists(atPath: socketPath), "a passed socket belongs to systemd and is never unlinked")
         }
 

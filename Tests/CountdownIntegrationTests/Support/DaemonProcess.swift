@@ -9,7 +9,7 @@ final class DaemonProcess {
     let directory: TemporaryDirectory
     let socketPath: String
     let notify: NotifyListener
-    let process = Process()
+    private(set) var process: ChildProcess!
     let stderrPath: String
 
     /// Starts the daemon and waits until it reports `READY=1`.
@@ -28,14 +28,15 @@ final class DaemonProcess {
         socketPath = directory.file("d.sock")
         notify = NotifyListener(path: directory.file("notify-\(UUID().uuidString.prefix(8)).sock"))
         stderrPath = directory.file("stderr-\(UUID().uuidString.prefix(8)).log")
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        let executable: String
+        let fullArguments: [String]
         if watchdogPIDSelf {
             // sd_watchdog_enabled() only says yes when WATCHDOG_PID is this process's pid.
-            process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\"", TestBinaries.countdownd, "--socket", socketPath] + arguments
+            executable = "/bin/sh"
+            fullArguments = ["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\"", TestBinaries.countdownd, "--socket", socketPath] + arguments
         } else {
-            process.executableURL = URL(fileURLWithPath: TestBinaries.countdownd)
-            process.arguments = ["--socket", socketPath] + arguments
+            executable = TestBinaries.countdownd
+            fullArguments = ["--socket", socketPath] + arguments
         }
         var env = ProcessInfo.processInfo.environment
         env["NOTIFY_SOCKET"] = notify.path
@@ -48,26 +49,18 @@ final class DaemonProcess {
         env["WATCHDOG_PID"] = nil
         env.merge(environment) { $1 }
         if watchdogPIDSelf { env["WATCHDOG_PID"] = nil }
-        process.environment = env
-        process.standardError = FileHandle(forWritingAtPath: stderrPath)
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
+        let log = open(stderrPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        defer { close(log) }
+        process = try ChildProcess(executable, fullArguments, environment: env, stderr: log)
         if waitForReady {
             guard notify.waitFor("READY=1", timeout: 20) != nil else {
-                process.terminate()
+                process.signal(SIGKILL)
                 throw HarnessError.notReady(stderr: stderrText)
             }
         }
     }
 
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
-
-    var pid: pid_t { process.processIdentifier }
+    var pid: pid_t { process.pid }
 
     /// What the daemon wrote to stderr so far.
     var stderrText: String {
@@ -82,15 +75,14 @@ final class DaemonProcess {
     /// Sends SIGTERM and waits for the exit; returns the exit status.
     @discardableResult
     func terminate() -> Int32 {
-        kill(process.processIdentifier, SIGTERM)
-        process.waitUntilExit()
-        return process.terminationStatus
+        process.signal(SIGTERM)
+        return process.wait()
     }
 
     /// Kills the daemon with SIGKILL, as a crash would.
     func crash() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        process.signal(SIGKILL)
+        process.wait()
     }
 
     /// The number of descriptors the daemon holds open now.
@@ -136,34 +128,34 @@ struct CommandResult {
 
 /// Runs an executable to completion with a time limit, capturing its output.
 func runCommand(_ executable: String, _ arguments: [String], environment: [String: String] = [:], timeout: Double = 30) throws -> CommandResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
     var env = ProcessInfo.processInfo.environment
     env.merge(environment) { $1 }
-    process.environment = env
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    // Read both pipes to the end (a full pipe would block the child), then reap it.
-    let group = DispatchGroup()
-    nonisolated(unsafe) var outData = Data()
-    nonisolated(unsafe) var errData = Data()
-    DispatchQueue.global().async(group: group) { outData = out.fileHandleForReading.readDataToEndOfFile() }
-    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
-    if group.wait(timeout: .now() + timeout) == .timedOut {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        throw HarnessError.unexpected("\(executable) \(arguments) did not finish within \(timeout) s")
+    let directory = TemporaryDirectory()
+    let outPath = directory.file("stdout"), errPath = directory.file("stderr")
+    let out = open(outPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    let err = open(errPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    let child: ChildProcess
+    do {
+        defer {
+            close(out)
+            close(err)
+        }
+        child = try ChildProcess(executable, arguments, environment: env, stdout: out, stderr: err)
     }
-    process.waitUntilExit()
+    // Output goes to files, so a chatty child never blocks on a full pipe; poll for its exit.
+    let deadline = monotonicNow() + timeout
+    while child.isRunning {
+        guard monotonicNow() < deadline else {
+            child.signal(SIGKILL)
+            child.wait()
+            throw HarnessError.unexpected("\(executable) \(arguments) did not finish within \(timeout) s")
+        }
+        usleep(2000)
+    }
     return CommandResult(
-        status: process.terminationStatus,
-        stdout: String(decoding: outData, as: UTF8.self),
-        stderr: String(decoding: errData, as: UTF8.self)
+        status: child.wait(),
+        stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+        stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
     )
 }
 

@@ -1,0 +1,136 @@
+import CountdownCore
+import Foundation
+import Glibc
+import Testing
+
+extension Integration {
+    @Suite("cdctl for scripts and status bars: --format, --follow, --if-idle, --json, completion")
+    struct CdctlOutputTests {
+        @Test("--format renders one line per countdown, golden")
+        func format() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            _ = try cdctl(["start", "tea", "3m"], socket: s)
+            _ = try cdctl(["start", "pomodoro", "25m"], socket: s)
+            _ = try cdctl(["pause", "pomodoro"], socket: s)
+            let one = try cdctl(["status", "tea", "--format", "{name} {state} {total} [{percent}%]"], socket: s)
+            #expect(one.status == 0 && one.stdout == "tea running 3:00 [100%]\n", "\(one.stdout)")
+            let all = try cdctl(["list", "--format", "{name}:{state}"], socket: s)
+            #expect(all.stdout == "pomodoro:paused\ntea:running\n")
+            let bad = try cdctl(["list", "--format", "{eta}"], socket: s)
+            #expect(bad.status == 2 && bad.stderr.contains("unknown placeholder '{eta}'"))
+        }
+
+        @Test("--json is golden: keys, types, one document")
+        func json() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "tea", "3m"], socket: daemon.socketPath)
+            _ = try cdctl(["pause", "tea"], socket: daemon.socketPath)
+            let result = try cdctl(["status", "tea", "--json"], socket: daemon.socketPath)
+            // Paused: no deadline; remaining is what was left at the pause, so normalise it.
+            let normalised = result.stdout.replacingOccurrences(of: #""remaining_ms":\d+"#, with: #""remaining_ms":N"#, options: .regularExpression)
+            #expect(normalised == #"{"name":"tea","owner_uid":\#(getuid()),"remaining_ms":N,"state":"paused","total_ms":180000}"# + "\n")
+        }
+
+        @Test("status --follow prints on every change: one line a second, then done")
+        func follow() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "tea", "2500ms"], socket: daemon.socketPath)
+            // Bounded: the countdown ends after 2.5 s; the follower is stopped at 6 s.
+            let result = try runCommand(
+                "/usr/bin/timeout",
+                ["6", TestBinaries.cdctl, "--socket", daemon.socketPath, "status", "tea", "--follow", "--format", "{name} {remaining_s} {state}"],
+                timeout: 20
+            )
+            let lines = result.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.suffix(3) == ["tea 2 running", "tea 1 running", "tea 0 done"], "\(lines)")
+            #expect(lines.count == 4, "a snapshot first, then two ticks and done: \(lines)")
+        }
+
+        @Test("start --if-idle leaves a running countdown alone and succeeds")
+        func ifIdle() throws {
+            let daemon = try DaemonProcess()
+            let first = try cdctl(["start", "build", "10m", "--if-idle"], socket: daemon.socketPath)
+            #expect(first.status == 0 && first.stdout.hasPrefix("build: running, 0:10:00"))
+            let second = try cdctl(["start", "build", "1m", "--if-idle"], socket: daemon.socketPath)
+            #expect(second.status == 0 && second.stderr.isEmpty)
+            #expect(second.stdout.hasSuffix("left of 0:10:00\n"), "the running one is untouched: \(second.stdout)")
+            let plain = try cdctl(["start", "build", "1m"], socket: daemon.socketPath)
+            #expect(plain.status == 4)
+        }
+
+        @Test("watch --json and the plain event lines are stable for scripts")
+        func watchLines() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "a", "1h"], socket: daemon.socketPath)
+            let plain = try runCommand("/usr/bin/timeout", ["1", TestBinaries.cdctl, "--socket", daemon.socketPath, "watch", "a"], timeout: 10)
+            let first = String(plain.stdout.split(separator: "\n").first ?? "")
+            #expect(first.wholeMatch(of: #/1 snapshot a \d+ 3600000 running/#) != nil, "\(plain.stdout)")
+            let json = try runCommand("/usr/bin/timeout", ["1", TestBinaries.cdctl, "--socket", daemon.socketPath, "watch", "--json", "a"], timeout: 10)
+            let firstLine = String(json.stdout.split(separator: "\n").first ?? "")
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(firstLine.utf8)) as? [String: Any])
+            #expect(object["kind"] as? String == "snapshot")
+            #expect(object["state"] as? String == "running")
+            #expect((object["seq"] as? Int ?? 0) >= 1)
+        }
+
+        @Test(
+            "bash completion offers commands, options and live countdown names",
+            .enabled(if: toolExists("/bin/bash"), "bash is not installed")
+        )
+        func bashCompletion() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "pomodoro", "25m"], socket: daemon.socketPath)
+            _ = try cdctl(["start", "tea", "3m"], socket: daemon.socketPath)
+            func complete(_ line: [String]) throws -> String {
+                let words = line.map { "'\($0)'" }.joined(separator: " ")
+                let script = """
+                    source '\(packageRoot)/completions/cdctl.bash'
+                    PATH='\(TestBinaries.directory)':$PATH
+                    COMP_WORDS=(\(words)); COMP_CWORD=\(line.count - 1)
+                    _cdctl
+                    printf '%s\\n' "${COMPREPLY[@]}" | sort
+                    """
+                return try runCommand("/bin/bash", ["-c", script]).stdout
+            }
+            #expect(try complete(["cdctl", "st"]) == "start\nstatus\n")
+            #expect(try complete(["cdctl", "--socket", daemon.socketPath, "cancel", ""]) == "pomodoro\ntea\n")
+            #expect(try complete(["cdctl", "--socket", daemon.socketPath, "status", "--f"]) == "--follow\n--format\n")
+        }
+
+        @Test(
+            "the other completions and the man pages parse",
+            .enabled(if: toolExists("/usr/bin/groff"), "groff is not installed, so the man pages cannot be checked")
+        )
+        func manPagesAndCompletions() throws {
+            for page in ["cdctl.1", "countdownd.8"] {
+                let result = try runCommand("/usr/bin/groff", ["-man", "-Tutf8", "-ww", "-z", "\(packageRoot)/docs/man/\(page)"])
+                #expect(result.status == 0 && result.stderr.isEmpty, "\(page): \(result.stderr)")
+            }
+            let syntax = try runCommand("/bin/bash", ["-n", "\(packageRoot)/completions/cdctl.bash"])
+            #expect(syntax.status == 0, "\(syntax.stderr)")
+            for (shell, file) in [("/usr/bin/zsh", "_cdctl"), ("/usr/bin/fish", "cdctl.fish")] where toolExists(shell) {
+                let result = try runCommand(shell, ["-n", "\(packageRoot)/completions/\(file)"])
+                #expect(result.status == 0, "\(file): \(result.stderr)")
+            }
+        }
+
+        @Test("--help lists every command and exit code the man page documents")
+        func helpMatchesManPage() throws {
+            let help = try runCommand(TestBinaries.cdctl, ["--help"]).stdout
+            let manual = try String(contentsOfFile: "\(packageRoot)/docs/man/cdctl.1", encoding: .utf8)
+            for command in ["start", "status", "list", "cancel", "pause", "resume", "extend", "watch", "wait"] {
+                #expect(help.contains("  \(command) "), "--help lacks \(command)")
+                #expect(manual.contains(command), "the man page lacks \(command)")
+            }
+            for option in ["--socket", "--json", "--format", "--follow", "--if-idle", "--replace", "--wait", "--no-color"] {
+                #expect(help.contains(option), "--help lacks \(option)")
+                #expect(manual.contains(option.replacingOccurrences(of: "-", with: "\\-")), "the man page lacks \(option)")
+            }
+            for code in 0...6 {
+                #expect(help.contains("  \(code)  "), "--help lacks exit code \(code)")
+                #expect(manual.contains(".B \(code)\n"), "the man page lacks exit code \(code)")
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import Glibc
+import Testing
+
+/// A private tmux server (its own socket), so the test never touches a user's sessions.
+struct Tmux {
+    let socket: String
+    let session = "watch"
+
+    @discardableResult
+    func run(_ arguments: [String]) throws -> CommandResult {
+        try runCommand("/usr/bin/tmux", ["-S", socket] + arguments, timeout: 10)
+    }
+
+    func screen() throws -> String {
+        try run(["capture-pane", "-p", "-t", session]).stdout
+    }
+
+    func value(_ format: String) throws -> String {
+        try run(["display-message", "-p", "-t", session, format]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Polls the screen until `condition` holds (a pseudo-terminal has no events to wait on).
+    func waitForScreen(timeout: Double, _ condition: (String) -> Bool) throws -> String {
+        let deadline = monotonicNow() + timeout
+        while true {
+            let text = try screen()
+            if condition(text) { return text }
+            guard monotonicNow() < deadline else {
+                throw HarnessError.unexpected("the screen never matched; last screen:\n\(text)")
+            }
+            usleep(50_000)
+        }
+    }
+}
+
+extension Integration {
+    @Suite("cdctl watch on a real pseudo-terminal (tmux)")
+    struct WatchTerminalTests {
+        @Test(
+            "the bar shrinks, the countdown finishes on screen, and Ctrl-C leaves the terminal clean",
+            .enabled(if: toolExists("/usr/bin/tmux"), "tmux is not installed")
+        )
+        func liveDisplay() throws {
+            let daemon = try DaemonProcess()
+            let tmux = Tmux(socket: daemon.directory.file("tmux.sock"))
+            // A shell that ignores SIGINT stays alive after Ctrl-C, so the terminal's state after
+            // cdctl has gone can be inspected (tmux reports no cursor for a dead pane). cdctl sets
+            // its own SIGINT handler, which replaces the inherited "ignore".
+            let script = "trap '' INT; '\(TestBinaries.cdctl)' --socket '\(daemon.socketPath)' watch; echo \"watch exited $?\"; exec sleep 60"
+            try tmux.run([
+                "new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "10",
+                "env", "TERM=xterm-256color", "/bin/sh", "-c", script,
+            ])
+            defer { _ = try? tmux.run(["kill-server"]) }
+            _ = try tmux.waitForScreen(timeout: 10) { $0.contains("none running") }
+            #expect(try tmux.value("#{cursor_flag}") == "0", "the cursor is hidden while drawing")
+
+            _ = try cdctl(["start", "tea", "4s"], socket: daemon.socketPath)
+            func filledCells(_ screen: String) -> Int {
+                screen.split(separator: "\n").first { $0.hasPrefix("tea") }.map { $0.filter { $0 == "█" }.count } ?? -1
+            }
+            let early = try tmux.waitForScreen(timeout: 10) { filledCells($0) > 0 }
+            let later = try tmux.waitForScreen(timeout: 10) { filledCells($0) > 0 && filledCells($0) < filledCells(early) }
+            #expect(filledCells(later) < filledCells(early), "the bar shrinks: \(filledCells(early)) then \(filledCells(later))")
+            #expect(later.contains("running"))
+            let finished = try tmux.waitForScreen(timeout: 10) { $0.contains("tea") && $0.contains("done") }
+            #expect(finished.contains("0:00:00"))
+
+            try tmux.run(["send-keys", "-t", tmux.session, "C-c"])
+            let after = try tmux.waitForScreen(timeout: 10) { $0.contains("watch exited") }
+            #expect(after.contains("watch exited 130"), "Ctrl-C ends watch with 128 + SIGINT")
+            #expect(try tmux.value("#{cursor_flag}") == "1", "the cursor is visible again")
+            #expect(try tmux.value("#{pane_dead}") == "0")
+        }
+    }
+}
