@@ -55,6 +55,9 @@ public struct CountdownEngine {
     public private(set) var runningCount = 0
     /// How many countdowns are paused.
     public private(set) var pausedCount = 0
+    /// The latest instant the engine has run everything due by: every running countdown with a
+    /// deadline at or before it is done. Storage records this instead of a write per `done`.
+    public private(set) var advancedThrough = Instant(nanoseconds: .min)
 
     /// Creates an empty engine.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
@@ -359,6 +362,7 @@ public struct CountdownEngine {
     /// it gets one tick for the latest whole second passed, or its `done`, never a burst of
     /// stale ticks.
     public mutating func advance(to now: Instant, events: inout [CountdownEvent]) {
+        defer { advancedThrough = max(advancedThrough, now) }
         while let top = heap.minimum, top.due <= now.nanoseconds {
             heap.popMinimum()
             guard let record = records[Int(top.slot)], record.generation == top.generation else {

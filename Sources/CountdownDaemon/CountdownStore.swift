@@ -53,6 +53,10 @@ final class CountdownStore {
         var bootID: String?
         /// Rows that could not be read, skipped with a log line each.
         var unreadableRows: [String]
+        /// Every running row with a deadline at or before this (boot clock, same boot) was done.
+        var doneThroughBootNanoseconds: Int64?
+        /// The same on the wall clock, for after a reboot.
+        var doneThroughUnixMilliseconds: Int64?
     }
 
     /// Opens (creating) the database in `directory` with the given durability.
@@ -62,6 +66,10 @@ final class CountdownStore {
         database = try SQLiteDatabase(path: path)
         try database.execute("PRAGMA journal_mode=WAL")
         try database.execute("PRAGMA synchronous=\(durability == .power ? "FULL" : "NORMAL")")
+        // Checkpoints (which sync the database file) run on a background connection, not on the
+        // daemon's queue: see `WALCheckpointer`. Room for the hot pages.
+        try database.execute("PRAGMA wal_autocheckpoint=0")
+        try database.execute("PRAGMA cache_size=-16000")
         try database.execute("""
             CREATE TABLE IF NOT EXISTS countdowns (
                 name TEXT PRIMARY KEY NOT NULL,
@@ -95,6 +103,8 @@ final class CountdownStore {
         var contents = Contents(rows: [], lastSequence: 0, bootID: nil, unreadableRows: [])
         contents.lastSequence = UInt64(try database.scalarText("SELECT value FROM meta WHERE key = 'last_seq'") ?? "0") ?? 0
         contents.bootID = try database.scalarText("SELECT value FROM meta WHERE key = 'boot_id'")
+        contents.doneThroughBootNanoseconds = try database.scalarText("SELECT value FROM meta WHERE key = 'done_through_boot_ns'").flatMap { Int64($0) }
+        contents.doneThroughUnixMilliseconds = try database.scalarText("SELECT value FROM meta WHERE key = 'done_through_unix_ms'").flatMap { Int64($0) }
         let select = try database.prepare("""
             SELECT name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns, finished_unix_ms, owner_uid, late_ms
             FROM countdowns
@@ -119,7 +129,15 @@ final class CountdownStore {
     }
 
     /// Writes one batch in one transaction: the rows to store, the names to forget, the metadata.
-    func commit(upserts: [StoredCountdown], deletions: [String], lastSequence: UInt64, bootID: String?) throws(SQLiteError) {
+    ///
+    /// A countdown reaching its deadline is not written row by row (at 100,000 countdowns that
+    /// would dirty a random page per `done`): the `done_through` watermark says that every running
+    /// row with a deadline at or before it is done. Events fire in deadline order, so that is
+    /// exact. `maintain` folds it into the rows now and then.
+    func commit(
+        upserts: [StoredCountdown], deletions: [String], lastSequence: UInt64, bootID: String?,
+        doneThroughBootNanoseconds: Int64, doneThroughUnixMilliseconds: Int64
+    ) throws(SQLiteError) {
         try database.execute("BEGIN IMMEDIATE")
         do throws(SQLiteError) {
             for row in upserts {
@@ -139,9 +157,36 @@ final class CountdownStore {
                 try deleteStatement.run()
             }
             try setMeta("last_seq", "\(lastSequence)")
+            try setMeta("done_through_boot_ns", "\(doneThroughBootNanoseconds)")
+            try setMeta("done_through_unix_ms", "\(doneThroughUnixMilliseconds)")
             if let bootID {
                 try setMeta("boot_id", bootID)
             }
+            try database.execute("COMMIT")
+        } catch {
+            try? database.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Folds the `done_through` watermark into the rows (running rows past it become `done`) and
+    /// deletes finished rows older than `finishedBeforeUnixMilliseconds`: one pass, now and then,
+    /// instead of a write per countdown.
+    func maintain(doneThroughBootNanoseconds: Int64, finishedBeforeUnixMilliseconds: Int64) throws(SQLiteError) {
+        try database.execute("BEGIN IMMEDIATE")
+        do throws(SQLiteError) {
+            let markDone = try database.prepare("""
+                UPDATE countdowns SET state = 'done', finished_unix_ms = deadline_unix_ms,
+                    deadline_unix_ms = NULL, deadline_boot_ns = NULL, remaining_ns = 0
+                WHERE state = 'running' AND deadline_boot_ns <= ?1
+                """)
+            markDone.bind(1, doneThroughBootNanoseconds)
+            try markDone.run()
+            let forget = try database.prepare("""
+                DELETE FROM countdowns WHERE state IN ('done', 'cancelled') AND finished_unix_ms < ?1
+                """)
+            forget.bind(1, finishedBeforeUnixMilliseconds)
+            try forget.run()
             try database.execute("COMMIT")
         } catch {
             try? database.execute("ROLLBACK")

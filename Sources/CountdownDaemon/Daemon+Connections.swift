@@ -58,27 +58,28 @@ extension Daemon {
         flush(connection)
     }
 
-    /// Reads everything the socket has, handles each complete line, and leaves the replies for
-    /// the end of the batch.
+    /// Reads what the socket has and handles each complete line, leaving the replies for the end
+    /// of the batch.
     ///
     /// It reads until `EAGAIN` or end of file, never less: a Dispatch read source may not fire
     /// again for data (or an EOF) that was already there when it last fired. After a fair share
-    /// (16 reads) it yields to other handlers and continues in a block queued behind them.
+    /// (`requestsPerPass` requests) it yields to the timer and other clients and continues in a
+    /// block queued behind them; lines already read wait in the framer meanwhile.
     func readable(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !connection.isClosed, !connection.isReadingPaused else { return }
         let now = SystemClock.now()
-        var reads = 0
+        var budget = Self.requestsPerPass
         var drained = false
         while !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
-            guard reads < 16 else { break }
+            budget -= handleLines(of: connection, now: now, limit: budget)
+            guard budget > 0 else { break }
             let count = readBuffer.withUnsafeMutableBytes { read(connection.descriptor, $0.baseAddress, $0.count) }
             if count > 0 {
                 connection.framer.append(readBuffer[0..<count])
-                handleLines(of: connection, now: now)
-                reads += 1
             } else if count == 0 {
                 // The peer closed its sending side: answer what it sent, then close.
+                handleLines(of: connection, now: now)
                 if connection.framer.hasPartialLine {
                     logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
                 }

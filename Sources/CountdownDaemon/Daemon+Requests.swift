@@ -2,12 +2,20 @@ import CountdownCore
 import Glibc
 
 extension Daemon {
-    /// Handles every complete line the connection has buffered, in order.
-    func handleLines(of connection: Connection, now: Instant) {
+    /// The most requests handled in one go before other work (the timer, other clients) gets a
+    /// turn: a burst of thousands of pipelined requests must not hold due ticks back.
+    static let requestsPerPass = 256
+
+    /// Handles complete lines the connection has buffered, in order, up to `limit` of them.
+    /// - Returns: how many lines were handled.
+    @discardableResult
+    func handleLines(of connection: Connection, now: Instant, limit: Int = .max) -> Int {
         var clock: WallClockMapping?
+        var handled = 0
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
-        while !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold,
+        while handled < limit, !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold,
               let frame = connection.framer.nextFrame() {
+            handled += 1
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch frame {
@@ -34,6 +42,7 @@ extension Daemon {
             connection.output.appendReply(replyBuffer)
             publish(events)
         }
+        return handled
     }
 
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.

@@ -27,6 +27,7 @@ extension Daemon {
         // `opened` is set on every path that did not throw.
         let (store, contents) = opened!
         self.store = store
+        checkpointer = try? WALCheckpointer(path: store.path)
         for name in contents.unreadableRows {
             logger.log(.warning, "skipped an unreadable row for '\(name)' in the state database")
         }
@@ -35,7 +36,8 @@ extension Daemon {
         let clock = SystemClock.mapping(at: now)
         let sameBoot = bootID != nil && bootID == contents.bootID
         engine.continueSequence(after: contents.lastSequence)
-        let countdowns = contents.rows.map { persisted($0, clock: clock, sameBoot: sameBoot) }
+        let watermark = doneWatermark(contents, clock: clock, sameBoot: sameBoot)
+        let countdowns = contents.rows.map { persisted($0, clock: clock, sameBoot: sameBoot, doneThrough: watermark) }
             .sorted { ($0.deadline ?? $0.finishedAt ?? now) < ($1.deadline ?? $1.finishedAt ?? now) }
         events.removeAll(keepingCapacity: true)
         var forgotten = contents.unreadableRows
@@ -47,8 +49,16 @@ extension Daemon {
             dirtyNames.formUnion(countdowns.map(\.name))
         }
         pendingDeletions.append(contentsOf: forgotten)
+        engine.advance(to: now, events: &events)
         publish(events)
+        // Restored countdowns that are done now (late) carry late_ms: store that once. Store the
+        // new watermark too, so maintenance can fold every finished row.
+        for event in events where event.kind == .done {
+            dirtyNames.insert(event.name)
+        }
+        donePendingCommit = true
         commitBatch()
+        maintainStore()
         if storageFailing {
             throw .storage("cannot write the state database \(store.path); check free space and permissions")
         }
@@ -59,8 +69,9 @@ extension Daemon {
     /// the end of each batch, before any reply or event of the batch is written to a socket.
     func commitBatch() {
         dispatchPrecondition(condition: .onQueue(queue))
-        pendingDeletions.append(contentsOf: engine.takePurgedNames())
-        guard let store, !dirtyNames.isEmpty || !pendingDeletions.isEmpty else { return }
+        // Purged countdowns are deleted in bulk by `maintainStore`, not one by one.
+        _ = engine.takePurgedNames()
+        guard let store, !dirtyNames.isEmpty || !pendingDeletions.isEmpty || donePendingCommit else { return }
         let clock = SystemClock.mapping()
         var upserts: [StoredCountdown] = []
         upserts.reserveCapacity(dirtyNames.count)
@@ -72,7 +83,13 @@ extension Daemon {
             }
         }
         do throws(SQLiteError) {
-            try store.commit(upserts: upserts, deletions: pendingDeletions, lastSequence: engine.lastSequence, bootID: bootID)
+            try store.commit(
+                upserts: upserts, deletions: pendingDeletions, lastSequence: engine.lastSequence, bootID: bootID,
+                doneThroughBootNanoseconds: engine.advancedThrough.nanoseconds,
+                doneThroughUnixMilliseconds: clock.unixMilliseconds(of: engine.advancedThrough)
+            )
+            committedDoneThrough = engine.advancedThrough
+            donePendingCommit = false
             dirtyNames.removeAll(keepingCapacity: true)
             pendingDeletions.removeAll(keepingCapacity: true)
             if storageFailing {
@@ -86,6 +103,35 @@ extension Daemon {
             }
             storageFailing = true
         }
+    }
+
+    /// How often `maintainStore` folds the done-through watermark into the rows and deletes
+    /// finished rows past their retention.
+    static let maintenanceInterval = DispatchTimeInterval.seconds(60)
+
+    /// Runs the store's maintenance now, and again every `maintenanceInterval`.
+    func maintainStore() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let store, !isStopping else { return }
+        commitBatch()
+        let clock = SystemClock.mapping()
+        do throws(SQLiteError) {
+            try store.maintain(
+                doneThroughBootNanoseconds: committedDoneThrough.nanoseconds,
+                finishedBeforeUnixMilliseconds: clock.unixMilliseconds - configuration.engine.retentionMilliseconds
+            )
+        } catch {
+            logger.log(.warning, "state database maintenance failed: \(error); it is retried in a minute")
+        }
+        queue.asyncAfter(deadline: .now() + Self.maintenanceInterval) { [self] in maintainStore() }
+    }
+
+    /// The done-through watermark of the stored state, on this run's clock.
+    private func doneWatermark(_ contents: CountdownStore.Contents, clock: WallClockMapping, sameBoot: Bool) -> Instant? {
+        if sameBoot, let boot = contents.doneThroughBootNanoseconds {
+            return Instant(nanoseconds: boot)
+        }
+        return contents.doneThroughUnixMilliseconds.map(clock.instant(ofUnixMilliseconds:))
     }
 
     /// A countdown's durable state as stored on disk.
@@ -106,7 +152,10 @@ extension Daemon {
     /// A stored row on this run's clock. Within the same boot the boot-clock deadline is exact and
     /// immune to wall-clock steps made while the daemon was down; after a reboot the wall-clock
     /// deadline is all there is.
-    func persisted(_ row: StoredCountdown, clock: WallClockMapping, sameBoot: Bool) -> PersistedCountdown {
+    ///
+    /// A running row whose deadline is at or before the done-through watermark was already done
+    /// (and reported) before the daemon stopped: it comes back `done`, silently.
+    func persisted(_ row: StoredCountdown, clock: WallClockMapping, sameBoot: Bool, doneThrough: Instant?) -> PersistedCountdown {
         var deadline: Instant?
         if row.state == .running {
             if sameBoot, let boot = row.deadlineBootNanoseconds {
@@ -114,6 +163,12 @@ extension Daemon {
             } else {
                 // A running row always has a wall-clock deadline; without one it is due now.
                 deadline = clock.instant(ofUnixMilliseconds: row.deadlineUnixMilliseconds ?? clock.unixMilliseconds)
+            }
+            if let deadline, let doneThrough, deadline <= doneThrough {
+                return PersistedCountdown(
+                    name: row.name, state: .done, totalMilliseconds: row.totalMilliseconds, deadline: nil,
+                    remainingNanoseconds: 0, finishedAt: deadline, owner: row.owner, lateMilliseconds: row.lateMilliseconds
+                )
             }
         }
         return PersistedCountdown(

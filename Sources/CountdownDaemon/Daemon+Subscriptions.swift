@@ -69,14 +69,21 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         for event in events {
             if event.kind.isLifecycle {
-                dirtyNames.insert(event.name)
-                logger.log(.info, describe(event), fields: [
-                    "COUNTDOWN_NAME": event.name,
-                    "COUNTDOWN_EVENT": event.kind.rawValue,
-                    "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
-                    "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",
-                    "COUNTDOWN_SEQ": "\(event.sequence)",
-                ])
+                // A `done` is covered by the store's done-through watermark, not a row write.
+                if event.kind == .done {
+                    donePendingCommit = true
+                } else {
+                    dirtyNames.insert(event.name)
+                }
+                if logger.threshold >= .info {
+                    logger.log(.info, describe(event), fields: [
+                        "COUNTDOWN_NAME": event.name,
+                        "COUNTDOWN_EVENT": event.kind.rawValue,
+                        "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
+                        "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",
+                        "COUNTDOWN_SEQ": "\(event.sequence)",
+                    ])
+                }
             }
             let byName = nameSubscribers[event.name]
             if allSubscribers.isEmpty && byName == nil { continue }

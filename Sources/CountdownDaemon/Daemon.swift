@@ -24,12 +24,25 @@ public final class Daemon: @unchecked Sendable {
 
     var engine: CountdownEngine
     var store: CountdownStore?
+    var checkpointer: WALCheckpointer?
     /// Countdowns changed in the current batch, written by `commitBatch`.
     var dirtyNames: Set<String> = []
     /// Countdowns to forget in storage with the next commit.
     var pendingDeletions: [String] = []
     /// The last commit failed; changes are kept and retried.
     var storageFailing = false
+    /// What the store last recorded of `engine.advancedThrough`.
+    var committedDoneThrough = Instant.zero
+    /// A `done` was published since the last commit, so the watermark must be stored first.
+    var donePendingCommit = false
+    /// When the wake-up timer last fired.
+    var lastTimerWake = Instant.zero
+
+    /// The least time between two timer wake-ups. With 100,000 countdowns something is due every
+    /// few tens of microseconds; waking for each costs more in the kernel (timerfd re-arm, context
+    /// switch) than the work itself. Waking at most every 250 µs batches them, adds at most 250 µs
+    /// to an event, and changes nothing when events are sparse.
+    static let minimumWakeInterval: Int64 = 250_000
     /// This boot's id, read once: boot-clock deadlines in storage are only valid within it.
     let bootID = CountdownStore.currentBootID()
     var listener: ListeningSocket?
@@ -149,6 +162,7 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         timer?.didFire()
         let now = SystemClock.now()
+        lastTimerWake = now
         events.removeAll(keepingCapacity: true)
         engine.advance(to: now, events: &events)
         publish(events)
@@ -173,7 +187,7 @@ public final class Daemon: @unchecked Sendable {
             flush(connection)
         }
         pendingFlush.removeAll(keepingCapacity: true)
-        timer?.arm(at: engine.nextWakeup)
+        timer?.arm(at: engine.nextWakeup.map { max($0, lastTimerWake.advanced(byNanoseconds: Self.minimumWakeInterval)) })
         reportStatus()
     }
 
@@ -188,6 +202,7 @@ public final class Daemon: @unchecked Sendable {
         listener?.close()
         timer?.cancel()
         commitBatch()
+        checkpointer?.finish()
         var line: [UInt8] = []
         WireEncoder.appendShutdown("countdownd is stopping", to: &line)
         for connection in connections.values {

@@ -57,6 +57,29 @@ extension Integration {
             #expect(try third.connect().request("STATUS quick0").countdowns.first?.state == .done)
         }
 
+        @Test("a done delivered before a crash is not reported again, and the sqlite3 tool shows it done")
+        func doneBeforeCrash() throws {
+            let directory = TemporaryDirectory()
+            let first = try DaemonProcess(directory: directory)
+            let c = try first.connect()
+            _ = try c.request("SUBSCRIBE brew")
+            _ = try c.request("START brew 1200ms")
+            _ = try c.request("START later 1h")
+            _ = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
+            #expect(try c.request("PING").outcome == .ok("pong"))  // The batch with the done is committed.
+            first.crash()
+            let second = try DaemonProcess(directory: directory)
+            let brew = try #require(try second.connect().request("STATUS brew").countdowns.first)
+            #expect(brew.state == .done && brew.lateMilliseconds == nil, "done before the crash: not late, not again")
+            #expect(!second.stderrText.contains("brew: done"), "not reported a second time")
+            #expect(try second.connect().request("STATUS later").countdowns.first?.state == .running)
+            if toolExists("/usr/bin/sqlite3") {
+                let database = directory.file("state/countdownd/countdownd.db")
+                let rows = try runCommand("/usr/bin/sqlite3", [database, "SELECT name, state FROM countdowns ORDER BY name"])
+                #expect(rows.stdout == "brew|done\nlater|running\n", "\(rows.stdout)\(rows.stderr)")
+            }
+        }
+
         @Test("a corrupt database is moved aside with a clear log line; the daemon starts empty")
         func corruptDatabase() throws {
             let directory = TemporaryDirectory()
