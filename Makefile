@@ -17,11 +17,14 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
+# Only the tests use these (zsh and fish check their completions); without them those tests are
+# skipped with a message, so failing to install them does not fail the build.
+TEST_PACKAGES := zsh fish
 
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build release run test install uninstall clean fuzz fuzz-smoke bench bench-smoke
+.PHONY: all deps test-deps build release run test install uninstall clean fuzz fuzz-smoke bench bench-smoke
 
 all: build
 
@@ -48,7 +51,14 @@ release: deps
 run: build
 	$$($(SWIFT) build --show-bin-path)/countdownd
 
-test: deps
+test-deps:
+	-@missing=""; for pkg in $(TEST_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" -eq 0 ]; then \
+	  echo "installing for the tests:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null >/dev/null; fi
+
+test: deps test-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 

@@ -36,6 +36,16 @@ def build_tools():
         subprocess.run(["cc", "-O2", "-o", os.path.join(TOOLS, tool), os.path.join(ROOT, "bench", tool + ".c"), "-lpthread"], check=True)
 
 
+def stop_process(process):
+    """SIGTERM, then SIGKILL if it has not exited within 10 s; always reaped."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class NotifySocket:
     def __init__(self, path):
         self.path = path
@@ -89,12 +99,7 @@ class Daemon:
         return 0
 
     def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def pipelined(sock_path, lines, greeting=True):
@@ -206,12 +211,7 @@ class Redis:
             time.sleep(0.05)
 
     def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def redis_lateness(workdir, n, seed):
