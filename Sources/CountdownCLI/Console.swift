@@ -29,6 +29,7 @@ public struct Console: Sendable {
         var bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
+            // `bytes` is not empty inside this loop, so its buffer has a base address.
             let written = bytes.withUnsafeMutableBytes { write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
             if written < 0 {
                 if errno == EINTR { continue }

@@ -78,6 +78,7 @@ public final class CountdownConnection {
         var offset = 0
         while offset < bytes.count {
             let sent = bytes.withUnsafeBytes { raw in
+                // `bytes` is not empty inside this loop, so its buffer has a base address.
                 Glibc.send(descriptor, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
             }
             if sent < 0 {

@@ -30,11 +30,10 @@ extension Daemon {
             case .line(let bytes):
                 do {
                     guard let request = try RequestParser.parse(bytes) else { continue }
-                    if clock == nil {
-                        clock = SystemClock.mapping(at: now)
-                    }
-                    // `clock` was set just above.
-                    try execute(request, from: connection, now: now, clock: clock!)
+                    // Read the wall clock once per pass, and only when a request needs it.
+                    let mapping = clock ?? SystemClock.mapping(at: now)
+                    clock = mapping
+                    try execute(request, from: connection, now: now, clock: mapping)
                 } catch {
                     WireEncoder.appendError(error, to: &replyBuffer)
                 }
