@@ -1,0 +1,66 @@
+import CountdownCore
+@testable import CountdownDaemon
+import Testing
+
+@Suite("countdownd's command line")
+struct DaemonCommandLineTests {
+    func parse(_ arguments: [String], environment: [String: String] = ["XDG_RUNTIME_DIR": "/run/user/7", "XDG_STATE_HOME": "/home/u/.state"], uid: UInt32 = 7) throws(DaemonCommandLine.UsageError) -> DaemonConfiguration {
+        guard case .run(let configuration) = try DaemonCommandLine.parse(arguments, environment: environment, uid: uid) else {
+            throw DaemonCommandLine.UsageError(description: "not a run command")
+        }
+        return configuration
+    }
+
+    @Test("defaults follow the documented resolution order")
+    func defaults() throws {
+        let configuration = try parse([])
+        #expect(configuration.socketPath == "/run/user/7/countdownd/countdownd.sock")
+        #expect(configuration.stateDirectory == "/home/u/.state/countdownd")
+        #expect(configuration.socketMode == 0o600)
+        #expect(configuration.durability == .process)
+        #expect(configuration.engine.maximumCountdowns == 1_000_000)
+        #expect(configuration.statusIntervalMilliseconds == 250)
+    }
+
+    @Test("state directory: STATE_DIRECTORY first (its first entry), then XDG, root, HOME")
+    func stateDirectory() {
+        #expect(DaemonConfiguration.defaultStateDirectory(environment: ["STATE_DIRECTORY": "/var/lib/countdownd:/var/lib/other", "XDG_STATE_HOME": "/x"], uid: 0) == "/var/lib/countdownd")
+        #expect(DaemonConfiguration.defaultStateDirectory(environment: ["XDG_STATE_HOME": "/x"], uid: 1000) == "/x/countdownd")
+        #expect(DaemonConfiguration.defaultStateDirectory(environment: [:], uid: 0) == "/var/lib/countdownd")
+        #expect(DaemonConfiguration.defaultStateDirectory(environment: ["HOME": "/home/a"], uid: 1000) == "/home/a/.local/state/countdownd")
+    }
+
+    @Test("every option is read")
+    func options() throws {
+        let configuration = try parse([
+            "--socket=/s.sock", "--socket-mode", "0660", "--state-dir", "/st", "--durability=power",
+            "--max-countdowns", "5", "--max-connections", "6", "--max-subscriptions", "7",
+            "--output-limit", "8192", "--log-level", "debug", "--status-interval", "0",
+        ])
+        #expect(configuration.socketPath == "/s.sock" && configuration.socketMode == 0o660 && configuration.stateDirectory == "/st")
+        #expect(configuration.durability == .power && configuration.engine.maximumCountdowns == 5)
+        #expect(configuration.maximumConnections == 6 && configuration.maximumSubscriptionsPerConnection == 7)
+        #expect(configuration.outputHardLimit == 8192 && configuration.logLevel == .debug && configuration.statusIntervalMilliseconds == 0)
+    }
+
+    @Test("bad values are usage errors that say what is expected", arguments: [
+        (["--socket-mode", "999"], "octal file mode"), (["--socket-mode", "rw"], "octal file mode"),
+        (["--durability", "disk"], "'process' or 'power'"), (["--max-countdowns", "0"], "above 0"),
+        (["--max-connections", "-1"], "above 0"), (["--log-level", "loud"], "error, warning"),
+        (["--status-interval", "-5"], "0 or more"), (["extra"], "takes only options"), (["--nope"], "unknown option"),
+    ] as [([String], String)])
+    func usageErrors(arguments: [String], fragment: String) {
+        do {
+            _ = try parse(arguments)
+            Issue.record("\(arguments) parsed")
+        } catch {
+            #expect(error.description.contains(fragment), "\(error)")
+        }
+    }
+
+    @Test("--help and --version win over everything else")
+    func helpAndVersion() throws {
+        #expect(try DaemonCommandLine.parse(["--max-countdowns", "0", "--help"], environment: [:], uid: 0) == .help)
+        #expect(try DaemonCommandLine.parse(["-V"], environment: [:], uid: 0) == .version)
+    }
+}
