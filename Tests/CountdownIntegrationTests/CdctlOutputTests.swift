@@ -129,6 +129,17 @@ extension Integration {
             #expect(result.status == 0, "\(result.stderr)")
         }
 
+        @Test("countdownd --help and countdownd(8) document the same options")
+        func daemonHelpMatchesManPage() throws {
+            let help = try runCommand(TestBinaries.countdownd, ["--help"]).stdout
+            let manual = try String(contentsOfFile: "\(packageRoot)/docs/man/countdownd.8", encoding: .utf8)
+            let options = help.matches(of: #/--[a-z][a-z-]+/#).map { String($0.output) }
+            #expect(options.count >= 10)
+            for option in Set(options) {
+                #expect(manual.contains(option.replacingOccurrences(of: "-", with: "\\-")), "countdownd(8) lacks \(option)")
+            }
+        }
+
         @Test("--help lists every command and exit code the man page documents")
         func helpMatchesManPage() throws {
             let help = try runCommand(TestBinaries.cdctl, ["--help"]).stdout

@@ -38,7 +38,7 @@ extension Integration {
     @Suite("cdctl watch on a real pseudo-terminal (tmux)")
     struct WatchTerminalTests {
         @Test(
-            "the bar shrinks, the countdown finishes on screen, and Ctrl-C leaves the terminal clean",
+            "the bar shrinks, follows a resize, the countdown finishes on screen, and Ctrl-C leaves the terminal clean",
             .enabled(if: toolExists("/usr/bin/tmux"), "tmux is not installed")
         )
         func liveDisplay() throws {
@@ -64,6 +64,12 @@ extension Integration {
             let later = try tmux.waitForScreen(timeout: 10) { filledCells($0) > 0 && filledCells($0) < filledCells(early) }
             #expect(filledCells(later) < filledCells(early), "the bar shrinks: \(filledCells(early)) then \(filledCells(later))")
             #expect(later.contains("running"))
+            // A narrower terminal: the next frames fit it, without wrapping.
+            try tmux.run(["resize-window", "-t", tmux.session, "-x", "44", "-y", "10"])
+            let narrow = try tmux.waitForScreen(timeout: 10) { screen in
+                screen.split(separator: "\n").first { $0.hasPrefix("tea") }.map { $0.count <= 43 && $0.contains("█") } ?? false
+            }
+            #expect(narrow.split(separator: "\n").allSatisfy { $0.count <= 44 })
             let finished = try tmux.waitForScreen(timeout: 10) { $0.contains("tea") && $0.contains("done") }
             #expect(finished.contains("0:00:00"))
 
