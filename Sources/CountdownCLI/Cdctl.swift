@@ -1,5 +1,6 @@
 import CountdownClient
 import CountdownCore
+import Glibc
 
 /// Runs one `cdctl` invocation against the daemon.
 public struct Cdctl {
@@ -206,39 +207,69 @@ public struct Cdctl {
 
     /// Blocks until every name is finished: `success` if all are done, `cancelled` if any was
     /// cancelled, `notFound` at once for a name that does not exist.
-    private func waitForAll(_ names: [String], on connection: CountdownConnection, subscribed: Bool) throws(ClientError) -> ExitCode {
-        if !subscribed {
-            // Subscribe before asking, so an event between the two is not missed.
-            try subscribe(connection, to: names)
-        }
+    private func waitForAll(_ names: [String], on first: CountdownConnection, subscribed: Bool) throws(ClientError) -> ExitCode {
+        var connection = first
+        var needsSubscription = !subscribed
         var outstanding = Set(names)
         var anyCancelled = false
-        for name in names {
-            let reply = try connection.request("STATUS \(name)")
-            if case .error = reply.outcome {
-                return report(reply, on: connection, name: name)
+        while true {
+            if needsSubscription {
+                // Subscribe before asking, so an event between the two is not missed.
+                try subscribe(connection, to: outstanding.sorted())
             }
-            if let state = reply.countdowns.first?.state, !state.isActive {
-                outstanding.remove(name)
-                anyCancelled = anyCancelled || state == .cancelled
+            for name in outstanding.sorted() {
+                let reply = try connection.request("STATUS \(name)")
+                if case .error = reply.outcome {
+                    return report(reply, on: connection, name: name)
+                }
+                if let state = reply.countdowns.first?.state, !state.isActive {
+                    outstanding.remove(name)
+                    anyCancelled = anyCancelled || state == .cancelled
+                }
             }
-        }
-        while !outstanding.isEmpty {
-            guard let event = try connection.nextEvent() else {
-                console.error("cdctl: countdownd closed the connection while waiting for \(outstanding.sorted().joined(separator: ", "))\(connection.shutdownReason.map { " (\($0))" } ?? "")\n")
+            while !outstanding.isEmpty, let event = try connection.nextEvent() {
+                guard outstanding.contains(event.name) else { continue }
+                if event.kind == .done || event.kind == .cancelled {
+                    outstanding.remove(event.name)
+                    anyCancelled = anyCancelled || event.kind == .cancelled
+                }
+            }
+            if outstanding.isEmpty { break }
+            // The daemon went away mid-wait (a restart, an upgrade). Countdowns survive restarts,
+            // so reconnect and carry on: a script's `cdctl wait build && …` should not fail.
+            guard let next = reconnect(reason: connection.shutdownReason, waitingFor: outstanding) else {
+                console.error("cdctl: countdownd closed the connection while waiting for \(outstanding.sorted().joined(separator: ", ")) and did not come back within \(Int(Self.reconnectWindow)) s\n")
                 return .unavailable
             }
-            guard outstanding.contains(event.name) else { continue }
-            if event.kind == .done || event.kind == .cancelled {
-                outstanding.remove(event.name)
-                anyCancelled = anyCancelled || event.kind == .cancelled
-            }
+            connection = next
+            needsSubscription = true
         }
         if anyCancelled {
             console.error("cdctl: \(names.count == 1 ? "'\(names[0])' was" : "a countdown was") cancelled\n")
             return .cancelled
         }
         return .success
+    }
+
+    /// How long `wait` keeps trying to reach a daemon that went away.
+    static let reconnectWindow = 30.0
+
+    /// Tries to connect again for up to `reconnectWindow` seconds, backing off from 50 ms to 1 s.
+    private func reconnect(reason: String?, waitingFor names: Set<String>) -> CountdownConnection? {
+        console.error("cdctl: countdownd went away\(reason.map { " (\($0))" } ?? ""); reconnecting to keep waiting for \(names.sorted().joined(separator: ", "))\n")
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        let deadline = Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9 + Self.reconnectWindow
+        var pause: UInt32 = 50_000
+        while true {
+            if let connection = try? CountdownConnection(path: invocation.socketPath, timeout: 5) {
+                return connection
+            }
+            clock_gettime(CLOCK_MONOTONIC, &spec)
+            if Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9 >= deadline { return nil }
+            usleep(pause)
+            pause = min(pause * 2, 1_000_000)
+        }
     }
 }
 

@@ -81,7 +81,8 @@ public enum CdctlCommandLine {
           watch [NAME...] [--json]
                                  follow countdowns: a live display on a terminal,
                                  one line per event otherwise
-          wait NAME...           block until every NAME finishes
+          wait NAME...           block until every NAME finishes (survives a daemon
+                                 restart: reconnects for up to 30 s)
 
         Durations: 90 (seconds), 90s, 1m30s, 1500ms, 2h, 1d; at most 366d.
         Names: 1-128 of A-Z a-z 0-9 . _ : @ + -

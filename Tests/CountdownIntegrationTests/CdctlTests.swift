@@ -79,6 +79,21 @@ extension Integration {
             #expect(waiter.wait() == 5)
         }
 
+        @Test("wait rides through a daemon restart: it reconnects and still sees the countdown finish")
+        func waitSurvivesRestart() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            _ = try cdctl(["start", "build", "2500ms"], socket: daemon.socketPath)
+            let watcher = try daemon.connect()
+            _ = try watcher.request("SUBSCRIBE build")
+            let waiter = try ChildProcess(TestBinaries.cdctl, ["--socket", daemon.socketPath, "wait", "build"], environment: ProcessInfo.processInfo.environment)
+            try waitUntil(timeout: 10) { subscriberCount(daemon) >= 2 }  // The waiter is subscribed.
+            #expect(daemon.terminate() == 0)
+            daemon = try DaemonProcess(directory: directory)
+            #expect(waiter.wait() == 0, "the countdown finished after the restart, and wait saw it")
+            #expect(try daemon.connect().request("STATUS build").countdowns.first?.state == .done)
+        }
+
         @Test("start --wait blocks until the countdown is done")
         func startWait() throws {
             let daemon = try DaemonProcess()
