@@ -257,16 +257,13 @@ public struct Cdctl {
     /// Tries to connect again for up to `reconnectWindow` seconds, backing off from 50 ms to 1 s.
     private func reconnect(reason: String?, waitingFor names: Set<String>) -> CountdownConnection? {
         console.error("cdctl: countdownd went away\(reason.map { " (\($0))" } ?? ""); reconnecting to keep waiting for \(names.sorted().joined(separator: ", "))\n")
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        let deadline = Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9 + Self.reconnectWindow
+        let deadline = monotonicSeconds() + Self.reconnectWindow
         var pause: UInt32 = 50_000
         while true {
             if let connection = try? CountdownConnection(path: invocation.socketPath, timeout: 5) {
                 return connection
             }
-            clock_gettime(CLOCK_MONOTONIC, &spec)
-            if Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9 >= deadline { return nil }
+            if monotonicSeconds() >= deadline { return nil }
             usleep(pause)
             pause = min(pause * 2, 1_000_000)
         }

@@ -42,7 +42,7 @@ struct LiveWatch {
         var drawnLines = 0
         var nextFrame = 0.0
         while true {
-            let now = monotonic()
+            let now = monotonicSeconds()
             if now >= nextFrame {
                 for (name, time) in finishedAt where now - time > Self.finishedLinger {
                     rows[name] = nil
@@ -53,14 +53,14 @@ struct LiveWatch {
             }
             if !connection.hasBufferedInput {
                 var poller = pollfd(fd: connection.fileDescriptor, events: Int16(POLLIN), revents: 0)
-                let waitMs = Int32(max(0, (nextFrame - monotonic()) * 1000))
+                let waitMs = Int32(max(0, (nextFrame - monotonicSeconds()) * 1000))
                 if poll(&poller, 1, waitMs) <= 0 { continue }
             }
             guard let event = try connection.nextEvent(timeout: 0.5) else {
                 console.out("countdownd closed the connection\n")
                 return .unavailable
             }
-            let arrived = monotonic()
+            let arrived = monotonicSeconds()
             var row = rows[event.name] ?? Row(name: event.name, state: .running, remainingAtEvent: 0, total: 0, eventTime: arrived)
             row.remainingAtEvent = event.remainingMilliseconds
             row.total = event.totalMilliseconds
@@ -134,12 +134,6 @@ struct LiveWatch {
     }
 
     var colorAllowed = true
-
-    private func monotonic() -> Double {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
-    }
 
     /// Ctrl-C and SIGTERM show the cursor again and end the line before exiting.
     private func installTerminalRestore() {

@@ -205,8 +205,8 @@ public final class CountdownConnection {
     }
 }
 
-/// Seconds on the monotonic clock, for timeouts.
-func monotonicSeconds() -> Double {
+/// Seconds on the monotonic clock, for timeouts and local interpolation.
+public func monotonicSeconds() -> Double {
     var spec = timespec()
     clock_gettime(CLOCK_MONOTONIC, &spec)
     return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9

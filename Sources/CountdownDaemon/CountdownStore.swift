@@ -30,7 +30,8 @@ struct StoredCountdown: Equatable {
 ///
 ///     countdowns(name PRIMARY KEY, state, total_ms, deadline_unix_ms, deadline_boot_ns,
 ///                remaining_ns, finished_unix_ms, owner_uid, late_ms)
-///     meta(key PRIMARY KEY, value)   -- schema_version, boot_id, last_seq
+///     meta(key PRIMARY KEY, value)   -- schema_version, boot_id, last_seq,
+///                                       -- done_through_boot_ns, done_through_unix_ms
 ///
 /// Writes come in batches, one transaction each (group commit); ticks are never stored.
 final class CountdownStore {
@@ -138,8 +139,7 @@ final class CountdownStore {
         upserts: [StoredCountdown], deletions: [String], lastSequence: UInt64, bootID: String?,
         doneThroughBootNanoseconds: Int64, doneThroughUnixMilliseconds: Int64
     ) throws(SQLiteError) {
-        try database.execute("BEGIN IMMEDIATE")
-        do throws(SQLiteError) {
+        try database.transaction { () throws(SQLiteError) in
             for row in upserts {
                 upsertStatement.bind(1, row.name)
                 upsertStatement.bind(2, row.state.rawValue)
@@ -162,10 +162,6 @@ final class CountdownStore {
             if let bootID {
                 try setMeta("boot_id", bootID)
             }
-            try database.execute("COMMIT")
-        } catch {
-            try? database.execute("ROLLBACK")
-            throw error
         }
     }
 
@@ -173,8 +169,7 @@ final class CountdownStore {
     /// deletes finished rows older than `finishedBeforeUnixMilliseconds`: one pass, now and then,
     /// instead of a write per countdown.
     func maintain(doneThroughBootNanoseconds: Int64, finishedBeforeUnixMilliseconds: Int64) throws(SQLiteError) {
-        try database.execute("BEGIN IMMEDIATE")
-        do throws(SQLiteError) {
+        try database.transaction { () throws(SQLiteError) in
             let markDone = try database.prepare("""
                 UPDATE countdowns SET state = 'done', finished_unix_ms = deadline_unix_ms,
                     deadline_unix_ms = NULL, deadline_boot_ns = NULL, remaining_ns = 0
@@ -187,10 +182,6 @@ final class CountdownStore {
                 """)
             forget.bind(1, finishedBeforeUnixMilliseconds)
             try forget.run()
-            try database.execute("COMMIT")
-        } catch {
-            try? database.execute("ROLLBACK")
-            throw error
         }
     }
 

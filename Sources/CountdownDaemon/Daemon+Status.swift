@@ -1,5 +1,5 @@
+import CountdownCore
 import Dispatch
-import Glibc
 
 /// The counts behind the `STATUS=` line systemd shows in `systemctl status`.
 struct StatusCounts: Equatable, CustomStringConvertible {
@@ -21,17 +21,16 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         let counts = statusCounts()
         guard counts != reportedStatus, !statusReportScheduled else { return }
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        let now = Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
-        let quiet = Double(configuration.statusIntervalMilliseconds) / 1000
-        if now - statusReportedAt >= quiet {
+        let now = SystemClock.now()
+        let quiet = Int64(configuration.statusIntervalMilliseconds) * 1_000_000
+        let sinceLast = now.nanoseconds(since: statusReportedAt)
+        if sinceLast >= quiet {
             reportedStatus = counts
             statusReportedAt = now
             notifier.updateStatus(counts.description)
         } else {
             statusReportScheduled = true
-            queue.asyncAfter(deadline: .now() + (quiet - (now - statusReportedAt))) { [self] in
+            queue.asyncAfter(deadline: .now() + .nanoseconds(Int(quiet - sinceLast))) { [self] in
                 statusReportScheduled = false
                 reportStatus()
             }

@@ -59,9 +59,9 @@ public final class Daemon: @unchecked Sendable {
     var nextConnectionID = 1
     /// Connections subscribed to anything (all, or some names).
     var subscriberCount = 0
-    /// What systemd was last told in `STATUS=`, and when (monotonic seconds).
+    /// What systemd was last told in `STATUS=`, and when.
     var reportedStatus: StatusCounts?
-    var statusReportedAt = 0.0
+    var statusReportedAt = Instant(nanoseconds: .min / 2)
     var statusReportScheduled = false
     var isStopping = false
 

@@ -92,7 +92,6 @@ struct OutputQueue {
         }
         reset()
         byteCount = 0
-        coalescedTickCount = 0
         appendReply(keep)
     }
 

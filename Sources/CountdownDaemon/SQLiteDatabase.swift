@@ -43,6 +43,18 @@ final class SQLiteDatabase {
         }
     }
 
+    /// Runs `body` in one `BEGIN IMMEDIATE` … `COMMIT` transaction, rolling back if it throws.
+    func transaction(_ body: () throws(SQLiteError) -> Void) throws(SQLiteError) {
+        try execute("BEGIN IMMEDIATE")
+        do throws(SQLiteError) {
+            try body()
+            try execute("COMMIT")
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
     /// Runs a query and returns the first column of the first row as text.
     func scalarText(_ sql: String) throws(SQLiteError) -> String? {
         let statement = try prepare(sql)
