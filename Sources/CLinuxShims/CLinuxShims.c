@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CLinuxShims.h"
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -32,4 +33,24 @@ int countdownd_terminal_columns(int fd) {
         return 0;
     }
     return size.ws_col;
+}
+
+int countdownd_epoll_create(void) {
+    return epoll_create1(EPOLL_CLOEXEC);
+}
+
+int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event event = {.events = events, .data.u64 = token};
+    return epoll_ctl(epoll_fd, operation, fd, &event);
+}
+
+int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int timeout_ms) {
+    struct epoll_event ready[256];
+    if (capacity > 256) capacity = 256;
+    int count = epoll_wait(epoll_fd, ready, capacity, timeout_ms);
+    for (int i = 0; i < count; i++) {
+        tokens[i] = ready[i].data.u64;
+        events[i] = ready[i].events;
+    }
+    return count;
 }

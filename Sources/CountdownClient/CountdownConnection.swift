@@ -33,7 +33,9 @@ public final class CountdownConnection {
             throw .unreachable(path: path, reason: "the path is too long for a Unix socket", advice: "use a shorter --socket path")
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec from the start: a process spawned meanwhile by another thread must not
+        // inherit the connection.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
             throw .connectionLost("socket(): \(String(cString: strerror(errno)))")
         }
@@ -49,7 +51,6 @@ public final class CountdownConnection {
             throw .unreachable(path: path, reason: String(cString: strerror(code)), advice: SocketPath.startAdvice(uid: uid))
         }
         descriptor = fd
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         guard let line = try readLine(timeout: timeout) else {
             throw .connectionLost("closed before greeting")
         }

@@ -32,8 +32,18 @@ public struct LineFramer {
     /// Whether the stream stopped in the middle of a line.
     public var hasPartialLine: Bool { buffer.count > start || discarding }
 
+    /// Appends bytes read from the stream: the daemon's entry point, concrete so that the generic
+    /// version is specialized inside this module rather than run generically from another.
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        appendBytes(bytes)
+    }
+
     /// Appends bytes read from the stream.
     public mutating func append<Bytes: Collection<UInt8>>(_ bytes: Bytes) {
+        appendBytes(bytes)
+    }
+
+    private mutating func appendBytes<Bytes: Collection<UInt8>>(_ bytes: Bytes) {
         if start > 0 && start == buffer.count {
             buffer.removeAll(keepingCapacity: true)
             start = 0

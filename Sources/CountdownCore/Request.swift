@@ -44,9 +44,24 @@ public enum RequestParser {
     ]
 
     /// Parses one line, without its line terminator (a trailing CR is ignored).
+    ///
+    /// The daemon's entry point: a concrete type, so the generic parser below is specialized
+    /// inside this module. Called across modules, the generic version would look up type metadata
+    /// for every field of every request.
     /// - Returns: the request, or `nil` for a blank line, which is not a request and gets no reply.
     /// - Throws: `ProtocolError` with the code the protocol fixes for the problem.
+    public static func parse(_ line: ArraySlice<UInt8>) throws(ProtocolError) -> Request? {
+        try parse(bytes: line)
+    }
+
+    /// Parses one line held in any byte collection; see `parse(_:)`.
+    /// - Returns: the request, or `nil` for a blank line.
+    /// - Throws: `ProtocolError` with the code the protocol fixes for the problem.
     public static func parse<Bytes: RandomAccessCollection<UInt8>>(_ line: Bytes) throws(ProtocolError) -> Request? {
+        try parse(bytes: line)
+    }
+
+    private static func parse<Bytes: RandomAccessCollection<UInt8>>(bytes line: Bytes) throws(ProtocolError) -> Request? {
         var fields: [Bytes.SubSequence] = []
         var index = line.startIndex
         var end = line.endIndex

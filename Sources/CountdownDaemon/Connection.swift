@@ -1,5 +1,4 @@
 import CountdownCore
-import Dispatch
 import Glibc
 
 /// What a connection has subscribed to.
@@ -14,9 +13,9 @@ enum Subscription: Equatable {
 
 /// One client connection. Every property is owned by the daemon's queue.
 ///
-/// Descriptor life: the read source is created at accept; a write source exists only while output
-/// is waiting for the socket to drain. The descriptor is closed once the connection is closed and
-/// every source on it has run its cancel handler, as libdispatch requires.
+/// Descriptor life: registered with the poller at accept, watched for input while requests are
+/// read and for room to write only while output is waiting for the socket to drain; unregistered
+/// and closed together.
 final class Connection {
     /// A number unique within this daemon's life, for maps and logs.
     let id: Int
@@ -33,104 +32,96 @@ final class Connection {
     /// No more requests are read: after `QUIT`, or once the peer closed its sending side.
     /// The connection closes as soon as its output is written.
     private(set) var isClosing = false
-    /// Closed: sources cancelled, forgotten by the daemon.
+    /// Closed: unregistered, descriptor closed, forgotten by the daemon.
     private(set) var isClosed = false
+    /// Reading is paused because too many replies wait to be written (backpressure).
+    private(set) var isReadingPaused = false
 
-    private let queue: DispatchQueue
-    private var readSource: (any DispatchSourceRead)?
-    private var writeSource: (any DispatchSourceWrite)?
-    private var liveSources = 0
+    private let poller: EventPoller
+    private var token: EventPoller.Token?
+    private var wantsInput = false
+    private var wantsRoom = false
 
     /// Wraps an accepted, non-blocking descriptor.
-    init(id: Int, descriptor: Int32, peerUID: UInt32, queue: DispatchQueue, outputCoalesceThreshold: Int) {
+    init(id: Int, descriptor: Int32, peerUID: UInt32, poller: EventPoller, outputCoalesceThreshold: Int) {
         self.id = id
         self.descriptor = descriptor
         self.peerUID = peerUID
-        self.queue = queue
+        self.poller = poller
         self.output = OutputQueue(coalesceThreshold: outputCoalesceThreshold)
     }
 
-    /// Starts reading; `handler` runs on the queue whenever the socket is readable.
-    func startReading(_ handler: @escaping (Connection) -> Void) {
-        readHandler = handler
-        let source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
-        source.setEventHandler { [unowned self] in handler(self) }
-        source.setCancelHandler { [self] in sourceDidCancel() }
-        liveSources += 1
-        readSource = source
-        source.activate()
+    /// Registers the connection and starts reading. `readable` and `writable` run on the queue,
+    /// within a batch, while the socket has input or (while waited for) room.
+    func start(readable: @escaping (Connection) -> Void, writable: @escaping (Connection) -> Void) throws(DaemonError) {
+        wantsInput = true
+        token = try poller.register(descriptor, interest: .readable) { [unowned self] readiness in
+            if readiness.readable && wantsInput && !isClosed {
+                readable(self)
+            }
+            if readiness.writable && !isClosed {
+                writable(self)
+            }
+        }
     }
 
-    /// Reading is paused because too many replies wait to be written (backpressure).
-    private(set) var isReadingPaused = false
-    private var readHandler: ((Connection) -> Void)?
-
-    /// Stops reading for now, keeping the connection open: the read source is cancelled (never
-    /// suspended) and a new one is made by `resumeReading`.
+    /// Stops reading for now, keeping the connection open; `resumeReading` reads again.
     func pauseReading() {
-        guard let source = readSource, !isClosing else { return }
+        guard wantsInput, !isClosing else { return }
         isReadingPaused = true
-        readSource = nil
-        source.cancel()
+        wantsInput = false
+        updateInterest()
     }
 
     /// Reads again after `pauseReading`.
     func resumeReading() {
-        guard isReadingPaused, !isClosing, let handler = readHandler else { return }
+        guard isReadingPaused, !isClosing else { return }
         isReadingPaused = false
-        startReading(handler)
+        wantsInput = true
+        updateInterest()
     }
 
     /// Stops reading requests; pending output is still written, then the connection closes.
     func stopReading() {
         isClosing = true
         isReadingPaused = false
-        if let source = readSource {
-            readSource = nil
-            source.cancel()
-        }
+        wantsInput = false
+        updateInterest()
     }
 
-    /// Watches for the socket to become writable, once; `handler` runs on the queue then.
-    func waitUntilWritable(_ handler: @escaping (Connection) -> Void) {
-        guard writeSource == nil, !isClosed else { return }
-        let source = DispatchSource.makeWriteSource(fileDescriptor: descriptor, queue: queue)
-        source.setEventHandler { [unowned self] in handler(self) }
-        source.setCancelHandler { [self] in sourceDidCancel() }
-        liveSources += 1
-        writeSource = source
-        source.activate()
+    /// Watches for room to write; the `writable` handler runs when there is.
+    func waitUntilWritable() {
+        guard !wantsRoom, !isClosed else { return }
+        wantsRoom = true
+        updateInterest()
     }
 
-    /// Stops watching for writability (the output drained).
+    /// Stops watching for room to write (the output drained).
     func stopWaitingForWritable() {
-        if let source = writeSource {
-            writeSource = nil
-            source.cancel()
-        }
+        guard wantsRoom else { return }
+        wantsRoom = false
+        updateInterest()
     }
 
-    /// Closes the connection: cancels its sources; the descriptor closes when they have finished.
+    /// Closes the connection: unregisters it and closes the descriptor.
     func close() {
         guard !isClosed else { return }
         isClosed = true
         isClosing = true
-        readHandler = nil
-        stopWaitingForWritable()
-        if let source = readSource {
-            readSource = nil
-            source.cancel()
+        wantsInput = false
+        wantsRoom = false
+        if let token {
+            poller.unregister(token)
+            self.token = nil
         }
-        if liveSources == 0 {
-            Glibc.close(descriptor)
-        }
+        Glibc.close(descriptor)
     }
 
-    private func sourceDidCancel() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        liveSources -= 1
-        if liveSources == 0 && isClosed {
-            Glibc.close(descriptor)
-        }
+    private func updateInterest() {
+        guard let token, !isClosed else { return }
+        var interest: EventPoller.Interest = []
+        if wantsInput { interest.insert(.readable) }
+        if wantsRoom { interest.insert(.writable) }
+        poller.setInterest(interest, for: token)
     }
 }

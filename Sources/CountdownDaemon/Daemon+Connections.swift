@@ -3,13 +3,13 @@ import Dispatch
 import Glibc
 
 extension Daemon {
-    /// Accepts every pending connection, until none is left: the source may not fire again for
-    /// connections already waiting. After a burst it yields to other handlers and continues in a
-    /// queued block; out of descriptors, it retries shortly instead of spinning.
+    /// Accepts pending connections, up to a fair share per batch: the poller reports the
+    /// listening socket again while more wait. Out of descriptors, it stops watching the socket
+    /// for 100 ms instead of spinning on it.
     func acceptPending() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let listener else { return }
-        for _ in 0..<256 {
+        for _ in 0..<Self.acceptsPerBatch {
             switch listener.acceptOne() {
             case .accepted(let descriptor):
                 accept(descriptor)
@@ -17,12 +17,17 @@ extension Daemon {
                 return
             case .retryLater:
                 logger.log(.warning, "cannot accept a connection: out of descriptors; retrying in 100 ms")
-                queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in acceptPending() }
+                listener.setAccepting(false)
+                queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+                    if !isStopping { self.listener?.setAccepting(true) }
+                }
                 return
             }
         }
-        queue.async { [self] in acceptPending() }
     }
+
+    /// The most connections accepted in one batch.
+    static let acceptsPerBatch = 256
 
     /// A new client: greet it, or turn it away when the connection limit is reached.
     func accept(_ descriptor: Int32) {
@@ -42,41 +47,59 @@ extension Daemon {
             logger.log(.warning, "refused a connection: limit of \(configuration.maximumConnections) reached")
             return
         }
+        // The poller exists from start-up on; connections are only accepted after that.
+        guard let poller else {
+            Glibc.close(descriptor)
+            return
+        }
         let connection = Connection(
             id: nextConnectionID,
             descriptor: descriptor,
             peerUID: UnixSocket.peerUID(descriptor) ?? UInt32.max,
-            queue: queue,
+            poller: poller,
             outputCoalesceThreshold: configuration.outputCoalesceThreshold
         )
         nextConnectionID += 1
+        do throws(DaemonError) {
+            try connection.start(
+                readable: { [unowned self] connection in readable(connection) },
+                writable: { [unowned self] connection in flush(connection) }
+            )
+        } catch {
+            logger.log(.warning, "cannot watch a new connection: \(error); closing it")
+            connection.close()
+            return
+        }
         connections[connection.id] = connection
         var greeting: [UInt8] = []
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
         connection.output.appendReply(greeting)
-        connection.startReading { [unowned self] connection in readable(connection) }
         flush(connection)
     }
 
-    /// Reads what the socket has and handles each complete line, leaving the replies for the end
-    /// of the batch.
+    /// Reads what the socket has and handles each complete line, up to a fair share of
+    /// `requestsPerPass` requests, leaving the replies for the end of the batch.
     ///
-    /// It reads until `EAGAIN` or end of file, never less: a Dispatch read source may not fire
-    /// again for data (or an EOF) that was already there when it last fired. After a fair share
-    /// (`requestsPerPass` requests) it yields to the timer and other clients and continues in a
-    /// block queued behind them; lines already read wait in the framer meanwhile.
+    /// A read shorter than the buffer emptied the socket; the poller reports it again when more
+    /// arrives (or at end of file). A connection that used its share with lines still framed is
+    /// served first in the next batch, after the timer and the commit of this one.
     func readable(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !connection.isClosed, !connection.isReadingPaused else { return }
         let now = SystemClock.now()
         var budget = Self.requestsPerPass
-        var drained = false
-        while !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
-            budget -= handleLines(of: connection, now: now, limit: budget)
-            guard budget > 0 else { break }
-            let count = readBuffer.withUnsafeMutableBytes { read(connection.descriptor, $0.baseAddress, $0.count) }
+        budget -= handleLines(of: connection, now: now, limit: budget)
+        while budget > 0 && !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
+            let count = readBuffer.withUnsafeMutableBytes { buffer in
+                let count = read(connection.descriptor, buffer.baseAddress, buffer.count)
+                if count > 0 {
+                    connection.framer.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+                }
+                return count
+            }
             if count > 0 {
-                connection.framer.append(readBuffer[0..<count])
+                budget -= handleLines(of: connection, now: now, limit: budget)
+                if count < readBuffer.count { break }
             } else if count == 0 {
                 // The peer closed its sending side: answer what it sent, then close.
                 handleLines(of: connection, now: now)
@@ -84,11 +107,9 @@ extension Daemon {
                     logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
                 }
                 connection.stopReading()
-                drained = true
             } else if errno == EINTR {
                 continue
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
-                drained = true
                 break
             } else {
                 close(connection)
@@ -97,11 +118,8 @@ extension Daemon {
         }
         if connection.output.byteCount >= configuration.readPauseThreshold {
             connection.pauseReading()
-        } else if !drained && !connection.isClosing {
-            let id = connection.id
-            queue.async { [self] in
-                if let connection = connections[id] { readable(connection) }
-            }
+        } else if budget <= 0 && !connection.isClosing {
+            connectionsWithUnreadLines[connection.id] = connection
         }
         pendingFlush[connection.id] = connection
         scheduleBatchEnd()
@@ -131,7 +149,7 @@ extension Daemon {
                 resumeAfterBackpressure(connection)
             }
         case .wouldBlock:
-            connection.waitUntilWritable { [unowned self] connection in flush(connection) }
+            connection.waitUntilWritable()
         case .failed:
             close(connection)
         }
@@ -143,6 +161,7 @@ extension Daemon {
         unsubscribe(connection)
         connections[connection.id] = nil
         pendingFlush[connection.id] = nil
+        connectionsWithUnreadLines[connection.id] = nil
         connection.close()
     }
 

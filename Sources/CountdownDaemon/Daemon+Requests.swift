@@ -2,9 +2,10 @@ import CountdownCore
 import Glibc
 
 extension Daemon {
-    /// The most requests handled in one go before other work (the timer, other clients) gets a
-    /// turn: a burst of thousands of pipelined requests must not hold due ticks back.
-    static let requestsPerPass = 256
+    /// The most requests of one connection handled in one batch before other work (the timer,
+    /// other clients, the commit and the replies) gets a turn: a burst of thousands of pipelined
+    /// requests must not hold due ticks back.
+    static let requestsPerPass = 64
 
     /// Handles complete lines the connection has buffered, in order, up to `limit` of them.
     /// - Returns: how many lines were handled.

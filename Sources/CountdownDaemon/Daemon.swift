@@ -10,9 +10,11 @@ import Glibc
 /// touches the state, and the places that do check it with `dispatchPrecondition`. That is why the
 /// class can be `@unchecked Sendable`: its state never leaves the queue.
 ///
-/// One wake-up timer is armed for the engine's next due instant and re-armed after every change.
+/// Readiness comes from `EventPoller`: one epoll instance on a thread of its own, which runs each
+/// wake-up's batch on the queue (timer first, then clients), after which `endBatch` commits,
+/// writes and re-arms. One wake-up timer is armed for the engine's next due instant.
 /// A tick travels: timer fires -> read the clock -> `engine.advance(to:)` -> events, each encoded
-/// once -> appended to matching subscribers' output queues -> written -> timer re-armed.
+/// once -> appended to matching subscribers' output queues -> committed, written -> timer re-armed.
 public final class Daemon: @unchecked Sendable {
     /// The configuration in force.
     public let configuration: DaemonConfiguration
@@ -46,6 +48,7 @@ public final class Daemon: @unchecked Sendable {
     /// This boot's id, read once: boot-clock deadlines in storage are only valid within it.
     let bootID = CountdownStore.currentBootID()
     var listener: ListeningSocket?
+    var poller: EventPoller?
     var timer: WakeupTimer?
     var signalSources: [any DispatchSourceSignal] = []
     var watchdog: (any DispatchSourceTimer)?
@@ -55,7 +58,12 @@ public final class Daemon: @unchecked Sendable {
     var nameSubscribers: [String: [Int: Connection]] = [:]
     /// Connections with output produced in the current batch, flushed when the batch ends.
     var pendingFlush: [Int: Connection] = [:]
+    /// Connections that used their share of a batch with request lines still unread in their
+    /// framer: they are served first in the next batch, which the poller runs without waiting.
+    var connectionsWithUnreadLines: [Int: Connection] = [:]
     var batchEndScheduled = false
+    /// A poller batch is running: it ends with `endBatch`, so nothing needs to schedule one.
+    var isInPollerBatch = false
     var nextConnectionID = 1
     /// Connections subscribed to anything (all, or some names).
     var subscriberCount = 0
@@ -102,7 +110,9 @@ public final class Daemon: @unchecked Sendable {
         try openStoreAndRestore()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         self.listener = listener
-        timer = try WakeupTimer(queue: queue) { [unowned self] in timerFired() }
+        let poller = try EventPoller(queue: queue)
+        self.poller = poller
+        timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         for signalNumber in [SIGTERM, SIGINT] {
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
@@ -110,11 +120,13 @@ public final class Daemon: @unchecked Sendable {
             source.activate()
             signalSources.append(source)
         }
-        listener.startAccepting(on: queue) { [unowned self] in acceptPending() }
+        try listener.startAccepting(with: poller) { [unowned self] in acceptPending() }
         startWatchdog()
         logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
         reportedStatus = statusCounts()
         notifier.notify("READY=1\nSTATUS=\(statusText())")
+        // Its first batch waits for this block (and so for READY=1) to finish.
+        try poller.start { [unowned self] batch in runBatch(batch) }
     }
 
     /// A short summary for `systemctl status`.
@@ -166,22 +178,48 @@ public final class Daemon: @unchecked Sendable {
         events.removeAll(keepingCapacity: true)
         engine.advance(to: now, events: &events)
         publish(events)
-        endBatch()
     }
 
     // MARK: - Batches
 
+    /// One wake-up of the poller: the timer first, so requests never hold a due tick back; then
+    /// connections with lines left from the last batch; then every client that is ready; then
+    /// one commit and one write per connection for all of it.
+    /// - Returns: whether request lines are left over for the next batch.
+    private func runBatch(_ batch: EventPoller.Batch) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        isInPollerBatch = true
+        batch.deliverUrgent()
+        let carried = connectionsWithUnreadLines
+        connectionsWithUnreadLines.removeAll(keepingCapacity: true)
+        for connection in carried.values where !connection.isClosed {
+            readable(connection)
+        }
+        batch.deliverOthers()
+        isInPollerBatch = false
+        endBatch()
+        return !connectionsWithUnreadLines.isEmpty
+    }
+
     /// Ends the current batch once the requests already queued have been handled: commit, then
-    /// write every connection's output, then re-arm the timer.
+    /// write every connection's output, then re-arm the timer. Within a poller batch that happens
+    /// when the batch ends; otherwise in a block queued behind the work already waiting.
     func scheduleBatchEnd() {
         guard !batchEndScheduled else { return }
         batchEndScheduled = true
-        queue.async { [self] in endBatch() }
+        guard !isInPollerBatch else { return }
+        queue.async { [self] in
+            if batchEndScheduled { endBatch() }
+        }
     }
 
     func endBatch() {
         dispatchPrecondition(condition: .onQueue(queue))
         batchEndScheduled = false
+        // What fell due while the batch ran goes out with it, without waiting for the timer.
+        if let due = engine.nextWakeup, due <= SystemClock.now() {
+            timerFired()
+        }
         commitBatch()
         for connection in pendingFlush.values {
             flush(connection)

@@ -1,5 +1,4 @@
 import CLinuxShims
-import Dispatch
 import Glibc
 
 /// The daemon's listening socket: bound by the daemon, or passed by systemd's socket activation.
@@ -11,7 +10,8 @@ final class ListeningSocket {
     /// Where clients connect, for logs.
     let displayPath: String
 
-    private var source: (any DispatchSourceRead)?
+    private var poller: EventPoller?
+    private var token: EventPoller.Token?
 
     private init(descriptor: Int32, ownedPath: String?, displayPath: String) {
         self.descriptor = descriptor
@@ -68,16 +68,17 @@ final class ListeningSocket {
         return ListeningSocket(descriptor: descriptor, ownedPath: nil, displayPath: displayPath)
     }
 
-    /// Starts watching for connections: `readable` runs on `queue` when some are pending.
-    func startAccepting(on queue: DispatchQueue, readable: @escaping () -> Void) {
-        let fd = descriptor
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler(handler: readable)
-        source.setCancelHandler {
-            Glibc.close(fd)
-        }
-        source.activate()
-        self.source = source
+    /// Starts watching for connections: `readable` runs on the poller's queue while some are pending.
+    func startAccepting(with poller: EventPoller, readable: @escaping () -> Void) throws(DaemonError) {
+        self.poller = poller
+        token = try poller.register(descriptor, interest: .readable) { _ in readable() }
+    }
+
+    /// Stops or restarts watching for connections (while out of descriptors, a pending connection
+    /// would otherwise be reported again at once, forever).
+    func setAccepting(_ accepting: Bool) {
+        guard let poller, let token else { return }
+        poller.setInterest(accepting ? .readable : [], for: token)
     }
 
     /// What one `accept` gave.
@@ -92,7 +93,7 @@ final class ListeningSocket {
 
     /// Accepts one pending connection.
     func acceptOne() -> AcceptResult {
-        guard source != nil else { return .drained }
+        guard token != nil else { return .drained }
         while true {
             let client = countdownd_accept(descriptor)
             if client >= 0 { return .accepted(client) }
@@ -109,12 +110,11 @@ final class ListeningSocket {
         if let path = ownedPath {
             unlink(path)
         }
-        if let source {
-            source.cancel()
-            self.source = nil
-        } else {
-            Glibc.close(descriptor)
+        if let poller, let token {
+            poller.unregister(token)
+            self.token = nil
         }
+        Glibc.close(descriptor)
     }
 
     private static func createParentDirectory(of path: String) throws(DaemonError) {

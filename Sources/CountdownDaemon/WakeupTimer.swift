@@ -1,35 +1,36 @@
 import CountdownCore
-import Dispatch
 import CLinuxShims
 import Glibc
 
 /// The daemon's single wake-up timer: a `timerfd` on `CLOCK_BOOTTIME`, armed with an absolute
-/// deadline, watched by a Dispatch read source on the daemon's queue.
+/// deadline, watched by the daemon's `EventPoller` and delivered first in its batch.
 ///
 /// Dispatch's own timers run on `CLOCK_MONOTONIC`, which stops while the machine is suspended;
 /// a `CLOCK_BOOTTIME` timerfd fires on time (or as soon as the machine wakes).
 final class WakeupTimer {
     private let descriptor: Int32
-    private let source: any DispatchSourceRead
+    private let poller: EventPoller
+    private var token: EventPoller.Token?
     private var armedFor: Instant?
 
-    /// Creates the timer; `handler` runs on `queue` each time it fires.
-    init(queue: DispatchQueue, handler: @escaping () -> Void) throws(DaemonError) {
+    /// Creates the timer; `handler` runs on the poller's queue each time it fires.
+    init(poller: EventPoller, handler: @escaping () -> Void) throws(DaemonError) {
         let fd = timerfd_create(CLOCK_BOOTTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else {
             throw DaemonError.system("timerfd_create(CLOCK_BOOTTIME)", errno)
         }
         descriptor = fd
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler {
-            var expirations: UInt64 = 0
-            _ = read(fd, &expirations, MemoryLayout<UInt64>.size)  // EAGAIN after a re-arm is fine.
-            handler()
-        }
-        source.setCancelHandler {
+        self.poller = poller
+        do {
+            token = try poller.register(fd, interest: .readable, urgent: true) { _ in
+                var expirations: UInt64 = 0
+                _ = read(fd, &expirations, MemoryLayout<UInt64>.size)  // EAGAIN after a re-arm is fine.
+                handler()
+            }
+        } catch {
             close(fd)
+            throw error
         }
-        source.activate()
     }
 
     /// Arms the timer for `instant`, or disarms it for `nil`. An instant already past fires at once.
@@ -53,6 +54,9 @@ final class WakeupTimer {
 
     /// Stops the timer and closes its descriptor.
     func cancel() {
-        source.cancel()
+        guard let token else { return }
+        poller.unregister(token)
+        self.token = nil
+        close(descriptor)
     }
 }

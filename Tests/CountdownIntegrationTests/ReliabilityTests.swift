@@ -208,7 +208,13 @@ extension Integration {
             let baseline = daemon.openSocketCount()
             let descriptorsBefore = daemon.openDescriptorCount()
             for cycle in 0..<5000 {
-                let c = try daemon.connect()
+                let c: CountdownConnection
+                do {
+                    c = try daemon.connect()
+                } catch {
+                    Issue.record("cycle \(cycle): \(error); the daemon's log: \(daemon.stderrText)")
+                    return
+                }
                 switch cycle % 4 {
                 case 0: try c.send("STAT")             // mid-line
                 case 1: try c.send("LIST\n")           // mid-reply: the 300-line answer is never read

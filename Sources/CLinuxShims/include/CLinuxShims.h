@@ -16,6 +16,32 @@ int countdownd_unix_stream_socket(int nonblocking);
 
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC.
 int countdownd_accept(int fd);
+/// Readiness bits of `countdownd_epoll_wait`, the same values as epoll's.
+enum {
+    COUNTDOWND_POLL_IN = 0x001,
+    COUNTDOWND_POLL_OUT = 0x004,
+    COUNTDOWND_POLL_ERR = 0x008,
+    COUNTDOWND_POLL_HUP = 0x010,
+};
+
+/// Operations of `countdownd_epoll_control`, the same values as EPOLL_CTL_*.
+enum {
+    COUNTDOWND_POLL_ADD = 1,
+    COUNTDOWND_POLL_DELETE = 2,
+    COUNTDOWND_POLL_MODIFY = 3,
+};
+
+/// epoll_create1(EPOLL_CLOEXEC). (Swift's Glibc module does not include <sys/epoll.h>, and
+/// struct epoll_event is packed on x86-64; these shims keep epoll out of Swift.)
+int countdownd_epoll_create(void);
+
+/// epoll_ctl with `token` as the event's data. Returns 0 or -1 with errno.
+int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t events, uint64_t token);
+
+/// epoll_wait into two plain arrays: the token and the readiness bits of each ready descriptor.
+/// Returns how many are ready, or -1 with errno.
+int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int timeout_ms);
+
 /// The width of the terminal on `fd` in columns, or 0 when it is not a terminal.
 int countdownd_terminal_columns(int fd);
 #endif
