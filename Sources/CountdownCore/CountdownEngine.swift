@@ -45,7 +45,7 @@ public struct CountdownEngine {
 
     private var records: [Record?] = []
     private var freeSlots: [Int32] = []
-    private var slotsByName: [String: Int32] = [:]
+    private var slotsByName = NameIndex()
     private var heap = TimerHeap()
     private var purgedNames: [String] = []
 
@@ -67,6 +67,11 @@ public struct CountdownEngine {
     /// How many countdowns are held, finished ones included.
     public var count: Int { slotsByName.count }
 
+    /// The slot of the countdown named `name`, if there is one.
+    private func slot(named name: String) -> Int32? {
+        slotsByName.find(hash: NameIndex.hash(name)) { records[Int($0)]?.name == name }
+    }
+
     /// How many wake-ups are in the scheduler, stale ones included; bounded by twice the number of
     /// countdowns plus a constant, whatever the churn.
     public var scheduledEntryCount: Int { heap.count }
@@ -85,7 +90,7 @@ public struct CountdownEngine {
     /// The countdown named `name`, as of `now`.
     /// - Throws: `not-found` when there is none.
     public func status(of name: String, now: Instant) throws(ProtocolError) -> CountdownSnapshot {
-        guard let slot = slotsByName[name], let record = records[Int(slot)] else {
+        guard let slot = slot(named: name), let record = records[Int(slot)] else {
             throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
         }
         return snapshot(of: record, now: now)
@@ -93,25 +98,22 @@ public struct CountdownEngine {
 
     /// Every countdown, sorted by name, as of `now`.
     public func list(now: Instant) -> [CountdownSnapshot] {
-        slotsByName.keys.sorted().compactMap { name in
-            slotsByName[name].flatMap { records[Int($0)] }.map { snapshot(of: $0, now: now) }
-        }
+        records.compactMap { $0 }.sorted { $0.name < $1.name }.map { snapshot(of: $0, now: now) }
     }
 
     /// The running and paused countdowns, all or those named in `names`, sorted by name: what a new
     /// subscriber is shown right after its `OK`.
     public func activeSnapshots(matching names: Set<String>?, now: Instant) -> [CountdownSnapshot] {
-        let candidates: [String] = names.map { Array($0) } ?? Array(slotsByName.keys)
-        return candidates.sorted().compactMap { name in
-            guard let slot = slotsByName[name], let record = records[Int(slot)], record.state.isActive else {
-                return nil
-            }
-            return snapshot(of: record, now: now)
+        records.compactMap { record in
+            guard let record, record.state.isActive, names?.contains(record.name) ?? true else { return nil }
+            return record
         }
+        .sorted { $0.name < $1.name }
+        .map { snapshot(of: $0, now: now) }
     }
 
     /// The names of all countdowns (unsorted); for completion and suggestions.
-    public var names: Dictionary<String, Int32>.Keys { slotsByName.keys }
+    public var names: [String] { records.compactMap { $0?.name } }
 
     /// Names of countdowns dropped after their retention period since the last call, so the shell
     /// can forget them in storage too.
@@ -121,7 +123,7 @@ public struct CountdownEngine {
     }
 
     func record(named name: String) -> Record? {
-        slotsByName[name].flatMap { records[Int($0)] }
+        slot(named: name).flatMap { records[Int($0)] }
     }
 
     // MARK: - Restoring
@@ -141,7 +143,7 @@ public struct CountdownEngine {
     ///   already present), and storage should forget it.
     @discardableResult
     public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
-        guard slotsByName[persisted.name] == nil, persisted.totalMilliseconds > 0 else { return false }
+        guard slot(named: persisted.name) == nil, persisted.totalMilliseconds > 0 else { return false }
         var record = Record(
             name: persisted.name,
             state: persisted.state,
@@ -162,7 +164,7 @@ public struct CountdownEngine {
             return false
         }
         let slot = allocateSlot()
-        slotsByName[record.name] = slot
+        slotsByName.insert(hash: NameIndex.hash(record.name), slot: slot)
         records[Int(slot)] = record
         switch record.state {
         case .running:
@@ -202,7 +204,9 @@ public struct CountdownEngine {
         }
         let slot: Int32
         var generation: UInt32 = 0
-        if let existing = slotsByName[name], let old = records[Int(existing)] {
+        let hash = NameIndex.hash(name)
+        if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }),
+           let old = records[Int(existing)] {
             if old.state.isActive {
                 guard replace else {
                     let left = CountdownDuration.clock(milliseconds: snapshot(of: old, now: now).remainingMilliseconds)
@@ -225,7 +229,7 @@ public struct CountdownEngine {
                 )
             }
             slot = allocateSlot()
-            slotsByName[name] = slot
+            slotsByName.insert(hash: hash, slot: slot)
         }
         let record = Record(
             name: name,
@@ -364,17 +368,20 @@ public struct CountdownEngine {
     public mutating func advance(to now: Instant, events: inout [CountdownEvent]) {
         defer { advancedThrough = max(advancedThrough, now) }
         while let top = heap.minimum, top.due <= now.nanoseconds {
-            heap.popMinimum()
             guard let record = records[Int(top.slot)], record.generation == top.generation else {
+                heap.popMinimum()
                 continue
             }
             switch record.state {
             case .running:
-                fire(slot: top.slot, record: record, now: now, events: &events)
+                // The countdown's next wake-up (a tick, or its purge once done) takes the top's place.
+                let next = fire(slot: top.slot, record: record, now: now, events: &events)
+                heap.replaceMinimum(with: next)
             case .done, .cancelled:
+                heap.popMinimum()
                 purge(slot: top.slot, name: record.name)
             case .paused:
-                continue  // Unreachable: pausing bumps the generation. Skipping is the safe answer.
+                heap.popMinimum()  // Unreachable: pausing bumps the generation. Skipping is the safe answer.
             }
         }
         dropStaleTop()
@@ -416,7 +423,7 @@ public struct CountdownEngine {
     }
 
     private func activeRecord(_ name: String, verb: String) throws(ProtocolError) -> (Int32, Record) {
-        guard let slot = slotsByName[name], let record = records[Int(slot)] else {
+        guard let slot = slot(named: name), let record = records[Int(slot)] else {
             throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
         }
         guard record.state.isActive else {
@@ -472,7 +479,9 @@ public struct CountdownEngine {
     }
 
     /// A due entry of a running countdown: its `done`, or the tick for the latest whole second passed.
-    private mutating func fire(slot: Int32, record old: Record, now: Instant, events: inout [CountdownEvent]) {
+    /// Emits a running countdown's due event and returns its next wake-up, for the caller to
+    /// put in the heap.
+    private mutating func fire(slot: Int32, record old: Record, now: Instant, events: inout [CountdownEvent]) -> TimerHeap.Entry {
         let left = old.deadline.nanoseconds(since: now)
         if left <= 0 {
             var record = old
@@ -485,18 +494,22 @@ public struct CountdownEngine {
             }
             records[Int(slot)] = record
             emit(.done, record, remaining: 0, into: &events)
-            schedulePurge(slot: slot, record: record)
-            return
+            return purgeEntry(slot: slot, record: record)
         }
         let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
         emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
-        scheduleNext(slot: slot, now: now)
+        return nextEntry(slot: slot, record: old, now: now)
     }
 
-    /// Pushes the next wake-up of a running countdown: the tick at `deadline - k s` for the largest
-    /// whole `k >= 1` still strictly ahead of `now`, or the deadline itself.
+    /// Pushes the next wake-up of a running countdown.
     private mutating func scheduleNext(slot: Int32, now: Instant) {
         guard let record = records[Int(slot)] else { return }
+        push(nextEntry(slot: slot, record: record, now: now))
+    }
+
+    /// The next wake-up of a running countdown: the tick at `deadline - k s` for the largest whole
+    /// `k >= 1` still strictly ahead of `now`, or the deadline itself.
+    private func nextEntry(slot: Int32, record: Record, now: Instant) -> TimerHeap.Entry {
         let left = record.deadline.nanoseconds(since: now)
         var due = record.deadline.nanoseconds
         if left > 0 {
@@ -505,12 +518,17 @@ public struct CountdownEngine {
                 due -= k * 1_000_000_000
             }
         }
-        push(TimerHeap.Entry(due: due, slot: slot, generation: record.generation))
+        return TimerHeap.Entry(due: due, slot: slot, generation: record.generation)
     }
 
     private mutating func schedulePurge(slot: Int32, record: Record) {
+        push(purgeEntry(slot: slot, record: record))
+    }
+
+    /// When a finished countdown is dropped: its retention period after it finished.
+    private func purgeEntry(slot: Int32, record: Record) -> TimerHeap.Entry {
         let due = record.finishedAt.advanced(byMilliseconds: configuration.retentionMilliseconds)
-        push(TimerHeap.Entry(due: due.nanoseconds, slot: slot, generation: record.generation))
+        return TimerHeap.Entry(due: due.nanoseconds, slot: slot, generation: record.generation)
     }
 
     private mutating func push(_ entry: TimerHeap.Entry) {
@@ -526,7 +544,7 @@ public struct CountdownEngine {
 
     private mutating func purge(slot: Int32, name: String) {
         purgedNames.append(name)
-        slotsByName[name] = nil
+        slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
         records[Int(slot)] = nil
         freeSlots.append(slot)
     }

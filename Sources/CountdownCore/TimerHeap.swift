@@ -1,4 +1,8 @@
-/// A binary min-heap of wake-ups, ordered by due instant, with lazy deletion.
+/// A 4-ary min-heap of wake-ups, ordered by due instant, with lazy deletion.
+///
+/// Four children per node: half the depth of a binary heap, and a node's children sit side by
+/// side in memory, so sifting down touches fewer cache lines. At 100,000 countdowns the heap is
+/// larger than the L2 cache and sift-down was the hottest function in the daemon's profile.
 ///
 /// Entries are never removed from the middle: a countdown that is paused, cancelled or rescheduled
 /// bumps its generation, and an entry whose generation no longer matches is skipped when it reaches
@@ -35,6 +39,13 @@ struct TimerHeap {
         siftUp(from: entries.count - 1)
     }
 
+    /// Replaces the entry due first with `entry`: a pop and a push for the price of one sift.
+    /// O(log n). The heap must not be empty.
+    mutating func replaceMinimum(with entry: Entry) {
+        entries[0] = entry
+        siftDown(from: 0)
+    }
+
     /// Removes and returns the entry due first. O(log n).
     @discardableResult
     mutating func popMinimum() -> Entry? {
@@ -50,7 +61,7 @@ struct TimerHeap {
     mutating func compact(keeping isLive: (Entry) -> Bool) {
         entries.removeAll { !isLive($0) }
         if entries.count > 1 {
-            for index in stride(from: entries.count / 2 - 1, through: 0, by: -1) {
+            for index in stride(from: (entries.count - 2) / Self.arity, through: 0, by: -1) {
                 siftDown(from: index)
             }
         }
@@ -60,7 +71,7 @@ struct TimerHeap {
         var child = start
         let moving = entries[child]
         while child > 0 {
-            let parent = (child - 1) / 2
+            let parent = (child - 1) / Self.arity
             guard moving.precedes(entries[parent]) else { break }
             entries[child] = entries[parent]
             child = parent
@@ -73,10 +84,16 @@ struct TimerHeap {
         let moving = entries[parent]
         let count = entries.count
         while true {
-            var child = 2 * parent + 1
-            guard child < count else { break }
-            if child + 1 < count && entries[child + 1].precedes(entries[child]) {
-                child += 1
+            let first = Self.arity * parent + 1
+            guard first < count else { break }
+            var child = first
+            let end = min(first + Self.arity, count)
+            var candidate = first + 1
+            while candidate < end {
+                if entries[candidate].precedes(entries[child]) {
+                    child = candidate
+                }
+                candidate += 1
             }
             guard entries[child].precedes(moving) else { break }
             entries[parent] = entries[child]
@@ -84,4 +101,7 @@ struct TimerHeap {
         }
         entries[parent] = moving
     }
+
+    /// Children per node.
+    private static let arity = 4
 }

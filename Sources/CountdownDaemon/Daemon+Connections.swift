@@ -87,7 +87,7 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !connection.isClosed, !connection.isReadingPaused else { return }
         let now = SystemClock.now()
-        var budget = Self.requestsPerPass
+        var budget = batchIsOutOfTime ? 0 : Self.requestsPerPass
         budget -= handleLines(of: connection, now: now, limit: budget)
         while budget > 0 && !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
             let count = readBuffer.withUnsafeMutableBytes { buffer in

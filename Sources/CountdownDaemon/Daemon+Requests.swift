@@ -7,16 +7,32 @@ extension Daemon {
     /// requests must not hold due ticks back.
     static let requestsPerPass = 64
 
-    /// Handles complete lines the connection has buffered, in order, up to `limit` of them.
-    /// - Returns: how many lines were handled.
+    /// How long one poller batch may spend on requests before it ends (commit, replies, events):
+    /// what fell due meanwhile waits at most about this long, however many clients pipeline.
+    static let batchTimeBudgetNanoseconds: Int64 = 250_000
+
+    /// Whether the current batch has used its time for requests.
+    var batchIsOutOfTime: Bool {
+        SystemClock.now() >= batchDeadline
+    }
+
+    /// Handles complete lines the connection has buffered, in order: all of them, or up to
+    /// `limit` and (checked every 16 lines) not past the batch's deadline.
+    /// - Returns: how many lines were handled, or `limit` when the batch ran out of time.
     @discardableResult
-    func handleLines(of connection: Connection, now: Instant, limit: Int = .max) -> Int {
+    func handleLines(of connection: Connection, now: Instant, limit: Int? = nil) -> Int {
+        let timeBounded = limit != nil
+        let limit = limit ?? .max
         var clock: WallClockMapping?
         var handled = 0
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
         while handled < limit, !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold,
               let frame = connection.framer.nextFrame() {
             handled += 1
+            if timeBounded && handled % 16 == 0 && batchIsOutOfTime {
+                // This line is handled; the rest wait for the next batch.
+                handled = limit
+            }
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch frame {

@@ -64,6 +64,9 @@ public final class Daemon: @unchecked Sendable {
     var batchEndScheduled = false
     /// A poller batch is running: it ends with `endBatch`, so nothing needs to schedule one.
     var isInPollerBatch = false
+    /// When the running poller batch stops handling requests (see `batchTimeBudgetNanoseconds`);
+    /// outside poller batches, never.
+    var batchDeadline = Instant(nanoseconds: .max)
     var nextConnectionID = 1
     /// Connections subscribed to anything (all, or some names).
     var subscriberCount = 0
@@ -189,6 +192,7 @@ public final class Daemon: @unchecked Sendable {
     private func runBatch(_ batch: EventPoller.Batch) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         isInPollerBatch = true
+        batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
         batch.deliverUrgent()
         let carried = connectionsWithUnreadLines
         connectionsWithUnreadLines.removeAll(keepingCapacity: true)
@@ -197,6 +201,7 @@ public final class Daemon: @unchecked Sendable {
         }
         batch.deliverOthers()
         isInPollerBatch = false
+        batchDeadline = Instant(nanoseconds: .max)
         endBatch()
         return !connectionsWithUnreadLines.isEmpty
     }

@@ -34,10 +34,12 @@ final class EventPoller: @unchecked Sendable {
         /// Writing will not block.
         let writable: Bool
 
-        init(events: UInt32) {
+        /// What `events` says, limited to what the registration wants now: an event read just
+        /// before its interest changed is not delivered as if it were still wanted.
+        init(events: UInt32, interest: Interest) {
             let failed = events & UInt32(COUNTDOWND_POLL_ERR | COUNTDOWND_POLL_HUP) != 0
-            readable = failed || events & UInt32(COUNTDOWND_POLL_IN) != 0
-            writable = failed || events & UInt32(COUNTDOWND_POLL_OUT) != 0
+            readable = failed || (events & UInt32(COUNTDOWND_POLL_IN) != 0 && interest.contains(.readable))
+            writable = failed || (events & UInt32(COUNTDOWND_POLL_OUT) != 0 && interest.contains(.writable))
         }
     }
 
@@ -69,7 +71,10 @@ final class EventPoller: @unchecked Sendable {
             dispatchPrecondition(condition: .onQueue(poller.queue))
             for index in 0..<count {
                 guard let registration = poller.registrations[tokens[index]], registration.isUrgent == urgent else { continue }
-                registration.handler(Readiness(events: events[index]))
+                let readiness = Readiness(events: events[index], interest: registration.interest)
+                if readiness.readable || readiness.writable {
+                    registration.handler(readiness)
+                }
             }
         }
     }

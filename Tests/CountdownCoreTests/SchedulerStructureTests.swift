@@ -1,0 +1,114 @@
+@testable import CountdownCore
+import Testing
+
+/// A small deterministic generator, so the randomized tests replay exactly.
+private struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+@Suite("The engine's name index and timer heap")
+struct SchedulerStructureTests {
+    /// Slots are indexes into `names`; nil marks a removed one.
+    struct Model {
+        var index = NameIndex()
+        var names: [String?] = []
+        var reference: [String: Int32] = [:]
+
+        func find(_ name: String) -> Int32? {
+            index.find(hash: NameIndex.hash(name)) { names[Int($0)] == name }
+        }
+
+        mutating func insert(_ name: String) {
+            let slot = Int32(names.count)
+            names.append(name)
+            index.insert(hash: NameIndex.hash(name), slot: slot)
+            reference[name] = slot
+        }
+
+        mutating func remove(_ name: String) {
+            guard let slot = reference.removeValue(forKey: name) else { return }
+            index.remove(hash: NameIndex.hash(name), slot: slot)
+            names[Int(slot)] = nil
+        }
+    }
+
+    @Test("name index: 20,000 random inserts and removals agree with a Dictionary at every step")
+    func nameIndexMatchesDictionary() {
+        var model = Model()
+        var random = SplitMix64(state: 42)
+        for step in 0..<20_000 {
+            let name = "n\(Int.random(in: 0..<3000, using: &random))"
+            if model.reference[name] == nil {
+                model.insert(name)
+            } else if Bool.random(using: &random) {
+                model.remove(name)
+            }
+            if step % 1000 == 0 {
+                for probe in 0..<3000 {
+                    let name = "n\(probe)"
+                    #expect(model.find(name) == model.reference[name], "step \(step), \(name)")
+                }
+            }
+        }
+        #expect(model.index.count == model.reference.count)
+        for (name, slot) in model.reference {
+            #expect(model.find(name) == slot)
+        }
+    }
+
+    @Test("name index: colliding hashes are told apart by the name, and removal keeps the others findable")
+    func nameIndexCollisions() {
+        // Everything filed under one hash: one long probe run, then holes punched in it.
+        var index = NameIndex()
+        let names = (0..<50).map { "same\($0)" }
+        for (slot, _) in names.enumerated() {
+            index.insert(hash: 7, slot: Int32(slot))
+        }
+        func find(_ name: String) -> Int32? {
+            index.find(hash: 7) { names[Int($0)] == name }
+        }
+        #expect(find("same31") == 31)
+        for slot in stride(from: 0, to: 50, by: 3) {
+            index.remove(hash: 7, slot: Int32(slot))
+        }
+        for (slot, name) in names.enumerated() {
+            #expect(find(name) == (slot % 3 == 0 ? nil : Int32(slot)), "\(name)")
+        }
+        #expect(index.count == 50 - 17)
+    }
+
+    @Test("timer heap: pops in (due, slot) order through pushes, replacements and compaction")
+    func heapOrder() {
+        var heap = TimerHeap()
+        var random = SplitMix64(state: 7)
+        var reference: [TimerHeap.Entry] = []
+        for slot in 0..<5000 {
+            let entry = TimerHeap.Entry(due: Int64.random(in: 0..<1000, using: &random), slot: Int32(slot), generation: 0)
+            heap.push(entry)
+            reference.append(entry)
+        }
+        // Replace the top a thousand times, as the engine does when a countdown's tick fires.
+        for round in 0..<1000 {
+            reference.sort { $0.precedes($1) }
+            #expect(heap.minimum == reference[0], "round \(round)")
+            let replacement = TimerHeap.Entry(due: reference[0].due + Int64.random(in: 0..<2000, using: &random), slot: reference[0].slot, generation: 1)
+            heap.replaceMinimum(with: replacement)
+            reference[0] = replacement
+        }
+        heap.compact { $0.slot % 2 == 0 }
+        reference.removeAll { $0.slot % 2 != 0 }
+        reference.sort { $0.precedes($1) }
+        var popped: [TimerHeap.Entry] = []
+        while let entry = heap.popMinimum() {
+            popped.append(entry)
+        }
+        #expect(popped == reference)
+    }
+}
