@@ -53,9 +53,14 @@ final class Connection {
 
     /// Registers the connection and starts reading. `readable` and `writable` run on the queue,
     /// within a batch, while the socket has input or (while waited for) room.
+    ///
+    /// The registration holds the connection strongly until `close` removes it: the `readable`
+    /// handler may close the connection and drop the daemon's reference to it, and the handler
+    /// still looks at it afterwards. (With an unowned reference that was a use after free, and a
+    /// crash, whenever a peer hung up: a hang-up reports both readable and writable.)
     func start(readable: @escaping (Connection) -> Void, writable: @escaping (Connection) -> Void) throws(DaemonError) {
         wantsInput = true
-        token = try poller.register(descriptor, interest: .readable) { [unowned self] readiness in
+        token = try poller.register(descriptor, interest: .readable) { [self] readiness in
             if readiness.readable && wantsInput && !isClosed {
                 readable(self)
             }

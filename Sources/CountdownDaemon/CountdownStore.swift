@@ -30,8 +30,8 @@ struct StoredCountdown: Equatable {
 ///
 ///     countdowns(name PRIMARY KEY, state, total_ms, deadline_unix_ms, deadline_boot_ns,
 ///                remaining_ns, finished_unix_ms, owner_uid, late_ms)
-///     meta(key PRIMARY KEY, value)   -- schema_version, boot_id, last_seq,
-///                                       -- done_through_boot_ns, done_through_unix_ms
+///     meta(key PRIMARY KEY, value)   -- schema_version, boot_id, last_seq (numbers reserved
+///                                       -- for events), done_through_boot_ns, done_through_unix_ms
 ///
 /// Writes come in batches, one transaction each (group commit); ticks are never stored.
 final class CountdownStore {
@@ -129,15 +129,22 @@ final class CountdownStore {
         return contents
     }
 
-    /// Writes one batch in one transaction: the rows to store, the names to forget, the metadata.
+    /// Writes one batch in one transaction: the rows to store, the names to forget, and only the
+    /// metadata that must change (each key is one more B-tree write per commit, and most commits
+    /// need none).
     ///
     /// A countdown reaching its deadline is not written row by row (at 100,000 countdowns that
     /// would dirty a random page per `done`): the `done_through` watermark says that every running
     /// row with a deadline at or before it is done. Events fire in deadline order, so that is
     /// exact. `maintain` folds it into the rows now and then.
+    /// - Parameters:
+    ///   - sequenceReservation: when set, stored as `last_seq`: event numbers up to it may be in
+    ///     use, so a restarted daemon continues after it.
+    ///   - doneThrough: when set, the new watermark (boot clock, wall clock).
+    ///   - bootID: when set, the boot the stored boot-clock deadlines belong to.
     func commit(
-        upserts: [StoredCountdown], deletions: [String], lastSequence: UInt64, bootID: String?,
-        doneThroughBootNanoseconds: Int64, doneThroughUnixMilliseconds: Int64
+        upserts: [StoredCountdown], deletions: [String], sequenceReservation: UInt64?,
+        doneThrough: (bootNanoseconds: Int64, unixMilliseconds: Int64)?, bootID: String?
     ) throws(SQLiteError) {
         try database.transaction { () throws(SQLiteError) in
             for row in upserts {
@@ -156,9 +163,13 @@ final class CountdownStore {
                 deleteStatement.bind(1, name)
                 try deleteStatement.run()
             }
-            try setMeta("last_seq", "\(lastSequence)")
-            try setMeta("done_through_boot_ns", "\(doneThroughBootNanoseconds)")
-            try setMeta("done_through_unix_ms", "\(doneThroughUnixMilliseconds)")
+            if let sequenceReservation {
+                try setMeta("last_seq", "\(sequenceReservation)")
+            }
+            if let doneThrough {
+                try setMeta("done_through_boot_ns", "\(doneThrough.bootNanoseconds)")
+                try setMeta("done_through_unix_ms", "\(doneThrough.unixMilliseconds)")
+            }
             if let bootID {
                 try setMeta("boot_id", bootID)
             }

@@ -36,6 +36,7 @@ extension Daemon {
         let clock = SystemClock.mapping(at: now)
         let sameBoot = bootID != nil && bootID == contents.bootID
         engine.continueSequence(after: contents.lastSequence)
+        reservedSequence = contents.lastSequence
         let watermark = doneWatermark(contents, clock: clock, sameBoot: sameBoot)
         let countdowns = contents.rows.map { persisted($0, clock: clock, sameBoot: sameBoot, doneThrough: watermark) }
             .sorted { ($0.deadline ?? $0.finishedAt ?? now) < ($1.deadline ?? $1.finishedAt ?? now) }
@@ -71,7 +72,8 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         // Purged countdowns are deleted in bulk by `maintainStore`, not one by one.
         _ = engine.takePurgedNames()
-        guard let store, !dirtyNames.isEmpty || !pendingDeletions.isEmpty || donePendingCommit else { return }
+        let needsReservation = engine.lastSequence > reservedSequence
+        guard let store, !dirtyNames.isEmpty || !pendingDeletions.isEmpty || donePendingCommit || needsReservation else { return }
         let clock = SystemClock.mapping()
         var upserts: [StoredCountdown] = []
         upserts.reserveCapacity(dirtyNames.count)
@@ -83,13 +85,21 @@ extension Daemon {
             }
         }
         do throws(SQLiteError) {
+            let reservation = needsReservation ? engine.lastSequence + Self.sequenceReservationBlock : nil
             try store.commit(
-                upserts: upserts, deletions: pendingDeletions, lastSequence: engine.lastSequence, bootID: bootID,
-                doneThroughBootNanoseconds: engine.advancedThrough.nanoseconds,
-                doneThroughUnixMilliseconds: clock.unixMilliseconds(of: engine.advancedThrough)
+                upserts: upserts, deletions: pendingDeletions, sequenceReservation: reservation,
+                doneThrough: donePendingCommit
+                    ? (engine.advancedThrough.nanoseconds, clock.unixMilliseconds(of: engine.advancedThrough)) : nil,
+                bootID: bootIDStored ? nil : bootID
             )
-            committedDoneThrough = engine.advancedThrough
-            donePendingCommit = false
+            bootIDStored = true
+            if let reservation {
+                reservedSequence = reservation
+            }
+            if donePendingCommit {
+                committedDoneThrough = engine.advancedThrough
+                donePendingCommit = false
+            }
             dirtyNames.removeAll(keepingCapacity: true)
             pendingDeletions.removeAll(keepingCapacity: true)
             if storageFailing {
@@ -104,6 +114,11 @@ extension Daemon {
             storageFailing = true
         }
     }
+
+    /// How many event numbers one `last_seq` write reserves. Storing the sequence with every commit
+    /// would add a write to each; instead a block is reserved ahead, and a restarted daemon
+    /// continues after the block (its numbers jump, and never repeat).
+    static let sequenceReservationBlock: UInt64 = 1 << 16
 
     /// How often `maintainStore` folds the done-through watermark into the rows and deletes
     /// finished rows past their retention.

@@ -37,6 +37,10 @@ public final class Daemon: @unchecked Sendable {
     var committedDoneThrough = Instant.zero
     /// A `done` was published since the last commit, so the watermark must be stored first.
     var donePendingCommit = false
+    /// The event numbers stored as reserved (`last_seq`); past it, the next commit reserves more.
+    var reservedSequence: UInt64 = 0
+    /// Whether this run has stored its boot id (once is enough).
+    var bootIDStored = false
     /// When the wake-up timer last fired.
     var lastTimerWake = Instant.zero
 

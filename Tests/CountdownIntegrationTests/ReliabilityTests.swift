@@ -57,7 +57,7 @@ extension Integration {
             #expect(try third.connect().request("STATUS quick0").countdowns.first?.state == .done)
         }
 
-        @Test("a done delivered before a crash is not reported again, and the sqlite3 tool shows it done")
+        @Test("a done delivered before a crash is not reported again, event numbers never repeat, and the sqlite3 tool shows it done")
         func doneBeforeCrash() throws {
             let directory = TemporaryDirectory()
             let first = try DaemonProcess(directory: directory)
@@ -65,10 +65,15 @@ extension Integration {
             _ = try c.request("SUBSCRIBE brew")
             _ = try c.request("START brew 1200ms")
             _ = try c.request("START later 1h")
-            _ = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
+            let done = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
             #expect(try c.request("PING").outcome == .ok("pong"))  // The batch with the done is committed.
             first.crash()
             let second = try DaemonProcess(directory: directory)
+            let watcher = try second.connect()
+            _ = try watcher.request("SUBSCRIBE again")
+            _ = try watcher.request("START again 1h")
+            let started = try watcher.waitForEvent { $0.name == "again" && $0.kind == .started }
+            #expect(started.sequence > done.sequence, "seq \(started.sequence) after a restart, \(done.sequence) before it")
             let brew = try #require(try second.connect().request("STATUS brew").countdowns.first)
             #expect(brew.state == .done && brew.lateMilliseconds == nil, "done before the crash: not late, not again")
             #expect(!second.stderrText.contains("brew: done"), "not reported a second time")
@@ -76,7 +81,7 @@ extension Integration {
             if toolExists("/usr/bin/sqlite3") {
                 let database = directory.file("state/countdownd/countdownd.db")
                 let rows = try runCommand("/usr/bin/sqlite3", [database, "SELECT name, state FROM countdowns ORDER BY name"])
-                #expect(rows.stdout == "brew|done\nlater|running\n", "\(rows.stdout)\(rows.stderr)")
+                #expect(rows.stdout == "again|running\nbrew|done\nlater|running\n", "\(rows.stdout)\(rows.stderr)")
             }
         }
 
@@ -195,6 +200,34 @@ extension Integration {
             let theirs = try #require(try daemon.connect().request("STATUS theirs").countdowns.first)
             #expect(theirs.owner == 65534)
             #expect(try daemon.connect().request("CANCEL theirs").countdown?.state == .cancelled)
+        }
+
+        @Test("2,000 clients that hang up before reading the greeting, each followed by one that reads it")
+        func hangUpBeforeGreeting() throws {
+            // A hang-up is reported as readable and writable at once; the connection is closed by
+            // the first and must still be safe to look at for the second (this crashed the daemon).
+            let daemon = try DaemonProcess()
+            for cycle in 0..<2000 {
+                let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                var address = sockaddr_un()
+                address.sun_family = sa_family_t(AF_UNIX)
+                withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(daemon.socketPath.utf8)) }
+                let connected = withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                }
+                close(probe)
+                guard connected == 0 else {
+                    Issue.record("cycle \(cycle): connect failed: \(String(cString: strerror(errno))); the daemon's log: \(daemon.stderrText)")
+                    return
+                }
+                do {
+                    _ = try daemon.connect()
+                } catch {
+                    Issue.record("cycle \(cycle): \(error); the daemon's log: \(daemon.stderrText)")
+                    return
+                }
+            }
+            #expect(try daemon.connect().request("PING").outcome == .ok("pong"))
         }
 
         @Test("5,000 connects and disconnects, some mid-line or mid-reply, leak no descriptors")
