@@ -85,16 +85,19 @@ extension Daemon {
                     ])
                 }
             }
-            let byName = nameSubscribers[event.name]
+            // Most daemons have no per-name subscriber; then no name is hashed per event.
+            let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
             if allSubscribers.isEmpty && byName == nil { continue }
-            let line = WireEncoder.eventLine(event)
+            // Encoded once into a reused buffer; each subscriber's queue copies the bytes.
+            eventBuffer.removeAll(keepingCapacity: true)
+            WireEncoder.appendEvent(event, to: &eventBuffer)
             let tickName = event.kind == .tick ? event.name : nil
             for connection in allSubscribers.values {
-                deliver(line, tickName: tickName, to: connection)
+                deliver(eventBuffer, tickName: tickName, to: connection)
             }
             if let byName {
                 for connection in byName.values {
-                    deliver(line, tickName: tickName, to: connection)
+                    deliver(eventBuffer, tickName: tickName, to: connection)
                 }
             }
         }

@@ -84,6 +84,7 @@ public final class Daemon: @unchecked Sendable {
     var events: [CountdownEvent] = []
     var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     var replyBuffer: [UInt8] = []
+    var eventBuffer: [UInt8] = []
     var scratch: [UInt8] = []
 
     /// Creates a daemon; nothing happens until `run()`.

@@ -2,8 +2,9 @@ import Glibc
 
 /// A connection's pending output: replies and events not yet written to its socket.
 ///
-/// Events are queued as shared byte arrays (encoded once for all subscribers). Once a subscriber
-/// is more than `coalesceThreshold` bytes behind, a new tick replaces that countdown's older tick
+/// Replies and events are appended to the queue's last chunk while it is small (one copy of a few
+/// dozen bytes, no allocation per event). Once a subscriber is more than `coalesceThreshold` bytes
+/// behind, each tick gets a chunk of its own, and a new tick replaces that countdown's older tick
 /// still in the queue (the subscriber sees a gap in `seq`); lifecycle events are never dropped.
 /// The caller enforces the hard limit through `byteCount`.
 struct OutputQueue {
@@ -11,8 +12,8 @@ struct OutputQueue {
         var bytes: [UInt8]
         /// The countdown a queued tick belongs to, when it may be replaced by a newer one.
         var tickName: String?
-        /// Whether the bytes are this connection's own (replies), so more may be appended in place.
-        var isReply: Bool
+        /// Whether more bytes may be appended in place (not a replaceable tick).
+        var isAppendable: Bool
     }
 
     private var chunks: [Chunk] = []
@@ -44,23 +45,18 @@ struct OutputQueue {
     /// How many ticks were replaced by newer ones, over the queue's life.
     private(set) var coalescedTickCount = 0
 
-    /// Appends reply bytes. Consecutive replies share one chunk.
+    /// Appends reply bytes.
     mutating func appendReply(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         byteCount += bytes.count
-        if head < chunks.count, chunks[chunks.count - 1].isReply, chunks[chunks.count - 1].bytes.count < 16_384 {
-            // Appending behind a partly written chunk is safe: written bytes stay at its front.
-            chunks[chunks.count - 1].bytes.append(contentsOf: bytes)
-        } else {
-            chunks.append(Chunk(bytes: bytes, tickName: nil, isReply: true))
-        }
+        appendInPlace(bytes)
     }
 
-    /// Appends one event's shared bytes. `tickName` is set for ticks, which may be coalesced.
+    /// Appends one event's bytes. `tickName` is set for ticks, which may be coalesced.
     mutating func appendEvent(_ bytes: [UInt8], tickName: String?) {
         byteCount += bytes.count
         guard let tickName, byteCount > coalesceThreshold else {
-            chunks.append(Chunk(bytes: bytes, tickName: nil, isReply: false))
+            appendInPlace(bytes)
             return
         }
         if let previous = queuedTicks[tickName] {
@@ -77,7 +73,17 @@ struct OutputQueue {
             }
         }
         queuedTicks[tickName] = removedChunks + chunks.count
-        chunks.append(Chunk(bytes: bytes, tickName: tickName, isReply: false))
+        chunks.append(Chunk(bytes: bytes, tickName: tickName, isAppendable: false))
+    }
+
+    /// Adds bytes to the last chunk while it is small; otherwise starts a new one.
+    private mutating func appendInPlace(_ bytes: [UInt8]) {
+        if head < chunks.count, chunks[chunks.count - 1].isAppendable, chunks[chunks.count - 1].bytes.count < 16_384 {
+            // Appending behind a partly written chunk is safe: written bytes stay at its front.
+            chunks[chunks.count - 1].bytes.append(contentsOf: bytes)
+        } else {
+            chunks.append(Chunk(bytes: bytes, tickName: nil, isAppendable: true))
+        }
     }
 
     /// Drops everything not yet sent, except the rest of a line the peer has received only in
