@@ -213,16 +213,29 @@ def countdownd_throughput(workdir, total):
 
 
 class Redis:
-    def __init__(self, workdir):
-        self.socket = os.path.join(workdir, "redis.sock")
+    """redis-server on a Unix socket, TCP off. `aof`: append-only file with appendfsync everysec,
+    Redis's own persistence that, like countdownd's default, writes each change to the OS before
+    the reply and syncs it later."""
+
+    def __init__(self, workdir, aof=False):
+        directory = os.path.join(workdir, "redis-aof" if aof else "redis")
+        os.makedirs(directory, exist_ok=True)
+        self.socket = os.path.join(directory, "redis.sock")
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if aof else ["--appendonly", "no"]
         self.process = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", self.socket, "--unixsocketperm", "700", "--save", "",
-             "--appendonly", "no", "--notify-keyspace-events", "Ex", "--dir", workdir, "--daemonize", "no"],
+            ["redis-server", "--port", "0", "--unixsocket", self.socket, "--unixsocketperm", "700", "--save", ""]
+            + persistence + ["--notify-keyspace-events", "Ex", "--dir", directory, "--daemonize", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             if os.path.exists(self.socket):
                 break
             time.sleep(0.05)
+
+    def rss_bytes(self):
+        for line in open("/proc/%d/status" % self.process.pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
 
     def stop(self):
         stop_process(self.process)
@@ -239,20 +252,22 @@ def redis_lateness(workdir, n, seed):
         for i, d in enumerate(durations_ms(n, seed)):
             deadlines["k%d" % i] = now_ms + d
             lines.append("SET k%d 1 PXAT %d\r\n" % (i, now_ms + d))
+        rss_before = redis.rss_bytes()
         feed(redis.socket, lines, workdir, greeting=False)
+        rss_per_key = (redis.rss_bytes() - rss_before) / n
         logger.wait(60)
         late = []
         for line in open(events_file):
             _boot, real, _kind, key, _ = line.split()
             if key in deadlines:
                 late.append((int(real) / 1e6) - deadlines[key])
-        return {"done": percentiles(late)}
+        return {"done": percentiles(late), "rss_per_key": rss_per_key}
     finally:
         redis.stop()
 
 
-def redis_throughput(workdir, total):
-    redis = Redis(workdir)
+def redis_throughput(workdir, total, aof=False):
+    redis = Redis(workdir, aof=aof)
     try:
         results = {}
         for depth in (1, 32):
@@ -351,12 +366,13 @@ def main():
         log("START throughput")
         cd_tp = countdownd_throughput(workdir, throughput_n)
         redis_tp = redis_throughput(workdir, throughput_n) if have_redis else {}
+        redis_aof_tp = redis_throughput(workdir, throughput_n, aof=True) if have_redis else {}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, throughput_n, have_redis)
+    write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, redis_aof_tp, throughput_n, have_redis)
 
 
-def write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, throughput_n, have_redis):
+def write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, redis_aof_tp, throughput_n, have_redis):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
     swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
     redis_version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2] if have_redis else "not installed"
@@ -375,7 +391,7 @@ def write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, thr
     w("## What was run")
     w("")
     w("- **countdownd**: release build, persistence on (default `--durability=process`), lifecycle logging off (`--log-level warning`). N countdowns with durations uniform over 1–5 s, started through the protocol (pipelined, 2,000 at a time, by `bench/feed.c`), one subscriber to all of them (`bench/eventlog.c`, C, stamps each read with `CLOCK_BOOTTIME`). Lateness is measured against each countdown's exact deadline on `CLOCK_BOOTTIME` (read from the state database, `deadline_boot_ns`): `done` against the deadline, each `tick` against `deadline − remaining`.")
-    w("- **Redis** (%s): `redis-server --port 0 --unixsocket … --save '' --notify-keyspace-events Ex`, default `hz 10`; the same N and spread as `SET k 1 PXAT <deadline>` sent by the same `bench/feed.c`, and the same C subscriber on `__keyevent@0__:expired`, measured against the deadline on the wall clock. Throughput: `redis-benchmark -s … -c 8 -n %d -P 1|32 -r 1000000 SET key:__rand_int__ 1 PX 60000`." % (redis_version, throughput_n))
+    w("- **Redis** (%s): `redis-server --port 0 --unixsocket … --save '' --notify-keyspace-events Ex`, default `hz 10`; the same N and spread as `SET k 1 PXAT <deadline>` sent by the same `bench/feed.c`, and the same C subscriber on `__keyevent@0__:expired`, measured against the deadline on the wall clock. Throughput: `redis-benchmark -s … -c 8 -n %d -P 1|32 -r 1000000 SET key:__rand_int__ 1 PX 60000`, against Redis as above (no persistence: the issue's reference) and against Redis with its own persistence on (`--appendonly yes --appendfsync everysec`: each change written to the OS before the reply, like countdownd's default)." % (redis_version, throughput_n))
     w("- **Floor** (`bench/floor.c`): one thread sleeping with `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)` to each of the same number of sorted deadlines, recording its own lateness.")
     w("- **START throughput** (`bench/loadgen.c`): 8 connections, %d `START` requests in all, 1 or 32 in flight per connection, persistence on." % throughput_n)
     w("")
@@ -398,16 +414,21 @@ def write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, thr
             w("")
     w("## Throughput, memory, CPU, start-up")
     w("")
-    w("| figure | countdownd | Redis | countdownd ÷ Redis | target |")
-    w("|---|---|---|---|---|")
+    w("| figure | countdownd | Redis | countdownd ÷ Redis | Redis with AOF | countdownd ÷ Redis with AOF | target |")
+    w("|---|---|---|---|---|---|---|")
     for depth in (1, 32):
         c = cd_tp.get(depth, (None, 0))[0]
         r = redis_tp.get(depth)
-        w("| START / SET PX per second, 8 clients, %s | %s | %s | %s | ≥ Redis |" % (
-            "unpipelined" if depth == 1 else "pipeline 32", "{:,.0f}".format(c) if c else "n/a", "{:,.0f}".format(r) if r else "n/a", ratio(c, r)))
-    w("| RSS growth per countdown at N=%s (bytes) | %.0f | ~100 (the issue's figure; not measured by this benchmark) | | ≤ 200 |" % ("{:,}".format(big), cd[big]["rss_per_countdown"]))
-    w("| daemon CPU per delivered event at N=%s (µs) | %.2f | | | ≤ 1 |" % ("{:,}".format(big), cd[big]["cpu_per_event_us"]))
-    w("| launch to READY with %s countdowns to restore (ms, median of 3) | %.0f | | | ≤ 300 |" % ("{:,}".format(restore_n), ready_ms))
+        a = redis_aof_tp.get(depth)
+        w("| START / SET PX per second, 8 clients, %s | %s | %s | %s | %s | %s | ≥ Redis |" % (
+            "unpipelined" if depth == 1 else "pipeline 32", "{:,.0f}".format(c) if c else "n/a", "{:,.0f}".format(r) if r else "n/a",
+            ratio(c, r), "{:,.0f}".format(a) if a else "n/a", ratio(c, a)))
+    redis_rss = results["redis"].get(big, {}).get("rss_per_key")
+    w("| RSS growth per countdown / key at N=%s (bytes) | %.0f | %s | %s | | | ≤ 200 |" % (
+        "{:,}".format(big), cd[big]["rss_per_countdown"], "%.0f" % redis_rss if redis_rss is not None else "n/a",
+        ratio(cd[big]["rss_per_countdown"], redis_rss)))
+    w("| daemon CPU per delivered event at N=%s (µs) | %.2f | | | | | ≤ 1 |" % ("{:,}".format(big), cd[big]["cpu_per_event_us"]))
+    w("| launch to READY with %s countdowns to restore (ms, median of 3) | %.0f | | | | | ≤ 300 |" % ("{:,}".format(restore_n), ready_ms))
     w("")
     w("Errors: %s START errors in the lateness runs; %s in the throughput runs." % (
         sum(cd[n]["errors"] for n in sizes), sum(v[1] for v in cd_tp.values())))
