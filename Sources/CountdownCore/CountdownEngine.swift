@@ -43,7 +43,7 @@ public struct CountdownEngine {
     /// The configuration in force.
     public let configuration: EngineConfiguration
 
-    private var records: [Record?] = []
+    private var records = SlotTable<Record>()
     private var freeSlots: [Int32] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()

@@ -5,11 +5,11 @@ extension Daemon {
     /// The most requests of one connection handled in one batch before other work (the timer,
     /// other clients, the commit and the replies) gets a turn: a burst of thousands of pipelined
     /// requests must not hold due ticks back.
-    static let requestsPerPass = 64
+    static let requestsPerPass = 32
 
     /// How long one poller batch may spend on requests before it ends (commit, replies, events):
     /// what fell due meanwhile waits at most about this long, however many clients pipeline.
-    static let batchTimeBudgetNanoseconds: Int64 = 250_000
+    static let batchTimeBudgetNanoseconds: Int64 = 150_000
 
     /// Whether the current batch has used its time for requests.
     var batchIsOutOfTime: Bool {

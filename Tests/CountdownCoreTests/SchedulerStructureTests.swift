@@ -112,3 +112,21 @@ struct SchedulerStructureTests {
         #expect(popped == reference)
     }
 }
+
+@Suite("The engine's slot table")
+struct SlotTableTests {
+    @Test("slots across many pages read back what was stored, in order, empty ones as nil")
+    func pagesHoldTheirSlots() {
+        var table = SlotTable<Int>()
+        for value in 0..<10_000 {
+            table.append(value % 7 == 0 ? nil : value)
+        }
+        #expect(table.count == 10_000)
+        #expect(table[4094] == 4094 && table[4095] == nil && table[4096] == 4096 && table[4097] == 4097)
+        table[4096] = nil
+        table[9999] = -1
+        #expect(table[4096] == nil && table[9999] == -1)
+        let expected: [Int?] = (0..<10_000).map { $0 == 4096 ? nil : $0 == 9999 ? -1 : ($0 % 7 == 0 ? nil : $0) }
+        #expect(Array(table) == expected)
+    }
+}
