@@ -290,38 +290,55 @@ def floor_lateness(workdir, n, seed):
 
 ANALYSIS = """### What is in the way, and what was done
 
-Profiling (`perf record -g` on the daemon at 100,000 countdowns) first showed the time going to
-the kernel: a timerfd re-arm and a context switch for each of ~25,000 wake-ups a second, and SQLite
-dirtying a random page for every `done`. Since then: one `done_through` watermark per batch instead
-of a row per `done`; at most one wake-up per 250 µs (batching the events due in that window); at
-most 256 requests per pass so a burst of STARTs cannot hold due ticks back; WAL checkpoints on a
-background connection. That halved CPU per event and cut the 100k p99 several-fold.
+How the daemon got here (each step measured with `perf record`, `perf stat` and single-size
+reruns of this benchmark, one run each):
+
+- **Event loop.** One Dispatch source per descriptor became one level-triggered epoll instance on a
+  poll thread that runs each wake-up's whole batch on the state queue with `queue.sync` (executed on
+  the calling thread): no hand-off from libdispatch's manager thread, and requests from every ready
+  client share one commit. `done` p99 at 100,000: 2.3 ms before, about 0.4–0.7 ms after.
+- **Stalls of the queue.** A `Dictionary` of 100,000 names rehashed every name when it grew (a
+  10–20 ms stall at 98,304 countdowns), and the record array copied megabytes into fresh memory at
+  65,536: both showed up as tick-lateness spikes at those counts. The name index now stores each
+  hash (growing moves 8-byte entries), and records live in pages that never move.
+- **Requests against ticks.** A pipelining client gets 32 requests per batch and a batch takes
+  requests for at most 150 µs, so what falls due waits for one short batch and its commit.
+- **Per event and per request.** A 4-ary heap whose top is replaced in place when a countdown's tick
+  fires; events encoded once into a reused buffer and appended to each subscriber's last chunk (no
+  allocation per event); the parser and framer called through concrete, specialized entry points
+  (the generic ones looked up type metadata for every field); only the metadata a commit needs is
+  written (event numbers are reserved in blocks).
 
 Still short, and why:
 
-- **p99 at 100,000 countdowns.** The benchmark starts 100,000 countdowns in about 1.5 s while the
-  first of them already fall due after 1 s, on two cores shared with the subscriber and the
-  starter. The tail is the events that fall due during that burst: each slice of STARTs is one
-  SQLite transaction writing hundreds of random B-tree pages. p50 and p90 are within 3–4× of the
-  floor.
-- **CPU per event (~5 µs vs 1 µs).** `strace -c` at 100,000 countdowns shows what one timer
-  wake-up costs through libdispatch: about 11 system calls (two `futex`, two `epoll_wait`, two
-  `epoll_ctl`, the timerfd `read` and `timerfd_settime`, an eventfd `write` from the manager
-  queue, the `send` to the subscriber) and two context switches (manager thread to worker). With
-  a few events per wake-up that dominates, and batching more events per wake-up costs lateness
-  one for one: within this design the 1 µs and the 1 ms targets pull against each other at
-  100,000 countdowns. A dedicated timer thread with its own epoll loop, handing whole batches to
-  the state queue, is the way out. Smaller costs: String hashing per event (subscriber lookup, the tick coalescing map), one small
-  array allocation per encoded event, a SQLite commit per wake-up that has a `done`, and the heap. Next steps:
-  names interned to integer ids in the engine and subscriber maps, events encoded into one shared
-  batch buffer per wake-up, and a timing wheel instead of the binary heap (its sift-down is the
-  hottest user-space function).
-- **START throughput (0.14× unpipelined, 0.25× pipelined).** Every acknowledged START is durable
-  before its OK (Redis here has persistence off: `--save '' --appendonly no`). With 8 clients
-  unpipelined a batch holds at most 8 requests, so the cost is one SQLite transaction per ~8
-  STARTs (each writes the rows' random leaf pages plus `meta` to the WAL). An append-only change
-  log (one page per commit whatever the keys) compacted in the background would lift this; it is
-  the next storage change.
+- **CPU per event.** At 100,000 countdowns, `perf stat` over the five seconds of events counted
+  about 14,000 wake-ups of about 24 events each, and about 115 µs of CPU per wake-up: per wake-up
+  one `epoll_wait`, one timerfd `read` and re-arm (a `timerfd_settime`, which in this virtual
+  machine exits to the hypervisor), one `send` to the subscriber, and one SQLite transaction
+  (about 6 `fcntl` locks and 2 `pwrite`s, 20–50 µs) that stores the `done` watermark before the
+  `done` events leave, so that a `done` is never announced twice across a crash. 1 µs per event
+  would need under 25 µs per wake-up. Tried and dropped: a self-repeating timerfd (no re-arm per
+  wake-up: the saved system call was eaten by more wake-ups) and checkpointing every 100 ms. What
+  would reach it: waking less often (each extra 250 µs between wake-ups costs every event that much
+  lateness), or storing the watermark lazily, turning "a `done` is never repeated after a crash"
+  into "a `done` of the last few milliseconds before a crash may be repeated". We kept the
+  guarantee.
+- **START throughput.** Every `OK` is durable before it is sent: one SQLite transaction per batch
+  (Redis in the reference column keeps nothing; the AOF column is Redis with its own persistence).
+  A build of this round with the commit skipped (an experiment, not a mode) did 515,000 START/s pipelined
+  and 58,000/s unpipelined on this machine (100,000 requests), against 110,000–160,000 and
+  20,000–30,000 with it, depending on the run and the table's size. The
+  cost is SQLite's B-tree: in the unpipelined run `perf stat` counted about 4.6 requests per batch,
+  13 page writes and 6 `fcntl` locks per commit, because every START updates a row keyed by its
+  name, somewhere in the table. `bench/sqlite-rows.c` (the same rows from 8 interleaved clients,
+  WAL, `synchronous=NORMAL`) shows the next step: appending to a rowid change log costs 3–5 µs per
+  row at 5 rows per commit and 1 µs at 256, against 11 µs and 2 µs for keyed upserts, with the log
+  folded into the table in the background. That is the next storage change; it would still leave
+  unpipelined START below Redis, whose persistence is one `write` of the append-only file per
+  event-loop round.
+- **`tick` p99 at 100,000** moves around 1 ms from run to run: the tail is the ticks that fall due
+  while the 100,000 STARTs are being committed, on two cores shared with the feeder and the
+  subscriber. The floor column shows how much this machine itself jitters in the same run.
 """
 
 
