@@ -55,6 +55,11 @@ public struct CountdownEngine {
     public private(set) var runningCount = 0
     /// How many countdowns are paused.
     public private(set) var pausedCount = 0
+    /// Whether ticks are scheduled and emitted. Lifecycle events are, always. The daemon turns
+    /// ticks off while nobody is subscribed: 100,000 unobserved countdowns would otherwise cost
+    /// 100,000 scheduler operations a second for nothing.
+    public private(set) var ticksEnabled = true
+
     /// The latest instant the engine has run everything due by: every running countdown with a
     /// deadline at or before it is done. Storage records this instead of a write per `done`.
     public private(set) var advancedThrough = Instant(nanoseconds: .min)
@@ -124,6 +129,22 @@ public struct CountdownEngine {
 
     func record(named name: String) -> Record? {
         slot(named: name).flatMap { records[Int($0)] }
+    }
+
+    /// Turns ticks on or off. Turning them on schedules every running countdown's next tick at
+    /// once (O(n log n)); turning them off lets each countdown's next wake-up be its deadline.
+    public mutating func setTicksEnabled(_ enabled: Bool, now: Instant) {
+        guard enabled != ticksEnabled else { return }
+        ticksEnabled = enabled
+        guard enabled else { return }
+        for index in 0..<records.count {
+            guard var record = records[index], record.state == .running else { continue }
+            // The entry for the deadline becomes stale; the next tick takes its place.
+            record.generation &+= 1
+            records[index] = record
+            push(nextEntry(slot: Int32(index), record: record, now: now))
+        }
+        dropStaleTop()
     }
 
     // MARK: - Restoring
@@ -496,8 +517,10 @@ public struct CountdownEngine {
             emit(.done, record, remaining: 0, into: &events)
             return purgeEntry(slot: slot, record: record)
         }
-        let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
-        emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
+        if ticksEnabled {
+            let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
+            emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
+        }
         return nextEntry(slot: slot, record: old, now: now)
     }
 
@@ -508,11 +531,11 @@ public struct CountdownEngine {
     }
 
     /// The next wake-up of a running countdown: the tick at `deadline - k s` for the largest whole
-    /// `k >= 1` still strictly ahead of `now`, or the deadline itself.
+    /// `k >= 1` still strictly ahead of `now`, or the deadline itself (always, with ticks off).
     private func nextEntry(slot: Int32, record: Record, now: Instant) -> TimerHeap.Entry {
         let left = record.deadline.nanoseconds(since: now)
         var due = record.deadline.nanoseconds
-        if left > 0 {
+        if left > 0 && ticksEnabled {
             let k = (left + 999_999_999) / 1_000_000_000 - 1
             if k >= 1 {
                 due -= k * 1_000_000_000

@@ -35,6 +35,8 @@ extension Daemon {
         let now = SystemClock.now()
         let clock = SystemClock.mapping(at: now)
         let sameBoot = bootID != nil && bootID == contents.bootID
+        // Nobody is subscribed yet: restored countdowns are scheduled for their deadlines only.
+        engine.setTicksEnabled(false, now: now)
         engine.continueSequence(after: contents.lastSequence)
         reservedSequence = contents.lastSequence
         let watermark = doneWatermark(contents, clock: clock, sameBoot: sameBoot)

@@ -11,6 +11,7 @@ extension Daemon {
             subscriberCount += 1
             connection.subscription = .all
             allSubscribers[connection.id] = connection
+            updateTickInterest()
             return
         }
         var followed: Set<String>
@@ -36,6 +37,13 @@ extension Daemon {
             subscriberCount += 1
         }
         connection.subscription = .names(wanted)
+        updateTickInterest()
+    }
+
+    /// Ticks are computed only while someone is subscribed (see `CountdownEngine.ticksEnabled`).
+    func updateTickInterest() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        engine.setTicksEnabled(subscriberCount > 0, now: SystemClock.now())
     }
 
     /// How many names a connection follows (0 when it follows all or none).
@@ -61,6 +69,7 @@ extension Daemon {
         }
         connection.subscription = .none
         subscriberCount -= 1
+        updateTickInterest()
     }
 
     /// Hands events to their subscribers: each encoded once, the same bytes queued on every

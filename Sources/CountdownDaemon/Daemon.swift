@@ -6,9 +6,10 @@ import Glibc
 /// The countdown daemon: the imperative shell around `CountdownEngine`.
 ///
 /// One serial queue, `queue`, owns every piece of mutable state: the engine, the connections, the
-/// subscriptions. Dispatch sources deliver socket, timer and signal events onto it; nothing else
-/// touches the state, and the places that do check it with `dispatchPrecondition`. That is why the
-/// class can be `@unchecked Sendable`: its state never leaves the queue.
+/// subscriptions. The poller's batches (sockets, the wake-up timer) and Dispatch sources (signals,
+/// the watchdog) run on it; nothing else touches the state, and the places that do check it with
+/// `dispatchPrecondition`. That is why the class can be `@unchecked Sendable`: its state never
+/// leaves the queue.
 ///
 /// Readiness comes from `EventPoller`: one epoll instance on a thread of its own, which runs each
 /// wake-up's batch on the queue (timer first, then clients), after which `endBatch` commits,

@@ -18,6 +18,33 @@ struct EngineTimingTests {
         #expect(events.map(\.2) == [3000, 2000, 1000, 0])
     }
 
+    @Test("with ticks off only lifecycle events come, on time; turned on mid-way, ticks resume at deadline - k s")
+    func ticksOffAndOn() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        try clock.start("quiet", 5500)
+        try clock.start("short", 2000)
+        clock.advance(to: .milliseconds(2100))
+        #expect(clock.events(of: "short").map(\.1) == [.started, .done])
+        #expect(clock.events(of: "short").last?.0 == .milliseconds(2000))
+        #expect(clock.events(of: "quiet").map(\.1) == [.started])
+        // Turned on at 2.1 s: the next whole second before the 5.5 s deadline is 2.5 s.
+        clock.engine.setTicksEnabled(true, now: clock.now)
+        clock.advance(to: .seconds(10))
+        let quiet = clock.events(of: "quiet")
+        #expect(quiet.map(\.1) == [.started, .tick, .tick, .tick, .done])
+        #expect(quiet.map(\.0) == [.zero, .milliseconds(2500), .milliseconds(3500), .milliseconds(4500), .milliseconds(5500)])
+        #expect(quiet.map(\.2) == [5500, 3000, 2000, 1000, 0])
+        // Off again: a running countdown's scheduled tick passes silently, its done still comes.
+        try clock.start("again", 3000)
+        clock.advance(to: .milliseconds(10_500))
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        clock.advance(to: .seconds(20))
+        #expect(clock.events(of: "again").map(\.1) == [.started, .done])
+        #expect(clock.events(of: "again").last?.0 == .seconds(13))
+        #expect(clock.engine.scheduledEntryCount <= 2 * clock.engine.count + 1024)
+    }
+
     @Test("a fractional duration's first tick comes at the first whole second before the deadline")
     func fractionalDuration() throws {
         var clock = ManualClock()

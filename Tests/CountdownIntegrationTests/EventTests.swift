@@ -35,6 +35,36 @@ extension Integration {
             #expect(lateness >= -2 && lateness <= Self.punctuality, "done arrived \(lateness) ms after the deadline")
         }
 
+        @Test("ticks start with the first subscriber and stop with the last; done comes either way")
+        func ticksFollowSubscribers() throws {
+            // Nobody subscribed: the daemon schedules deadlines only. A subscriber arriving
+            // mid-countdown gets the next whole-second tick on time, and done.
+            let daemon = try DaemonProcess()
+            let control = try daemon.connect()
+            let reply = try control.request("START brew 3500ms")
+            let deadline = Double(try #require(reply.countdown?.deadlineUnixMilliseconds))
+            try waitUntil(timeout: 5) { unixNowMilliseconds() > deadline - 3000 + 100 }  // Past the first tick.
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE brew")
+            let snapshot = try subscriber.waitForEvent { _ in true }
+            #expect(snapshot.kind == .snapshot)
+            for k in [2, 1] {
+                let tick = try subscriber.waitForEvent { $0.name == "brew" }
+                let lateness = unixNowMilliseconds() - (deadline - Double(k) * 1000)
+                #expect(tick.kind == .tick && tick.remainingMilliseconds == Int64(k) * 1000)
+                #expect(lateness >= -2 && lateness <= Self.punctuality, "tick \(k) arrived \(lateness) ms from nominal")
+            }
+            let done = try subscriber.waitForEvent { $0.name == "brew" }
+            #expect(done.kind == .done)
+            // The last subscriber leaves; a later subscriber still gets ticks.
+            _ = try subscriber.request("UNSUBSCRIBE")
+            _ = try control.request("START later 2500ms")
+            let another = try daemon.connect()
+            _ = try another.request("SUBSCRIBE")
+            let tick = try another.waitForEvent { $0.name == "later" && $0.kind == .tick }
+            #expect(tick.remainingMilliseconds == 2000 || tick.remainingMilliseconds == 1000)
+        }
+
         @Test("a new subscriber sees the current state at once, right after its OK")
         func snapshotOnSubscribe() throws {
             let daemon = try DaemonProcess()
