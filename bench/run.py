@@ -36,6 +36,14 @@ def build_tools():
         subprocess.run(["cc", "-O2", "-o", os.path.join(TOOLS, tool), os.path.join(ROOT, "bench", tool + ".c"), "-lpthread"], check=True)
 
 
+def rss_bytes(pid):
+    """The resident set of a process, in bytes."""
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def stop_process(process):
     """SIGTERM, then SIGKILL if it has not exited within 10 s; always reaped."""
     process.send_signal(signal.SIGTERM)
@@ -93,10 +101,7 @@ class Daemon:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_bytes(self):
-        for line in open("/proc/%d/status" % self.process.pid):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
+        return rss_bytes(self.process.pid)
 
     def stop(self):
         stop_process(self.process)
@@ -232,10 +237,7 @@ class Redis:
             time.sleep(0.05)
 
     def rss_bytes(self):
-        for line in open("/proc/%d/status" % self.process.pid):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
+        return rss_bytes(self.process.pid)
 
     def stop(self):
         stop_process(self.process)
