@@ -109,12 +109,9 @@ public struct CountdownEngine {
     /// The running and paused countdowns, all or those named in `names`, sorted by name: what a new
     /// subscriber is shown right after its `OK`.
     public func activeSnapshots(matching names: Set<String>?, now: Instant) -> [CountdownSnapshot] {
-        records.compactMap { record in
-            guard let record, record.state.isActive, names?.contains(record.name) ?? true else { return nil }
-            return record
-        }
-        .sorted { $0.name < $1.name }
-        .map { snapshot(of: $0, now: now) }
+        // Named: look each up (a subscriber follows a few names among many countdowns).
+        let candidates: [Record] = names.map { $0.compactMap { record(named: $0) } } ?? records.compactMap { $0 }
+        return candidates.filter(\.state.isActive).sorted { $0.name < $1.name }.map { snapshot(of: $0, now: now) }
     }
 
     /// The names of all countdowns (unsorted); for completion and suggestions.
