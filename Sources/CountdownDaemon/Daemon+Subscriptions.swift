@@ -7,7 +7,8 @@ extension Daemon {
     func subscribe(_ connection: Connection, to names: [String]) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
         if names.isEmpty {
-            unsubscribe(connection)
+            // Not counted as a moment without subscribers: ticks stay on.
+            unsubscribe(connection, updatingTicks: false)
             subscriberCount += 1
             connection.subscription = .all
             allSubscribers[connection.id] = connection
@@ -53,7 +54,7 @@ extension Daemon {
     }
 
     /// Stops all events to a connection.
-    func unsubscribe(_ connection: Connection) {
+    func unsubscribe(_ connection: Connection, updatingTicks: Bool = true) {
         switch connection.subscription {
         case .none:
             return
@@ -69,7 +70,9 @@ extension Daemon {
         }
         connection.subscription = .none
         subscriberCount -= 1
-        updateTickInterest()
+        if updatingTicks {
+            updateTickInterest()
+        }
     }
 
     /// Hands events to their subscribers: each encoded once, the same bytes queued on every
