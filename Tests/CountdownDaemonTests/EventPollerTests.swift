@@ -18,7 +18,10 @@ struct EventPollerTests {
         let poller = try EventPoller(queue: queue)
         var first: [Int32] = [0, 0]
         var second: [Int32] = [0, 0]
-        #expect(pipe(&first) == 0 && pipe(&second) == 0)
+        // Close-on-exec: a child spawned meanwhile by another test must not keep these open (an
+        // epoll registration lives as long as its open file, and this poller outlives the test).
+        let kind = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        #expect(socketpair(AF_UNIX, kind, 0, &first) == 0 && socketpair(AF_UNIX, kind, 0, &second) == 0)
         defer { [first[0], first[1], second[0], second[1]].forEach { close($0) } }
         let seen = Observations()
         let delivered = DispatchSemaphore(value: 0)
@@ -35,7 +38,7 @@ struct EventPollerTests {
                 if readiness.readable { seen.readable.append("urgent") }
             }
         })
-        // A pipe's write end is writable while it has room; watched only when asked.
+        // A socket is writable while it has room; watched only when asked.
         let sink = try #require(queue.sync {
             try? poller.register(first[1], interest: []) { readiness in
                 if readiness.writable { seen.writable += 1 }
@@ -63,7 +66,7 @@ struct EventPollerTests {
             seen.readable.removeAll()
             poller.setInterest(.writable, for: sink)
         }
-        // The writable pipe end produces a batch; nothing else is reported.
+        // The writable socket produces a batch; nothing else is reported.
         let deadline = DispatchTime.now() + 10
         while queue.sync(execute: { seen.writable }) == 0 {
             #expect(delivered.wait(timeout: deadline) == .success)
@@ -73,6 +76,7 @@ struct EventPollerTests {
             #expect(seen.writable > 0)
             #expect(seen.readable.isEmpty)
             poller.unregister(sink)
+            poller.unregister(ordinary)  // Nothing stays registered: the poll thread sleeps for good.
             #expect(poller.interest(of: sink).isEmpty)
         }
     }
