@@ -10,7 +10,7 @@ struct OutputQueueTests {
         let reader: Int32
         init(sendBuffer: Int32? = nil) {
             var fds: [Int32] = [0, 0]
-            precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+            precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
             writer = fds[0]
             reader = fds[1]
             _ = fcntl(writer, F_SETFL, fcntl(writer, F_GETFL) | O_NONBLOCK)
