@@ -326,8 +326,9 @@ Still short, and why:
   wake-up: the saved system call was eaten by more wake-ups) and checkpointing every 100 ms. What
   would reach it: waking less often (each extra 250 µs between wake-ups costs every event that much
   lateness), or storing the watermark lazily, turning "a `done` is never repeated after a crash"
-  into "a `done` of the last few milliseconds before a crash may be repeated". We kept the
-  guarantee.
+  into "a `done` of the last few milliseconds before a crash may be repeated". Measured as an
+  experiment (the watermark stored at most every 100 ms): the daemon's CPU over the events fell by
+  35–40 %, to about 2.6 µs per event, still well above 1 µs. So we kept the guarantee.
 - **START throughput.** Every `OK` is durable before it is sent: one SQLite transaction per batch
   (Redis in the reference column keeps nothing; the AOF column is Redis with its own persistence).
   A build of this round with the commit skipped (an experiment, not a mode) did 515,000 START/s pipelined
