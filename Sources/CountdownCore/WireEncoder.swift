@@ -74,14 +74,6 @@ public enum WireEncoder {
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// One event's line as its own buffer, to be shared by every subscriber.
-    public static func eventLine(_ event: CountdownEvent) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(48 + event.name.utf8.count)
-        appendEvent(event, to: &out)
-        return out
-    }
-
     /// `EVENT <seq> snapshot <name> <remaining_ms> <total_ms> <state> <deadline_unix_ms> <owner_uid>`:
     /// the current state of a countdown, sent to a new subscriber. `seq` is the last emitted one.
     public static func appendSnapshotEvent(

@@ -181,7 +181,6 @@ public final class Daemon: @unchecked Sendable {
 
     private func timerFired() {
         dispatchPrecondition(condition: .onQueue(queue))
-        timer?.didFire()
         let now = SystemClock.now()
         lastTimerWake = now
         events.removeAll(keepingCapacity: true)

@@ -22,7 +22,10 @@ final class WakeupTimer {
         descriptor = fd
         self.poller = poller
         do {
-            token = try poller.register(fd, interest: .readable, urgent: true) { _ in
+            token = try poller.register(fd, interest: .readable, urgent: true) { [unowned self] _ in
+                // A one-shot timer that fired is disarmed: the next `arm` re-arms even for the same
+                // instant.
+                armedFor = nil
                 var expirations: UInt64 = 0
                 _ = read(fd, &expirations, MemoryLayout<UInt64>.size)  // EAGAIN after a re-arm is fine.
                 handler()
@@ -45,11 +48,6 @@ final class WakeupTimer {
             spec.it_value.tv_nsec = Int(ns % 1_000_000_000)
         }
         timerfd_settime(descriptor, Int32(TFD_TIMER_ABSTIME), &spec, nil)
-    }
-
-    /// Forgets the armed instant, so the next `arm` re-arms even for the same instant.
-    func didFire() {
-        armedFor = nil
     }
 
     /// Stops the timer and closes its descriptor.
