@@ -23,7 +23,7 @@ public struct EngineConfiguration: Sendable, Equatable {
 /// O(log n) in the number of running countdowns. Nothing scans all countdowns per tick.
 public struct CountdownEngine {
     /// One countdown's stored state. Everything shown to users is derived from it.
-    struct Record {
+    struct Record: Sendable {
         var name: String
         var state: CountdownState
         var totalMilliseconds: Int64
@@ -47,9 +47,10 @@ public struct CountdownEngine {
     private var freeSlots: [Int32] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
-    private var purgedNames: [String] = []
 
-    /// The sequence number of the last emitted event (0 before the first).
+    /// The sequence number of the last lifecycle event (0 before the first). Only lifecycle events
+    /// take a number: ticks and snapshots carry the last one, so numbers survive a restart exactly
+    /// (ticks are never stored) and a gap never means a missed tick.
     public private(set) var lastSequence: UInt64 = 0
     /// How many countdowns are running.
     public private(set) var runningCount = 0
@@ -59,10 +60,6 @@ public struct CountdownEngine {
     /// ticks off while nobody is subscribed: 100,000 unobserved countdowns would otherwise cost
     /// 100,000 scheduler operations a second for nothing.
     public private(set) var ticksEnabled = true
-
-    /// The latest instant the engine has run everything due by: every running countdown with a
-    /// deadline at or before it is done. Storage records this instead of a write per `done`.
-    public private(set) var advancedThrough = Instant(nanoseconds: .min)
 
     /// Creates an empty engine.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
@@ -116,13 +113,6 @@ public struct CountdownEngine {
 
     /// The names of all countdowns (unsorted); for completion and suggestions.
     public var names: [String] { records.compactMap { $0?.name } }
-
-    /// Names of countdowns dropped after their retention period since the last call, so the shell
-    /// can forget them in storage too.
-    public mutating func takePurgedNames() -> [String] {
-        defer { purgedNames.removeAll(keepingCapacity: true) }
-        return purgedNames
-    }
 
     func record(named name: String) -> Record? {
         slot(named: name).flatMap { records[Int($0)] }
@@ -376,6 +366,83 @@ public struct CountdownEngine {
         return result
     }
 
+    // MARK: - Undo
+
+    /// Puts the countdown named `name` back as it was before a change that storage could not
+    /// keep. `previous` is its `persistentState(of:)` from before the change, `nil` when it did not
+    /// exist. Emits nothing; event numbers already used stay used (a gap, not a repeat).
+    public mutating func revert(_ name: String, to previous: PersistedCountdown?, now: Instant) {
+        let hash = NameIndex.hash(name)
+        let existing = slotsByName.find(hash: hash) { records[Int($0)]?.name == name }
+        var generation: UInt32 = 0
+        let slot: Int32
+        if let existing, let current = records[Int(existing)] {
+            leaveActiveState(current.state)
+            // Newer than any heap entry of the current record, so those become stale.
+            generation = current.generation &+ 1
+            guard previous != nil else {
+                slotsByName.remove(hash: hash, slot: existing)
+                records[Int(existing)] = nil
+                freeSlots.append(existing)
+                dropStaleTop()
+                return
+            }
+            slot = existing
+        } else {
+            guard previous != nil else { return }
+            slot = allocateSlot()
+            slotsByName.insert(hash: hash, slot: slot)
+        }
+        // Both branches above return unless `previous` is set.
+        let persisted = previous!
+        let record = Record(
+            name: persisted.name,
+            state: persisted.state,
+            totalMilliseconds: persisted.totalMilliseconds,
+            deadline: persisted.deadline ?? now,
+            remainingNanoseconds: persisted.remainingNanoseconds,
+            finishedAt: persisted.finishedAt ?? now,
+            owner: persisted.owner,
+            generation: generation,
+            lateMilliseconds: persisted.lateMilliseconds
+        )
+        records[Int(slot)] = record
+        switch record.state {
+        case .running:
+            runningCount += 1
+            scheduleNext(slot: slot, now: now)
+        case .paused:
+            pausedCount += 1
+        case .done, .cancelled:
+            schedulePurge(slot: slot, record: record)
+        }
+        dropStaleTop()
+    }
+
+    // MARK: - Snapshots
+
+    /// The engine's durable state at this moment, to be written out on another thread.
+    ///
+    /// O(1): the records are kept in pages that are shared until the engine next changes one, and
+    /// then only that page is copied. The name index and the scheduler are not part of it.
+    public func durableImage() -> DurableImage {
+        DurableImage(records: records, lastSequence: lastSequence)
+    }
+
+    /// A copy of every countdown's durable state, taken by `durableImage()`.
+    public struct DurableImage: Sendable {
+        fileprivate let records: SlotTable<Record>
+        /// The engine's `lastSequence` when the image was taken.
+        public let lastSequence: UInt64
+
+        /// Calls `body` with each countdown's durable state, in no particular order.
+        public func forEach(_ body: (PersistedCountdown) -> Void) {
+            for case let record? in records {
+                body(record.persisted)
+            }
+        }
+    }
+
     // MARK: - Time
 
     /// Runs everything due at or before `now`, appending the events in time order.
@@ -384,7 +451,6 @@ public struct CountdownEngine {
     /// it gets one tick for the latest whole second passed, or its `done`, never a burst of
     /// stale ticks.
     public mutating func advance(to now: Instant, events: inout [CountdownEvent]) {
-        defer { advancedThrough = max(advancedThrough, now) }
         while let top = heap.minimum, top.due <= now.nanoseconds {
             guard let record = records[Int(top.slot)], record.generation == top.generation else {
                 heap.popMinimum()
@@ -471,7 +537,9 @@ public struct CountdownEngine {
     }
 
     private mutating func emit(_ kind: EventKind, _ record: Record, remaining: Int64, into events: inout [CountdownEvent]) {
-        lastSequence += 1
+        if kind.isLifecycle {
+            lastSequence += 1
+        }
         events.append(CountdownEvent(
             sequence: lastSequence,
             kind: kind,
@@ -563,7 +631,6 @@ public struct CountdownEngine {
     }
 
     private mutating func purge(slot: Int32, name: String) {
-        purgedNames.append(name)
         slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
         records[Int(slot)] = nil
         freeSlots.append(slot)

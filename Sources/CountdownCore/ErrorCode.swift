@@ -20,6 +20,11 @@ public enum ErrorCode: String, Sendable, CaseIterable, Equatable {
     case lineTooLong = "line-too-long"
     /// The connection fell too far behind and is being closed.
     case overflow
+    /// The change cannot be stored right now (disk full, state directory gone or read-only, I/O
+    /// error); nothing was changed. Reads and events go on.
+    case unavailable
+    /// `SUBSCRIBE … SINCE` asked for events older than the daemon keeps.
+    case gone
 }
 
 /// An error the daemon reports to a client as `ERR <code> <message>`.

@@ -41,16 +41,22 @@ extension CountdownEngine {
     /// The durable state of the countdown named `name`, or `nil` when there is none (it was never
     /// started, or it has been purged after its retention period).
     public func persistentState(of name: String) -> PersistedCountdown? {
-        guard let record = record(named: name) else { return nil }
-        return PersistedCountdown(
-            name: record.name,
-            state: record.state,
-            totalMilliseconds: record.totalMilliseconds,
-            deadline: record.state == .running ? record.deadline : nil,
-            remainingNanoseconds: record.state == .running || record.state == .done ? 0 : record.remainingNanoseconds,
-            finishedAt: record.state.isActive ? nil : record.finishedAt,
-            owner: record.owner,
-            lateMilliseconds: record.lateMilliseconds
+        record(named: name)?.persisted
+    }
+}
+
+extension CountdownEngine.Record {
+    /// What storage keeps of this record: only the fields valid in its state.
+    var persisted: PersistedCountdown {
+        PersistedCountdown(
+            name: name,
+            state: state,
+            totalMilliseconds: totalMilliseconds,
+            deadline: state == .running ? deadline : nil,
+            remainingNanoseconds: state == .running || state == .done ? 0 : remainingNanoseconds,
+            finishedAt: state.isActive ? nil : finishedAt,
+            owner: owner,
+            lateMilliseconds: lateMilliseconds
         )
     }
 }

@@ -15,7 +15,7 @@ public enum Request: Equatable, Sendable {
     /// `EXTEND <name> <duration>`
     case extend(name: String, milliseconds: Int64)
     /// `SUBSCRIBE [<name> …]`; no names means every countdown, present and future.
-    case subscribe(names: [String])
+    case subscribe(names: [String], since: UInt64?)
     /// `UNSUBSCRIBE`
     case unsubscribe
     /// `PING`
@@ -130,12 +130,25 @@ public enum RequestParser {
             return .extend(name: name, milliseconds: milliseconds)
         }
         if keyword(verb, is: "SUBSCRIBE") {
+            // `SINCE <seq>` at the end asks for a replay of what happened after `seq`.
+            var fields = Array(arguments)
+            var since: UInt64?
+            if fields.count >= 2, keyword(fields[fields.count - 2], is: "SINCE") {
+                guard let sequence = Self.sequenceNumber(fields[fields.count - 1]) else {
+                    throw ProtocolError(
+                        .badRequest,
+                        "SINCE takes an event number (the seq of the last event you saw, 0 for everything kept); usage: SUBSCRIBE [<name> ...] [SINCE <seq>]"
+                    )
+                }
+                since = sequence
+                fields.removeLast(2)
+            }
             var names: [String] = []
-            names.reserveCapacity(arguments.count)
-            for field in arguments {
+            names.reserveCapacity(fields.count)
+            for field in fields {
                 names.append(try CountdownName.validate(bytes: field))
             }
-            return .subscribe(names: names)
+            return .subscribe(names: names, since: since)
         }
         if keyword(verb, is: "UNSUBSCRIBE") {
             try noArguments(arguments, usage: "UNSUBSCRIBE")
@@ -166,6 +179,20 @@ public enum RequestParser {
             expected += 1
         }
         return true
+    }
+
+    /// A decimal event number (no sign, no spaces), or `nil`.
+    private static func sequenceNumber<Field: Collection<UInt8>>(_ field: Field) -> UInt64? {
+        guard !field.isEmpty, field.count <= 20 else { return nil }
+        var value: UInt64 = 0
+        for byte in field {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflow2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            guard !overflow1, !overflow2 else { return nil }
+            value = sum
+        }
+        return value
     }
 
     private static func oneName<Fields: Collection>(_ arguments: Fields, usage text: String) throws(ProtocolError) -> String

@@ -34,3 +34,5 @@ struct SlotTable<Element>: Sequence {
         pages.joined().makeIterator()
     }
 }
+
+extension SlotTable: Sendable where Element: Sendable {}

@@ -63,7 +63,8 @@ extension Daemon {
         do throws(DaemonError) {
             try connection.start(
                 readable: { [unowned self] connection in readable(connection) },
-                writable: { [unowned self] connection in flush(connection) }
+                // Room to write: written in this batch's flushing phase, after its commit.
+                writable: { [unowned self] connection in pendingFlush[connection.id] = connection }
             )
         } catch {
             logger.log(.warning, "cannot watch a new connection: \(error); closing it")
@@ -73,8 +74,9 @@ extension Daemon {
         connections[connection.id] = connection
         var greeting: [UInt8] = []
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
+        connection.output.mark(batch: batch.number)
         connection.output.appendReply(greeting)
-        flush(connection)
+        pendingFlush[connection.id] = connection
     }
 
     /// Reads what the socket has and handles each complete line, up to a fair share of
@@ -122,23 +124,14 @@ extension Daemon {
             connectionsWithUnreadLines[connection.id] = connection
         }
         pendingFlush[connection.id] = connection
-        scheduleBatchEnd()
-    }
-
-    /// After a paused connection's replies drained: handle the lines it already sent, then read
-    /// again. Their replies go out with the next batch, after its commit, like any others.
-    private func resumeAfterBackpressure(_ connection: Connection) {
-        handleLines(of: connection, now: SystemClock.now())
-        if connection.output.byteCount < configuration.readPauseThreshold {
-            connection.resumeReading()
-        }
-        pendingFlush[connection.id] = connection
-        scheduleBatchEnd()
     }
 
     /// Writes what the connection has queued; waits for writability when the socket is full.
+    /// Only in a batch's flushing phase (after its commit) or while stopping: output never leaves
+    /// before the changes it reports are durable.
     func flush(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
+        precondition(phase == .flushing || isStopping, "output written outside the flushing phase")
         guard !connection.isClosed else { return }
         switch connection.output.write(to: connection.descriptor, scratch: &scratch) {
         case .drained:
@@ -146,7 +139,9 @@ extension Daemon {
             if connection.isClosing {
                 close(connection)
             } else if connection.isReadingPaused {
-                resumeAfterBackpressure(connection)
+                // Its framed lines are served first in the next batch, never during a flush: a
+                // flush comes after the commit, and their changes belong to the next one.
+                connectionsWithUnreadLines[connection.id] = connection
             }
         case .wouldBlock:
             connection.waitUntilWritable()
@@ -184,7 +179,7 @@ extension Daemon {
             to: &line
         )
         connection.output.appendReply(line)
-        flush(connection)
+        pendingFlush[connection.id] = connection
         let id = connection.id
         queue.asyncAfter(deadline: .now() + Self.overflowGracePeriod) { [self] in
             if let connection = connections[id] {

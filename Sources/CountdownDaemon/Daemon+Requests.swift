@@ -25,6 +25,9 @@ extension Daemon {
         let limit = limit ?? .max
         var clock: WallClockMapping?
         var handled = 0
+        // Whatever fell due comes first: the requests below then see the engine as of `now`,
+        // and what they change can be undone without touching what time did.
+        advanceTime(to: now)
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
         while handled < limit, !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold,
               let frame = connection.framer.nextFrame() {
@@ -37,37 +40,54 @@ extension Daemon {
             events.removeAll(keepingCapacity: true)
             switch frame {
             case .tooLong:
-                WireEncoder.appendError(
-                    ProtocolError(
-                        .lineTooLong,
-                        "request line is longer than \(LineFramer.maximumLineLength) bytes; it was discarded"
-                    ),
-                    to: &replyBuffer
+                let error = ProtocolError(
+                    .lineTooLong,
+                    "request line is longer than \(LineFramer.maximumLineLength) bytes; it was discarded"
                 )
+                batch.items.append((connection, .failed(error)))
+                WireEncoder.appendError(error, to: &replyBuffer)
             case .line(let bytes):
-                do {
+                var parsed = false
+                do throws(ProtocolError) {
                     guard let request = try RequestParser.parse(bytes) else { continue }
+                    parsed = true
+                    batch.items.append((connection, .request(request)))
                     // Read the wall clock once per pass, and only when a request needs it.
                     let mapping = clock ?? SystemClock.mapping(at: now)
                     clock = mapping
                     try execute(request, from: connection, now: now, clock: mapping)
                 } catch {
+                    if !parsed {
+                        batch.items.append((connection, .failed(error)))
+                    }
                     WireEncoder.appendError(error, to: &replyBuffer)
                 }
             }
-            connection.output.appendReply(replyBuffer)
+            appendReply(to: connection)
             publish(events)
         }
         return handled
     }
 
+    /// Queues `replyBuffer` on the connection, remembering where this batch's output starts.
+    func appendReply(to connection: Connection) {
+        connection.output.mark(batch: batch.number)
+        connection.output.appendReply(replyBuffer)
+    }
+
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.
-    private func execute(
+    /// A change is refused with `unavailable` while storage cannot take it, and otherwise first
+    /// records how to undo it.
+    func execute(
         _ request: Request, from connection: Connection, now: Instant, clock: WallClockMapping
     ) throws(ProtocolError) {
         let uid = connection.peerUID
+        if request.isMutation {
+            try checkStorageAcceptsChanges()
+        }
         switch request {
         case .start(let name, let milliseconds, let replace):
+            recordUndo(name)
             let snapshot = try engine.start(name, milliseconds: milliseconds, replace: replace, requester: uid, now: now, events: &events)
             WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
         case .status(let name):
@@ -81,24 +101,37 @@ extension Daemon {
             }
             WireEncoder.appendOK(count: snapshots.count, to: &replyBuffer)
         case .cancel(let name):
+            recordUndo(name)
             let snapshot = try engine.cancel(name, requester: uid, now: now, events: &events)
             WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
         case .pause(let name):
+            recordUndo(name)
             let snapshot = try engine.pause(name, requester: uid, now: now, events: &events)
             WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
         case .resume(let name):
+            recordUndo(name)
             let snapshot = try engine.resume(name, requester: uid, now: now, events: &events)
             WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
         case .extend(let name, let milliseconds):
+            recordUndo(name)
             let snapshot = try engine.extend(name, by: milliseconds, requester: uid, now: now, events: &events)
             WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
-        case .subscribe(let names):
+        case .subscribe(let names, let since):
+            let filter: Set<String>? = names.isEmpty ? nil : Set(names)
+            // Checked before subscribing, so a refused replay changes nothing.
+            let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, names: filter) }
             try subscribe(connection, to: names)
             WireEncoder.appendOK(names.isEmpty || connection.subscription == .all ? "subscribed all" : "subscribed \(subscriptionCount(connection))", to: &replyBuffer)
-            // The current state right after the OK, so a status bar draws its first frame at once.
-            let filter: Set<String>? = names.isEmpty ? nil : Set(names)
-            for snapshot in engine.activeSnapshots(matching: filter, now: now) {
-                WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &replyBuffer)
+            if let replay {
+                // What was missed, in order; live events follow with no gap and no repeat.
+                for event in replay {
+                    WireEncoder.appendEvent(event, to: &replyBuffer)
+                }
+            } else {
+                // The current state right after the OK, so a status bar draws its first frame at once.
+                for snapshot in engine.activeSnapshots(matching: filter, now: now) {
+                    WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &replyBuffer)
+                }
             }
         case .unsubscribe:
             unsubscribe(connection)
@@ -109,5 +142,53 @@ extension Daemon {
             WireEncoder.appendOK("bye", to: &replyBuffer)
             connection.stopReading()
         }
+    }
+
+    /// Remembers the countdown's state before a change, so a failed commit can undo it. Reverting
+    /// a batch's records in reverse order restores each countdown's state from before the batch.
+    private func recordUndo(_ name: String) {
+        batch.undo.append((name, engine.persistentState(of: name)))
+    }
+
+    private func checkStorageAcceptsChanges() throws(ProtocolError) {
+        switch journal.health {
+        case .available:
+            return
+        case .failing(let error):
+            throw ProtocolError(
+                .unavailable,
+                "the change cannot be stored, so it was not made: \(error) (\(error.advice)); reads and events go on; try again once storage works"
+            )
+        case .awaitingSnapshot:
+            throw ProtocolError(
+                .unavailable,
+                "the state directory is being rewritten after it was lost, so the change was not made; try again in a moment"
+            )
+        }
+    }
+
+    /// The lifecycle events after `sequence`: those released (the ring) and those of this batch
+    /// not yet released, so that nothing falls between the replay and the live events.
+    private func replayEvents(after sequence: UInt64, names: Set<String>?) throws(ProtocolError) -> [CountdownEvent] {
+        guard sequence <= engine.lastSequence else {
+            throw ProtocolError(
+                .badRequest,
+                "SINCE \(sequence) is ahead of the last event (\(engine.lastSequence)): this daemon's history never had it; SUBSCRIBE without SINCE for the current state"
+            )
+        }
+        var replay: [CountdownEvent]
+        do throws(EventRing.ReplayError) {
+            replay = try ring.events(after: sequence, names: names)
+        } catch {
+            guard case .tooOld(let keptAfter) = error else { return [] }
+            throw ProtocolError(
+                .gone,
+                "events after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events); SUBSCRIBE without SINCE for the current state"
+            )
+        }
+        for event in batch.lifecycleEvents where event.sequence > sequence && (names?.contains(event.name) ?? true) {
+            replay.append(event)
+        }
+        return replay
     }
 }

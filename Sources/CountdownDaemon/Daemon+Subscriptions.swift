@@ -76,26 +76,17 @@ extension Daemon {
     }
 
     /// Hands events to their subscribers: each encoded once, the same bytes queued on every
-    /// matching connection. Output is written when the batch ends.
+    /// matching connection. Lifecycle events are noted by the journal with the countdown's new
+    /// state. Nothing is written before the batch's commit.
     func publish(_ events: [CountdownEvent]) {
         dispatchPrecondition(condition: .onQueue(queue))
+        var clock: WallClockMapping?
         for event in events {
             if event.kind.isLifecycle {
-                // A `done` is covered by the store's done-through watermark, not a row write.
-                if event.kind == .done {
-                    donePendingCommit = true
-                } else {
-                    dirtyNames.insert(event.name)
-                }
-                if logger.threshold >= .info {
-                    logger.log(.info, describe(event), fields: [
-                        "COUNTDOWN_NAME": event.name,
-                        "COUNTDOWN_EVENT": event.kind.rawValue,
-                        "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
-                        "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",
-                        "COUNTDOWN_SEQ": "\(event.sequence)",
-                    ])
-                }
+                let mapping = clock ?? SystemClock.mapping()
+                clock = mapping
+                journal.note(event, state: engine.persistentState(of: event.name), clock: mapping)
+                batch.lifecycleEvents.append(event)
             }
             // Most daemons have no per-name subscriber; then no name is hashed per event.
             let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
@@ -115,8 +106,21 @@ extension Daemon {
         }
     }
 
+    /// Logs a lifecycle event once it is released (after its commit): one line, with fields.
+    func logLifecycle(_ event: CountdownEvent) {
+        guard logger.threshold >= .info else { return }
+        logger.log(.info, describe(event), fields: [
+            "COUNTDOWN_NAME": event.name,
+            "COUNTDOWN_EVENT": event.kind.rawValue,
+            "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
+            "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",
+            "COUNTDOWN_SEQ": "\(event.sequence)",
+        ])
+    }
+
     private func deliver(_ line: [UInt8], tickName: String?, to connection: Connection) {
         guard !connection.isClosing else { return }
+        connection.output.mark(batch: batch.number)
         connection.output.appendEvent(line, tickName: tickName)
         if connection.output.byteCount > configuration.outputHardLimit {
             overflow(connection)

@@ -1,85 +1,68 @@
-import CSystemd
 import CountdownCore
 import Dispatch
 import Glibc
 
-/// The countdown daemon: the imperative shell around `CountdownEngine`.
+/// The countdown daemon: a batch driver over components that own their state.
 ///
-/// One serial queue, `queue`, owns every piece of mutable state: the engine, the connections, the
-/// subscriptions. The poller's batches (sockets, the wake-up timer) and Dispatch sources (signals,
-/// the watchdog) run on it; nothing else touches the state, and the places that do check it with
-/// `dispatchPrecondition`. That is why the class can be `@unchecked Sendable`: its state never
-/// leaves the queue.
+/// One serial queue, `queue`, owns every piece of mutable state; every handler runs there and
+/// the state-touching functions check it with `dispatchPrecondition`. That is why the class can
+/// be `@unchecked Sendable`: its state never leaves the queue.
 ///
-/// Readiness comes from `EventPoller`: one epoll instance on a thread of its own, which runs each
-/// wake-up's batch on the queue (timer first, then clients), after which `endBatch` commits,
-/// writes and re-arms. One wake-up timer is armed for the engine's next due instant.
-/// A tick travels: timer fires -> read the clock -> `engine.advance(to:)` -> events, each encoded
-/// once -> appended to matching subscribers' output queues -> committed, written -> timer re-armed.
+/// `Daemon` itself keeps the engine, the batch `phase`, and `execute`, the one place where a
+/// request meets the engine. The components:
+/// - **clients**: the listener and connections, framing and backpressure (`Daemon+Connections`);
+/// - **fan-out**: subscriptions and encoding each event once (`Daemon+Subscriptions`);
+/// - **journal** (`StateJournal`): everything about durability;
+/// - **wake-up scheduler** (`WakeupTimer`): one timerfd for the engine's next due instant;
+/// - **service manager** (`ServiceManager`): sd_notify, the watchdog, `STATUS=`.
+///
+/// Each wake-up of the poller is one batch, in phases (Redis's `beforeSleep` and sd-event's
+/// prepare/dispatch are the models): **serving** (due events, then requests), **sealing** (what
+/// fell due meanwhile, then one journal commit; a failed commit undoes the batch's changes and
+/// serves its requests again with changes refused), **flushing** (replies and events are written,
+/// only now), **idle** (the timer is re-armed, status reported, a snapshot started when due).
 public final class Daemon: @unchecked Sendable {
     /// The configuration in force.
     public let configuration: DaemonConfiguration
 
+    /// Where a batch is. Output leaves only in `flushing`; requests are read only in `serving`.
+    enum Phase {
+        case idle, serving, sealing, flushing
+    }
+
     let queue = DispatchQueue(label: "countdownd.state")
     let logger: Logger
-    let notifier = SystemdNotifier()
     let environment: [String: String]
 
     var engine: CountdownEngine
-    var store: CountdownStore?
-    var checkpointer: WALCheckpointer?
-    /// Countdowns changed in the current batch, written by `commitBatch`.
-    var dirtyNames: Set<String> = []
-    /// Countdowns to forget in storage with the next commit.
-    var pendingDeletions: [String] = []
-    /// The last commit failed; changes are kept and retried.
-    var storageFailing = false
-    /// What the store last recorded of `engine.advancedThrough`.
-    var committedDoneThrough = Instant.zero
-    /// A `done` was published since the last commit, so the watermark must be stored first.
-    var donePendingCommit = false
-    /// The event numbers stored as reserved (`last_seq`); past it, the next commit reserves more.
-    var reservedSequence: UInt64 = 0
-    /// Whether this run has stored its boot id (once is enough).
-    var bootIDStored = false
-    /// When the wake-up timer last fired.
-    var lastTimerWake = Instant.zero
-
-    /// The least time between two timer wake-ups. With 100,000 countdowns something is due every
-    /// few tens of microseconds; waking for each costs more in the kernel (timerfd re-arm, context
-    /// switch) than the work itself. Waking at most every 250 µs batches them, adds at most 250 µs
-    /// to an event, and changes nothing when events are sparse.
-    static let minimumWakeInterval: Int64 = 250_000
-    /// This boot's id, read once: boot-clock deadlines in storage are only valid within it.
-    let bootID = CountdownStore.currentBootID()
-    var listener: ListeningSocket?
-    var poller: EventPoller?
+    var phase = Phase.idle
+    let journal: StateJournal
+    /// Recent lifecycle events that have been released, for `SUBSCRIBE … SINCE`.
+    var ring: EventRing
+    /// What the current batch did, so it can be undone if its commit fails.
+    var batch = BatchRecord()
+    var service: ServiceManager
     var timer: WakeupTimer?
-    var signalSources: [any DispatchSourceSignal] = []
-    var watchdog: (any DispatchSourceTimer)?
+    var poller: EventPoller?
+    var isStopping = false
 
+    // The client table.
+    var listener: ListeningSocket?
     var connections: [Int: Connection] = [:]
-    var allSubscribers: [Int: Connection] = [:]
-    var nameSubscribers: [String: [Int: Connection]] = [:]
     /// Connections with output produced in the current batch, flushed when the batch ends.
     var pendingFlush: [Int: Connection] = [:]
-    /// Connections that used their share of a batch with request lines still unread in their
-    /// framer: they are served first in the next batch, which the poller runs without waiting.
+    /// Connections served first in the next batch: they used their share of this one with request
+    /// lines still framed, or they just left backpressure.
     var connectionsWithUnreadLines: [Int: Connection] = [:]
-    var batchEndScheduled = false
-    /// A poller batch is running: it ends with `endBatch`, so nothing needs to schedule one.
-    var isInPollerBatch = false
-    /// When the running poller batch stops handling requests (see `batchTimeBudgetNanoseconds`);
-    /// outside poller batches, never.
-    var batchDeadline = Instant(nanoseconds: .max)
     var nextConnectionID = 1
+    /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
+    var batchDeadline = Instant(nanoseconds: .max)
+
+    // The fan-out.
+    var allSubscribers: [Int: Connection] = [:]
+    var nameSubscribers: [String: [Int: Connection]] = [:]
     /// Connections subscribed to anything (all, or some names).
     var subscriberCount = 0
-    /// What systemd was last told in `STATUS=`, and when.
-    var reportedStatus: StatusCounts?
-    var statusReportedAt = Instant(nanoseconds: .min / 2)
-    var statusReportScheduled = false
-    var isStopping = false
 
     /// Reused buffers, so the hot paths do not allocate per request or per event.
     var events: [CountdownEvent] = []
@@ -93,11 +76,17 @@ public final class Daemon: @unchecked Sendable {
         self.configuration = configuration
         self.environment = environment
         self.engine = CountdownEngine(configuration: configuration.engine)
-        self.logger = Logger(threshold: configuration.logLevel, environment: environment)
+        let logger = Logger(threshold: configuration.logLevel, environment: environment)
+        self.logger = logger
+        self.journal = StateJournal(
+            directory: configuration.stateDirectory, durability: configuration.durability, logger: logger, queue: queue
+        )
+        self.ring = EventRing(capacity: configuration.replayEventCapacity)
+        self.service = ServiceManager(queue: queue, statusInterval: configuration.statusIntervalMilliseconds, logger: logger)
     }
 
     /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT.
-    /// - Throws: `DaemonError` when it cannot start (socket in use, bad path, …).
+    /// - Throws: `DaemonError` when it cannot start (socket in use, bad path, unreadable state, …).
     public func run() throws(DaemonError) -> Never {
         signal(SIGPIPE, SIG_IGN)
         let started: Result<Void, DaemonError> = queue.sync {
@@ -116,56 +105,35 @@ public final class Daemon: @unchecked Sendable {
     private func start() throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
-        try openStoreAndRestore()
+        try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         self.listener = listener
         let poller = try EventPoller(queue: queue)
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
-        for signalNumber in [SIGTERM, SIGINT] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
-            source.setEventHandler { [unowned self] in stop(signal: signalNumber) }
-            source.activate()
-            signalSources.append(source)
-        }
+        service.handleSignals { [unowned self] signalNumber in stop(signal: signalNumber) }
         try listener.startAccepting(with: poller) { [unowned self] in acceptPending() }
-        startWatchdog()
+        service.startWatchdog()
         logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
-        reportedStatus = statusCounts()
-        notifier.notify("READY=1\nSTATUS=\(statusText())")
+        service.ready(status: statusCounts())
         // Its first batch waits for this block (and so for READY=1) to finish.
         try poller.start { [unowned self] batch in runBatch(batch) }
     }
 
-    /// A short summary for `systemctl status`.
-    func statusText() -> String {
-        statusCounts().description
-    }
-
     func statusCounts() -> StatusCounts {
-        StatusCounts(
+        var storage: String?
+        switch journal.health {
+        case .available: storage = nil
+        case .failing(let error): storage = "degraded: \(error); changes refused"
+        case .awaitingSnapshot: storage = "degraded: rewriting the state directory; changes refused"
+        }
+        return StatusCounts(
             running: engine.runningCount,
             paused: engine.pausedCount,
             subscribers: subscriberCount,
-            connections: connections.count
+            connections: connections.count,
+            storage: storage
         )
-    }
-
-    /// Pings systemd's watchdog at half the interval it asked for, from the daemon's own queue:
-    /// if that queue wedges, the pings stop and systemd restarts the daemon.
-    private func startWatchdog() {
-        guard let interval = notifier.watchdogInterval() else { return }
-        let period = DispatchTimeInterval.microseconds(Int(min(interval / 2, UInt64(Int32.max))))
-        let source = DispatchSource.makeTimerSource(queue: queue)
-        source.schedule(deadline: .now(), repeating: period, leeway: .milliseconds(10))
-        source.setEventHandler { [unowned self] in
-            dispatchPrecondition(condition: .onQueue(queue))
-            notifier.notify("WATCHDOG=1")
-        }
-        source.activate()
-        watchdog = source
-        logger.log(.info, "watchdog enabled: pinging every \(interval / 2000) ms")
     }
 
     /// Lets the daemon hold as many descriptors as its hard limit allows: each client is one.
@@ -179,13 +147,20 @@ public final class Daemon: @unchecked Sendable {
 
     // MARK: - Time
 
-    private func timerFired() {
+    /// Runs what is due: called when the timer fires, and before each connection's requests.
+    func advanceTime(to now: Instant) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let now = SystemClock.now()
-        lastTimerWake = now
+        guard let due = engine.nextWakeup, due <= now else { return }
         events.removeAll(keepingCapacity: true)
         engine.advance(to: now, events: &events)
+        batch.timeEvents.append(contentsOf: events)
         publish(events)
+    }
+
+    private func timerFired() {
+        let now = SystemClock.now()
+        timer?.fired(at: now)
+        advanceTime(to: now)
     }
 
     // MARK: - Batches
@@ -194,49 +169,118 @@ public final class Daemon: @unchecked Sendable {
     /// connections with lines left from the last batch; then every client that is ready; then
     /// one commit and one write per connection for all of it.
     /// - Returns: whether request lines are left over for the next batch.
-    private func runBatch(_ batch: EventPoller.Batch) -> Bool {
+    private func runBatch(_ pollerBatch: EventPoller.Batch) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
-        isInPollerBatch = true
+        beginBatch()
         batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
-        batch.deliverUrgent()
+        pollerBatch.deliverUrgent()
         let carried = connectionsWithUnreadLines
         connectionsWithUnreadLines.removeAll(keepingCapacity: true)
         for connection in carried.values where !connection.isClosed {
+            connection.resumeReading()
             readable(connection)
         }
-        batch.deliverOthers()
-        isInPollerBatch = false
+        pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
         return !connectionsWithUnreadLines.isEmpty
     }
 
-    /// Ends the current batch once the requests already queued have been handled: commit, then
-    /// write every connection's output, then re-arm the timer. Within a poller batch that happens
-    /// when the batch ends; otherwise in a block queued behind the work already waiting.
-    func scheduleBatchEnd() {
-        guard !batchEndScheduled else { return }
-        batchEndScheduled = true
-        guard !isInPollerBatch else { return }
-        queue.async { [self] in
-            if batchEndScheduled { endBatch() }
-        }
+    func beginBatch() {
+        phase = .serving
+        batch.begin()
+        journal.beginBatch()
     }
 
-    func endBatch() {
+    /// Seals, flushes and goes idle.
+    private func endBatch() {
         dispatchPrecondition(condition: .onQueue(queue))
-        batchEndScheduled = false
+        phase = .sealing
         // What fell due while the batch ran goes out with it, without waiting for the timer.
-        if let due = engine.nextWakeup, due <= SystemClock.now() {
-            timerFired()
+        advanceTime(to: SystemClock.now())
+        switch journal.commit() {
+        case .durable, .deferred:
+            release(batch.lifecycleEvents)
+        case .failed(let error):
+            undoBatch(because: error)
+            service.startRetrying { [unowned self] in retryStorage() }
         }
-        commitBatch()
+        phase = .flushing
         for connection in pendingFlush.values {
             flush(connection)
         }
         pendingFlush.removeAll(keepingCapacity: true)
-        timer?.arm(at: engine.nextWakeup.map { max($0, lastTimerWake.advanced(byNanoseconds: Self.minimumWakeInterval)) })
-        reportStatus()
+        phase = .idle
+        timer?.arm(at: engine.nextWakeup)
+        takeSnapshotIfDue()
+        service.report(statusCounts())
+    }
+
+    /// Lifecycle events are released: they join the replay ring and the log, in that order, once.
+    /// (Under normal operation they are durable by now; while storage fails, time's events are
+    /// released anyway, as nothing can be refused to time.)
+    func release(_ lifecycle: [CountdownEvent]) {
+        for event in lifecycle {
+            ring.append(event)
+            logLifecycle(event)
+        }
+    }
+
+    /// A commit failed: the batch's changes are undone in the engine and in every output queue,
+    /// then the batch is served again in failing mode, so each change is answered
+    /// `ERR unavailable` and everything else (replies to reads, due events) as before.
+    private func undoBatch(because error: StorageError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let now = SystemClock.now()
+        for (name, previous) in batch.undo.reversed() {
+            engine.revert(name, to: previous, now: now)
+        }
+        journal.rollbackBatch()
+        for connection in pendingFlush.values {
+            connection.output.rollback(batch: batch.number)
+        }
+        let timeEvents = batch.timeEvents
+        let items = batch.items
+        batch.begin()
+        logger.log(.warning, "undid \(items.count) requests of the failed batch; changes among them are answered ERR unavailable")
+        phase = .serving
+        batch.timeEvents = timeEvents
+        publish(timeEvents)
+        let clock = SystemClock.mapping(at: now)
+        for (connection, item) in items where !connection.isClosed {
+            replyBuffer.removeAll(keepingCapacity: true)
+            events.removeAll(keepingCapacity: true)
+            switch item {
+            case .failed(let error):
+                WireEncoder.appendError(error, to: &replyBuffer)
+            case .request(let request):
+                do throws(ProtocolError) {
+                    try execute(request, from: connection, now: now, clock: clock)
+                } catch {
+                    WireEncoder.appendError(error, to: &replyBuffer)
+                }
+            }
+            appendReply(to: connection)
+            publish(events)
+        }
+        phase = .sealing
+        _ = journal.commit()  // Deferred: the journal is failing.
+        release(batch.lifecycleEvents)
+    }
+
+    /// Tries storage again (once a second while it fails).
+    /// - Returns: whether to keep retrying.
+    func retryStorage() -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        _ = journal.retry()
+        takeSnapshotIfDue()
+        service.report(statusCounts())
+        return journal.health != .available
+    }
+
+    private func takeSnapshotIfDue() {
+        guard journal.snapshotIsDue(now: SystemClock.now()) else { return }
+        journal.takeSnapshot(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
     }
 
     // MARK: - Stopping
@@ -245,12 +289,10 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isStopping else { return }
         isStopping = true
-        notifier.notify("STOPPING=1")
+        service.stopping()
         logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
         listener?.close()
         timer?.cancel()
-        commitBatch()
-        checkpointer?.finish()
         var line: [UInt8] = []
         WireEncoder.appendShutdown("countdownd is stopping", to: &line)
         for connection in connections.values {
@@ -260,7 +302,37 @@ public final class Daemon: @unchecked Sendable {
             connection.close()
         }
         connections.removeAll()
+        journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
         logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
         exit(0)
+    }
+}
+
+/// What one batch did, kept until its commit so that a failed commit can undo it.
+struct BatchRecord {
+    /// One thing a connection asked for in the batch, in order.
+    enum Item {
+        case request(Request)
+        /// A line that failed before it became a request (parse error, too long).
+        case failed(ProtocolError)
+    }
+
+    /// Numbers batches, so output queues know which marks are current.
+    private(set) var number = 0
+    /// Each change's countdown as it was before (`nil`: did not exist), in order.
+    var undo: [(String, PersistedCountdown?)] = []
+    /// Every request line handled, by connection, in order.
+    var items: [(Connection, Item)] = []
+    /// Events time caused (ticks, deadlines): they stand whatever happens to the requests.
+    var timeEvents: [CountdownEvent] = []
+    /// Every lifecycle event of the batch, released once it is committed.
+    var lifecycleEvents: [CountdownEvent] = []
+
+    mutating func begin() {
+        number += 1
+        undo.removeAll(keepingCapacity: true)
+        items.removeAll(keepingCapacity: true)
+        timeEvents.removeAll(keepingCapacity: true)
+        lifecycleEvents.removeAll(keepingCapacity: true)
     }
 }

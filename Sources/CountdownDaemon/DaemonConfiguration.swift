@@ -1,6 +1,15 @@
 import CountdownCore
 import Glibc
 
+/// How hard storage works to keep an acknowledged change.
+public enum Durability: String, Sendable, CaseIterable {
+    /// One `write` of the journal per batch before its replies: every `OK` survives the daemon
+    /// being killed (the kernel has the bytes).
+    case process
+    /// The same plus `fdatasync`: every `OK` also survives a power loss.
+    case power
+}
+
 /// Everything the daemon needs to know to run, built by `countdownd`'s argument parsing.
 public struct DaemonConfiguration: Sendable, Equatable {
     /// The daemon's version, shown in the greeting and by `--version`.
@@ -32,6 +41,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var stateDirectory: String
     /// How hard storage works to keep an acknowledged change.
     public var durability = Durability.process
+    /// How many recent lifecycle events are kept for `SUBSCRIBE … SINCE` (across restarts too).
+    public var replayEventCapacity = 65_536
 
     /// Creates a configuration with the defaults, a socket path and a state directory.
     public init(socketPath: String, stateDirectory: String) {
@@ -80,12 +91,14 @@ public enum DaemonCommandLine {
                                    $XDG_RUNTIME_DIR/countdownd/countdownd.sock, else
                                    /run/countdownd/countdownd.sock for root)
           --socket-mode MODE       octal mode of the socket file (default 0600)
-          --state-dir DIR          where the state database lives (default:
+          --state-dir DIR          where the journal and snapshot live (default:
                                    $STATE_DIRECTORY, else $XDG_STATE_HOME/countdownd,
                                    else /var/lib/countdownd for root, else
                                    ~/.local/state/countdownd)
           --durability LEVEL       process: every OK survives a killed daemon (default);
-                                   power: also a power loss (fsync per batch)
+                                   power: also a power loss (fdatasync per batch)
+          --replay-events N        recent lifecycle events kept for SUBSCRIBE ... SINCE
+                                   (default 65536)
           --max-countdowns N       most countdowns held at once (default 1000000)
           --max-connections N      most client connections at once (default 10000)
           --max-subscriptions N    most names one connection may subscribe to (default 10000)
@@ -106,6 +119,7 @@ public enum DaemonCommandLine {
         .init(["--state-dir"], takesValue: true),
         .init(["--durability"], takesValue: true),
         .init(["--max-countdowns"], takesValue: true),
+        .init(["--replay-events"], takesValue: true),
         .init(["--max-connections"], takesValue: true),
         .init(["--max-subscriptions"], takesValue: true),
         .init(["--output-limit"], takesValue: true),
@@ -161,6 +175,7 @@ public enum DaemonCommandLine {
             return value
         }
         if let value = try count("max-countdowns") { configuration.engine.maximumCountdowns = value }
+        if let value = try count("replay-events") { configuration.replayEventCapacity = value }
         if let value = try count("max-connections") { configuration.maximumConnections = value }
         if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
         if let value = try count("output-limit") { configuration.outputHardLimit = value }

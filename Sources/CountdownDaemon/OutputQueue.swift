@@ -45,6 +45,38 @@ struct OutputQueue {
     /// How many ticks were replaced by newer ones, over the queue's life.
     private(set) var coalescedTickCount = 0
 
+    /// The batch whose output starts at the mark, and where it starts: the absolute chunk count
+    /// and the length of the last chunk then.
+    private var markedBatch = -1
+    private var markChunkCount = 0
+    private var markLastChunkLength = 0
+
+    /// Remembers where batch `number`'s output starts, the first time it is called for that
+    /// batch. Nothing is written during a batch, so `rollback(batch:)` can cut back to here.
+    mutating func mark(batch number: Int) {
+        guard markedBatch != number else { return }
+        markedBatch = number
+        markChunkCount = removedChunks + chunks.count
+        markLastChunkLength = chunks.last?.bytes.count ?? 0
+    }
+
+    /// Drops everything appended since `mark(batch: number)`: the batch's changes were undone,
+    /// and its replies and events are produced again. Returns whether anything was marked.
+    @discardableResult
+    mutating func rollback(batch number: Int) -> Bool {
+        guard markedBatch == number else { return false }
+        markedBatch = -1
+        let keep = markChunkCount - removedChunks
+        guard keep >= head, keep <= chunks.count else { return false }
+        chunks.removeSubrange(keep...)
+        if keep > 0, chunks[keep - 1].bytes.count > markLastChunkLength {
+            chunks[keep - 1].bytes.removeSubrange(max(markLastChunkLength, head == keep - 1 ? headOffset : 0)...)
+        }
+        queuedTicks = queuedTicks.filter { $0.value < markChunkCount }
+        byteCount = chunks[head...].reduce(0) { $0 + $1.bytes.count } - headOffset
+        return true
+    }
+
     /// Appends reply bytes.
     mutating func appendReply(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
@@ -186,6 +218,7 @@ struct OutputQueue {
     }
 
     private mutating func reset() {
+        markedBatch = -1
         removedChunks += chunks.count
         chunks.removeAll(keepingCapacity: chunks.capacity <= 4096)
         queuedTicks.removeAll(keepingCapacity: false)

@@ -30,3 +30,16 @@ enum SystemClock {
         return Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec)
     }
 }
+
+extension SystemClock {
+    /// The kernel's id for this boot, or `nil` when it cannot be read (e.g. under `ProcSubset=pid`):
+    /// boot-clock deadlines in storage are only valid within the boot that wrote them.
+    static let bootID: String? = {
+        guard let file = fopen("/proc/sys/kernel/random/boot_id", "r") else { return nil }
+        defer { fclose(file) }
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
+        let text = String(decoding: buffer.prefix { $0 != 0 && $0 != 10 && $0 != 32 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return text.isEmpty ? nil : text
+    }()
+}

@@ -12,6 +12,20 @@ final class WakeupTimer {
     private let poller: EventPoller
     private var token: EventPoller.Token?
     private var armedFor: Instant?
+    /// When the timer last fired.
+    private var lastFired = Instant(nanoseconds: .min / 2)
+
+    /// The least time between two wake-ups. With 100,000 countdowns something is due every few
+    /// tens of microseconds; waking for each costs more in the kernel (timerfd re-arm, context
+    /// switch) than the work itself. Waking at most every 250 µs batches them, adds at most
+    /// 250 µs to an event, and changes nothing when events are sparse.
+    static let minimumWakeInterval: Int64 = 250_000
+
+    /// Records that the timer fired at `now` (the next wake-up is at least
+    /// `minimumWakeInterval` later).
+    func fired(at now: Instant) {
+        lastFired = now
+    }
 
     /// Creates the timer; `handler` runs on the poller's queue each time it fires.
     init(poller: EventPoller, handler: @escaping () -> Void) throws(DaemonError) {
@@ -36,8 +50,10 @@ final class WakeupTimer {
         }
     }
 
-    /// Arms the timer for `instant`, or disarms it for `nil`. An instant already past fires at once.
-    func arm(at instant: Instant?) {
+    /// Arms the timer for `requested` (no sooner than `minimumWakeInterval` after it last fired),
+    /// or disarms it for `nil`. An instant already past fires at once.
+    func arm(at requested: Instant?) {
+        let instant = requested.map { max($0, lastFired.advanced(byNanoseconds: Self.minimumWakeInterval)) }
         guard instant != armedFor else { return }
         armedFor = instant
         var spec = itimerspec()

@@ -78,6 +78,8 @@ extension Integration {
             #expect(brew.state == .done && brew.lateMilliseconds == nil, "done before the crash: not late, not again")
             #expect(!second.stderrText.contains("brew: done"), "not reported a second time")
             #expect(try second.connect().request("STATUS later").countdowns.first?.state == .running)
+            // A clean stop writes a snapshot, which the sqlite3 tool can read.
+            #expect(second.terminate() == 0)
             if toolExists("/usr/bin/sqlite3") {
                 let database = directory.file("state/countdownd/countdownd.db")
                 let rows = try runCommand("/usr/bin/sqlite3", [database, "SELECT name, state FROM countdowns ORDER BY name"])
@@ -85,18 +87,22 @@ extension Integration {
             }
         }
 
-        @Test("a corrupt database is moved aside with a clear log line; the daemon starts empty")
+        @Test("a damaged snapshot stops the start with a clear message and is kept; moved aside, the daemon starts empty")
         func corruptDatabase() throws {
             let directory = TemporaryDirectory()
             let stateDirectory = directory.file("state/countdownd")
             try FileManager.default.createDirectory(atPath: stateDirectory, withIntermediateDirectories: true)
             let database = stateDirectory + "/countdownd.db"
-            try Data(repeating: 0x5A, count: 8192).write(to: URL(fileURLWithPath: database))
+            let garbage = Data(repeating: 0x5A, count: 8192)
+            try garbage.write(to: URL(fileURLWithPath: database))
+            let refused = try DaemonProcess(directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1, "a damaged state is not an empty start")
+            #expect(refused.stderrText.contains("\(database) is damaged"), "\(refused.stderrText)")
+            #expect(refused.stderrText.contains("kept as it is"))
+            #expect(FileManager.default.contents(atPath: database) == garbage, "the damaged file is left untouched")
+            // The operator decides: moved aside, the daemon starts without it.
+            #expect(rename(database, database + ".bad") == 0)
             let daemon = try DaemonProcess(directory: directory)
-            #expect(daemon.stderrText.contains("is unusable"))
-            #expect(daemon.stderrText.contains("moved it to"))
-            let moved = try FileManager.default.contentsOfDirectory(atPath: stateDirectory).filter { $0.hasPrefix("countdownd.db.corrupt-") }
-            #expect(!moved.isEmpty)
             let c = try daemon.connect()
             #expect(try c.request("LIST").countdowns.isEmpty)
             #expect(try c.request("START fresh 1h").countdown?.state == .running)

@@ -10,13 +10,13 @@ struct SQLiteError: Error, CustomStringConvertible {
     var description: String { message }
 }
 
-/// A small, checked wrapper over one SQLite connection. Used only from the daemon's queue.
+/// A small, checked wrapper over one SQLite connection, used by one thread at a time.
 final class SQLiteDatabase {
     private var handle: OpaquePointer?
 
-    /// Opens (creating if needed) the database at `path`.
-    init(path: String) throws(SQLiteError) {
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+    /// Opens the database at `path`: read-only, or for writing (creating it if needed).
+    init(path: String, readOnly: Bool = false) throws(SQLiteError) {
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let result = sqlite3_open_v2(path, &handle, flags, nil)
         guard result == SQLITE_OK else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"

@@ -1,0 +1,256 @@
+import CountdownCore
+
+/// The journal's on-disk format: frames of records, little-endian.
+///
+/// A **frame** is what one batch's commit writes, in one `write`:
+///
+///     magic "CDJ\u{1}" (4 bytes) | payload length (u32) | CRC-32C of the payload (u32) | payload
+///
+/// A **payload** is one or more records, each starting with its type byte:
+///
+///     1 header  generation u64, created_unix_ms i64, boot id (u8 length + bytes)
+///               -- the first frame of every journal file
+///     2 event   seq u64, kind u8, state u8, owner u32, total_ms i64, event_remaining_ms i64,
+///               late_ms i64, deadline_unix_ms i64, deadline_boot_ns i64, remaining_ns i64,
+///               finished_unix_ms i64, name (u8 length + bytes)
+///               -- a lifecycle event and the countdown's whole state after it
+///
+/// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
+enum JournalFormat {
+    static let magic: [UInt8] = [0x43, 0x44, 0x4A, 0x01]
+    static let frameHeaderSize = 12
+    /// A frame longer than this is not one the daemon wrote.
+    static let maximumPayload = 1 << 30
+    static let absent = Int64.min
+
+    enum RecordType: UInt8 {
+        case header = 1
+        case event = 2
+    }
+
+    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled]
+    static let states: [CountdownState] = [.running, .paused, .done, .cancelled]
+
+    /// The header record of a journal file.
+    struct Header: Equatable {
+        var generation: UInt64
+        var createdUnixMilliseconds: Int64
+        var bootID: String?
+    }
+
+    /// An event record: a lifecycle event and the countdown's state after it.
+    struct EventRecord: Equatable {
+        var event: CountdownEvent
+        var state: StoredCountdown
+    }
+
+    // MARK: Writing
+
+    /// Reserves room for a frame header at the end of `buffer`; `sealFrame` fills it in.
+    static func beginFrame(in buffer: inout [UInt8]) {
+        buffer.append(contentsOf: [UInt8](repeating: 0, count: frameHeaderSize))
+    }
+
+    /// Fills in the header of the frame that starts at `start`, covering everything after it.
+    static func sealFrame(in buffer: inout [UInt8], at start: Int) {
+        let payloadLength = buffer.count - start - frameHeaderSize
+        let crc = buffer.withUnsafeBytes { raw in
+            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[(start + frameHeaderSize)...]))
+        }
+        buffer.replaceSubrange(start..<(start + 4), with: magic)
+        store(UInt32(payloadLength), at: start + 4, in: &buffer)
+        store(crc, at: start + 8, in: &buffer)
+    }
+
+    static func appendHeader(_ header: Header, to buffer: inout [UInt8]) {
+        buffer.append(RecordType.header.rawValue)
+        append(header.generation, to: &buffer)
+        append(header.createdUnixMilliseconds, to: &buffer)
+        appendShortString(header.bootID ?? "", to: &buffer)
+    }
+
+    static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
+        buffer.append(RecordType.event.rawValue)
+        append(event.sequence, to: &buffer)
+        buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
+        buffer.append(UInt8(states.firstIndex(of: state.state) ?? 0))
+        append(UInt64(state.owner), to: &buffer, width: 4)
+        append(state.totalMilliseconds, to: &buffer)
+        append(event.remainingMilliseconds, to: &buffer)
+        append(event.lateMilliseconds ?? absent, to: &buffer)
+        append(state.deadlineUnixMilliseconds ?? absent, to: &buffer)
+        append(state.deadlineBootNanoseconds ?? absent, to: &buffer)
+        append(state.remainingNanoseconds, to: &buffer)
+        append(state.finishedUnixMilliseconds ?? absent, to: &buffer)
+        // The state's late_ms follows the event's only when they differ (rare: a late done).
+        appendShortString(event.name, to: &buffer)
+        append(state.lateMilliseconds ?? absent, to: &buffer)
+    }
+
+    private static func append(_ value: Int64, to buffer: inout [UInt8]) {
+        append(UInt64(bitPattern: value), to: &buffer)
+    }
+
+    private static func append(_ value: UInt64, to buffer: inout [UInt8], width: Int = 8) {
+        for shift in 0..<width {
+            buffer.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(shift))))
+        }
+    }
+
+    private static func appendShortString(_ text: String, to buffer: inout [UInt8]) {
+        let bytes = text.utf8.prefix(255)
+        buffer.append(UInt8(bytes.count))
+        buffer.append(contentsOf: bytes)
+    }
+
+    private static func store(_ value: UInt32, at offset: Int, in buffer: inout [UInt8]) {
+        for shift in 0..<4 {
+            buffer[offset + shift] = UInt8(truncatingIfNeeded: value >> (8 * UInt32(shift)))
+        }
+    }
+
+    // MARK: Reading
+
+    /// What a scan of a journal file found.
+    struct Scan {
+        var header: Header?
+        var events: [EventRecord] = []
+        /// Bytes of whole, valid frames from the start of the file.
+        var validLength = 0
+        /// A torn last frame: what was wrong with it (the file is cut back to `validLength`).
+        var tornTail: String?
+        /// Damage that is not a torn tail: where, and what.
+        var damage: (offset: Int, reason: String)?
+    }
+
+    /// Reads every frame of a journal file's contents.
+    ///
+    /// A frame that runs past the end of the file, a last frame whose checksum fails, or zeros to
+    /// the end (space the file system allocated but never filled) is a torn tail: what a write cut
+    /// short by a crash or a power loss leaves. Anything else that does not check out, with more
+    /// data after it, is damage.
+    static func scan(_ bytes: [UInt8]) -> Scan {
+        var scan = Scan()
+        var offset = 0
+        while offset < bytes.count {
+            let left = bytes.count - offset
+            guard left >= frameHeaderSize, bytes[offset..<(offset + 4)].elementsEqual(magic) else {
+                if bytes[offset...].allSatisfy({ $0 == 0 }) {
+                    scan.tornTail = "\(left) zero bytes at the end"
+                } else if left < frameHeaderSize {
+                    scan.tornTail = "a frame header cut short (\(left) bytes)"
+                } else {
+                    scan.damage = (offset, "no frame starts here (bad magic)")
+                }
+                break
+            }
+            let length = Int(load32(bytes, offset + 4))
+            let crc = load32(bytes, offset + 8)
+            guard length <= left - frameHeaderSize else {
+                scan.tornTail = "a frame of \(length) bytes cut short at \(left - frameHeaderSize)"
+                break
+            }
+            let payloadStart = offset + frameHeaderSize
+            let payloadEnd = payloadStart + length
+            let actual = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[payloadStart..<payloadEnd])) }
+            guard actual == crc else {
+                if payloadEnd == bytes.count || bytes[payloadEnd...].allSatisfy({ $0 == 0 }) {
+                    scan.tornTail = "the last frame's checksum does not match (a write cut short)"
+                } else {
+                    scan.damage = (offset, "checksum mismatch in a frame followed by more data")
+                }
+                break
+            }
+            do throws(FormatError) {
+                try decodePayload(bytes, from: payloadStart, to: payloadEnd, into: &scan)
+            } catch {
+                scan.damage = (offset, error.reason)
+                break
+            }
+            offset = payloadEnd
+            scan.validLength = offset
+        }
+        return scan
+    }
+
+    struct FormatError: Error {
+        var reason: String
+    }
+
+    private static func decodePayload(_ bytes: [UInt8], from start: Int, to end: Int, into scan: inout Scan) throws(FormatError) {
+        var reader = Reader(bytes: bytes, offset: start, end: end)
+        while reader.offset < end {
+            switch RecordType(rawValue: try reader.byte()) {
+            case .header:
+                let generation = try reader.u64()
+                let created = try reader.i64()
+                let boot = try reader.shortString()
+                scan.header = Header(generation: generation, createdUnixMilliseconds: created, bootID: boot.isEmpty ? nil : boot)
+            case .event:
+                let sequence = try reader.u64()
+                let kindIndex = Int(try reader.byte()), stateIndex = Int(try reader.byte())
+                guard kindIndex < kinds.count, stateIndex < states.count else {
+                    throw FormatError(reason: "an event record with an unknown kind or state")
+                }
+                let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
+                let total = try reader.i64(), eventRemaining = try reader.i64(), eventLate = try reader.i64()
+                let deadlineUnix = try reader.i64(), deadlineBoot = try reader.i64(), remaining = try reader.i64()
+                let finished = try reader.i64()
+                let name = try reader.shortString()
+                let stateLate = try reader.i64()
+                func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
+                scan.events.append(EventRecord(
+                    event: CountdownEvent(
+                        sequence: sequence, kind: kinds[kindIndex], name: name,
+                        remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate)
+                    ),
+                    state: StoredCountdown(
+                        name: name, state: states[stateIndex], totalMilliseconds: total,
+                        deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
+                        remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
+                        owner: owner, lateMilliseconds: present(stateLate)
+                    )
+                ))
+            case nil:
+                throw FormatError(reason: "a record of unknown type")
+            }
+        }
+    }
+
+    private static func load32(_ bytes: [UInt8], _ offset: Int) -> UInt32 {
+        UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16 | UInt32(bytes[offset + 3]) << 24
+    }
+
+    private struct Reader {
+        let bytes: [UInt8]
+        var offset: Int
+        let end: Int
+
+        mutating func byte() throws(FormatError) -> UInt8 {
+            guard offset < end else { throw FormatError(reason: "a record cut short") }
+            defer { offset += 1 }
+            return bytes[offset]
+        }
+
+        mutating func u64(width: Int = 8) throws(FormatError) -> UInt64 {
+            guard end - offset >= width else { throw FormatError(reason: "a record cut short") }
+            var value: UInt64 = 0
+            for shift in 0..<width {
+                value |= UInt64(bytes[offset + shift]) << (8 * UInt64(shift))
+            }
+            offset += width
+            return value
+        }
+
+        mutating func i64() throws(FormatError) -> Int64 {
+            Int64(bitPattern: try u64())
+        }
+
+        mutating func shortString() throws(FormatError) -> String {
+            let count = Int(try byte())
+            guard end - offset >= count else { throw FormatError(reason: "a record cut short") }
+            defer { offset += count }
+            return String(decoding: bytes[offset..<(offset + count)], as: UTF8.self)
+        }
+    }
+}

@@ -1,0 +1,244 @@
+import CountdownCore
+import Glibc
+
+/// One stored countdown: its durable state, with times as they are kept on disk.
+struct StoredCountdown: Equatable, Sendable {
+    var name: String
+    var state: CountdownState
+    var totalMilliseconds: Int64
+    /// Running: the wall-clock deadline, valid across reboots.
+    var deadlineUnixMilliseconds: Int64?
+    /// Running: the deadline on `CLOCK_BOOTTIME`, valid within the boot that wrote it.
+    var deadlineBootNanoseconds: Int64?
+    var remainingNanoseconds: Int64
+    var finishedUnixMilliseconds: Int64?
+    var owner: UInt32
+    var lateMilliseconds: Int64?
+}
+
+/// The snapshot: every countdown and the recent events at one moment, in SQLite, so the state can
+/// be inspected with the `sqlite3` tool. Together with the journal files from its generation on,
+/// it is the daemon's durable state.
+///
+/// Schema (version 2):
+///
+///     countdowns(name PRIMARY KEY, state, total_ms, deadline_unix_ms, deadline_boot_ns,
+///                remaining_ns, finished_unix_ms, owner_uid, late_ms)
+///     events(seq PRIMARY KEY, kind, name, remaining_ms, total_ms, late_ms)  -- the replay ring
+///     meta(key PRIMARY KEY, value)  -- schema_version, journal_generation (replay journals from
+///                                   -- this one on), last_seq, events_kept_after, boot_id,
+///                                   -- written_unix_ms
+///
+/// A snapshot is written whole to a temporary file, synced, and renamed over the old one, so the
+/// file on disk is always complete. Version 1 (the row store of countdownd 0.1) is read too.
+enum SnapshotFile {
+    /// The snapshot's name inside the state directory.
+    static let fileName = "countdownd.db"
+    static let schemaVersion = "2"
+
+    /// What a snapshot holds.
+    struct Contents: Sendable {
+        var rows: [StoredCountdown] = []
+        var lastSequence: UInt64 = 0
+        var bootID: String?
+        /// Journal files from this generation on come after the snapshot.
+        var journalGeneration: UInt64 = 0
+        /// The replay ring, oldest first, and the number after which it is complete.
+        var events: [CountdownEvent] = []
+        var eventsKeptAfter: UInt64 = 0
+        /// Rows that could not be read, skipped with a log line each.
+        var unreadableRows: [String] = []
+    }
+
+    /// Reads the snapshot in `directory`, or returns `nil` when there is none.
+    /// - Throws: `StorageError.damaged` when the file exists but is not a complete snapshot (the
+    ///   file is left as it is), `.unreadable` when it cannot be opened.
+    static func read(directory: String) throws(StorageError) -> Contents? {
+        let path = directory + "/" + fileName
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            if errno == ENOENT { return nil }
+            throw .unreadable(path: path, errno: errno)
+        }
+        guard info.st_size > 0 else {
+            throw .damaged(path: path, reason: "the file is empty (0 bytes)")
+        }
+        guard access(path, R_OK) == 0 else { throw .unreadable(path: path, errno: errno) }
+        do throws(SQLiteError) {
+            // Read-only: a snapshot is never changed in place, and a read-only file is not damage.
+            let database = try SQLiteDatabase(path: path, readOnly: true)
+            guard let version = try? database.scalarText("SELECT value FROM meta WHERE key = 'schema_version'") else {
+                throw SQLiteError(code: 0, message: "it has no countdownd metadata")
+            }
+            guard version == schemaVersion || version == "1" else {
+                throw SQLiteError(code: 0, message: "schema version \(version) is not one this countdownd reads (1 or \(schemaVersion))")
+            }
+            var contents = Contents()
+            func meta(_ key: String) throws(SQLiteError) -> String? {
+                try database.scalarText("SELECT value FROM meta WHERE key = '\(key)'")
+            }
+            contents.lastSequence = UInt64(try meta("last_seq") ?? "0") ?? 0
+            contents.bootID = try meta("boot_id")
+            contents.journalGeneration = UInt64(try meta("journal_generation") ?? "0") ?? 0
+            contents.eventsKeptAfter = UInt64(try meta("events_kept_after") ?? "") ?? contents.lastSequence
+            contents.rows = try readRows(database, into: &contents)
+            if version == "1" {
+                try applyVersion1Watermark(database, to: &contents)
+            } else {
+                contents.events = try readEvents(database)
+            }
+            return contents
+        } catch {
+            throw .damaged(path: path, reason: error.message)
+        }
+    }
+
+    private static func readRows(_ database: SQLiteDatabase, into contents: inout Contents) throws(SQLiteError) -> [StoredCountdown] {
+        var rows: [StoredCountdown] = []
+        let select = try database.prepare("""
+            SELECT name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns, finished_unix_ms, owner_uid, late_ms
+            FROM countdowns
+            """)
+        while try select.step() {
+            let name = select.text(0) ?? ""
+            guard (try? CountdownName.validate(name)) != nil,
+                  let state = select.text(1).flatMap(CountdownState.init(rawValue:)),
+                  let total = select.int(2), let owner = select.int(7), let ownerUID = UInt32(exactly: owner)
+            else {
+                contents.unreadableRows.append(ProtocolText.sanitized(Array(name.utf8), limit: 128))
+                continue
+            }
+            rows.append(StoredCountdown(
+                name: name, state: state, totalMilliseconds: total,
+                deadlineUnixMilliseconds: select.int(3), deadlineBootNanoseconds: select.int(4),
+                remainingNanoseconds: select.int(5) ?? 0, finishedUnixMilliseconds: select.int(6),
+                owner: ownerUID, lateMilliseconds: select.int(8)
+            ))
+        }
+        return rows
+    }
+
+    private static func readEvents(_ database: SQLiteDatabase) throws(SQLiteError) -> [CountdownEvent] {
+        var events: [CountdownEvent] = []
+        let select = try database.prepare("SELECT seq, kind, name, remaining_ms, total_ms, late_ms FROM events ORDER BY seq")
+        while try select.step() {
+            guard let sequence = select.int(0), let kind = select.text(1).flatMap(EventKind.init(rawValue:)),
+                  let name = select.text(2), let remaining = select.int(3), let total = select.int(4) else { continue }
+            events.append(CountdownEvent(
+                sequence: UInt64(sequence), kind: kind, name: name,
+                remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: select.int(5)
+            ))
+        }
+        return events
+    }
+
+    /// countdownd 0.1 stored one watermark instead of a row per `done`: running rows with a
+    /// deadline at or before it had already been announced done. Read once, when upgrading.
+    private static func applyVersion1Watermark(_ database: SQLiteDatabase, to contents: inout Contents) throws(SQLiteError) {
+        let boot = try database.scalarText("SELECT value FROM meta WHERE key = 'done_through_boot_ns'").flatMap { Int64($0) }
+        let unix = try database.scalarText("SELECT value FROM meta WHERE key = 'done_through_unix_ms'").flatMap { Int64($0) }
+        let sameBoot = contents.bootID != nil && contents.bootID == SystemClock.bootID
+        for index in contents.rows.indices where contents.rows[index].state == .running {
+            let row = contents.rows[index]
+            let passed: Bool
+            if sameBoot, let boot, let deadline = row.deadlineBootNanoseconds {
+                passed = deadline <= boot
+            } else if let unix, let deadline = row.deadlineUnixMilliseconds {
+                passed = deadline <= unix
+            } else {
+                passed = false
+            }
+            if passed {
+                contents.rows[index].state = .done
+                contents.rows[index].finishedUnixMilliseconds = row.deadlineUnixMilliseconds
+                contents.rows[index].deadlineUnixMilliseconds = nil
+                contents.rows[index].deadlineBootNanoseconds = nil
+            }
+        }
+    }
+
+    /// Writes a complete snapshot to `directory` and puts it in place atomically: a temporary
+    /// file, synced, renamed over the old snapshot, then the directory synced.
+    /// Runs off the daemon's queue (a snapshot of a million countdowns takes seconds).
+    static func write(_ contents: Contents, directory: String) throws(StorageError) {
+        let path = directory + "/" + fileName
+        let temporary = path + ".tmp"
+        unlink(temporary)
+        do throws(SQLiteError) {
+            let database = try SQLiteDatabase(path: temporary)
+            // The file is renamed into place only once complete and synced, so SQLite's own
+            // rollback journal would protect nothing.
+            try database.execute("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF")
+            try database.execute("""
+                CREATE TABLE countdowns (
+                    name TEXT PRIMARY KEY NOT NULL,
+                    state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'done', 'cancelled')),
+                    total_ms INTEGER NOT NULL CHECK (total_ms > 0),
+                    deadline_unix_ms INTEGER,
+                    deadline_boot_ns INTEGER,
+                    remaining_ns INTEGER NOT NULL DEFAULT 0,
+                    finished_unix_ms INTEGER,
+                    owner_uid INTEGER NOT NULL,
+                    late_ms INTEGER
+                ) WITHOUT ROWID;
+                CREATE TABLE events (
+                    seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+                    remaining_ms INTEGER NOT NULL, total_ms INTEGER NOT NULL, late_ms INTEGER
+                );
+                CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+                """)
+            try database.transaction { () throws(SQLiteError) in
+                let insert = try database.prepare("INSERT OR REPLACE INTO countdowns VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+                for row in contents.rows {
+                    insert.bind(1, row.name)
+                    insert.bind(2, row.state.rawValue)
+                    insert.bind(3, row.totalMilliseconds)
+                    insert.bind(4, row.deadlineUnixMilliseconds)
+                    insert.bind(5, row.deadlineBootNanoseconds)
+                    insert.bind(6, row.remainingNanoseconds)
+                    insert.bind(7, row.finishedUnixMilliseconds)
+                    insert.bind(8, Int64(row.owner))
+                    insert.bind(9, row.lateMilliseconds)
+                    try insert.run()
+                }
+                let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                for item in contents.events {
+                    event.bind(1, Int64(bitPattern: item.sequence))
+                    event.bind(2, item.kind.rawValue)
+                    event.bind(3, item.name)
+                    event.bind(4, item.remainingMilliseconds)
+                    event.bind(5, item.totalMilliseconds)
+                    event.bind(6, item.lateMilliseconds)
+                    try event.run()
+                }
+                let meta = try database.prepare("INSERT INTO meta VALUES (?1, ?2)")
+                let values: [(String, String?)] = [
+                    ("schema_version", schemaVersion),
+                    ("journal_generation", "\(contents.journalGeneration)"),
+                    ("last_seq", "\(contents.lastSequence)"),
+                    ("events_kept_after", "\(contents.eventsKeptAfter)"),
+                    ("boot_id", contents.bootID),
+                    ("written_unix_ms", "\(SystemClock.unixNanoseconds() / 1_000_000)"),
+                ]
+                for case let (key, value?) in values {
+                    meta.bind(1, key)
+                    meta.bind(2, value)
+                    try meta.run()
+                }
+            }
+        } catch {
+            unlink(temporary)
+            throw .writeFailed(path: temporary, reason: error.message)
+        }
+        try FileSystem.sync(path: temporary)
+        // A WAL left by countdownd 0.1 belongs to the old file; SQLite must not apply it to this one.
+        unlink(path + "-wal")
+        unlink(path + "-shm")
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw .system(what: "rename \(temporary) to \(path)", errno: code)
+        }
+        try FileSystem.sync(path: directory)
+    }
+}

@@ -1,0 +1,453 @@
+import CountdownCore
+import Dispatch
+import Glibc
+
+/// Everything about durability: the append-only journal, the snapshots, recovery, and what to do
+/// when the disk misbehaves. The daemon sees a narrow interface: `note` a lifecycle event with
+/// the countdown's new state, `commit` at the end of a batch, `rollbackBatch` when a commit failed.
+///
+/// **Files** in the state directory:
+/// - `countdownd.lock`: an exclusive `flock` for the daemon's life (`StateDirectoryLock`).
+/// - `journal.<generation>`: frames of records (`JournalFormat`), one frame per committed batch,
+///   written with one `pwrite` (plus `fdatasync` under `--durability power`). Each run of the
+///   daemon, and each snapshot, starts a new generation.
+/// - `countdownd.db`: the snapshot (`SnapshotFile`), which says from which generation on the
+///   journal files continue it.
+///
+/// **Recovery** reads the snapshot, then the journal files from its generation on. A torn last
+/// frame (a write cut short) is cut off and logged. Any other damage stops the start-up with the
+/// file kept as it is: a file error never becomes an empty start.
+///
+/// **Failure.** When a commit cannot be written (disk full, I/O error, immutable file, directory
+/// deleted), the journal says `failed`; the daemon undoes the batch's changes and answers them
+/// `ERR unavailable`. From then on `acceptsChanges` is false, commits are deferred, and `retry`
+/// (once a second) tries again; it never does work that grows with the time spent failing
+/// beyond writing the deferred events once. A deleted directory is recreated and a full snapshot
+/// written before changes are accepted again.
+///
+/// Confined to the daemon's queue (hence `@unchecked Sendable`: the snapshot queue only hands
+/// results back to that queue); snapshots are written on a queue of their own from an O(1) copy
+/// of the engine's records.
+final class StateJournal: @unchecked Sendable {
+    /// Whether the journal takes changes.
+    enum Health: Equatable {
+        /// Writes work.
+        case available
+        /// The last write failed; changes are refused until `retry` succeeds.
+        case failing(StorageError)
+        /// Writes work again after the directory was lost; a full snapshot must land first.
+        case awaitingSnapshot
+    }
+
+    /// What a commit achieved.
+    enum CommitOutcome: Equatable {
+        /// Everything noted is on disk (to the configured durability).
+        case durable
+        /// Storage is failing: noted events (only those time caused: no changes are accepted)
+        /// are kept and written when storage works again.
+        case deferred
+        /// The write failed now: the caller must undo the batch's changes.
+        case failed(StorageError)
+    }
+
+    /// What recovery found.
+    struct Recovered {
+        /// Every countdown, on this run's clock; whether a deadline passed is the engine's call.
+        var countdowns: [PersistedCountdown] = []
+        var lastSequence: UInt64 = 0
+        /// Recent lifecycle events for the replay ring, oldest first, complete after `eventsKeptAfter`.
+        var events: [CountdownEvent] = []
+        var eventsKeptAfter: UInt64 = 0
+        /// What recovery had to say (torn tails cut, unreadable rows skipped), for the log.
+        var remarks: [String] = []
+        /// The files it read.
+        var sources: String = ""
+    }
+
+    let directory: String
+    let durability: Durability
+    private(set) var health = Health.available
+
+    private let logger: Logger
+    private let queue: DispatchQueue
+    private let snapshotQueue = DispatchQueue(label: "countdownd.snapshot", qos: .utility)
+    private var lock: StateDirectoryLock?
+
+    /// The journal file being written, and how much of it is known to be written.
+    private var file: Int32 = -1
+    private var filePath = ""
+    private var fileLength: Int64 = 0
+    private var headerFrameLength: Int64 = 0
+    private(set) var generation: UInt64 = 0
+    /// Records noted but not yet written, behind a reserved frame header.
+    private var pending: [UInt8] = []
+    /// Where the current batch's records start in `pending`.
+    private var batchStart = JournalFormat.frameHeaderSize
+
+    /// Journal bytes and files written since the last snapshot, and when it was taken.
+    private(set) var bytesSinceSnapshot: Int64 = 0
+    private var filesSinceSnapshot = 0
+    private var lastSnapshot = SystemClock.now()
+    private var snapshotInProgress = false
+    /// Whether any event was written (or recovered from the journal) since the last snapshot.
+    private var eventsSinceSnapshot = false
+    private var nextSnapshotAttempt = Instant(nanoseconds: .min)
+    private var failingSince = Instant.zero
+
+    /// Snapshot when this much journal has accumulated: recovery time stays bounded.
+    var snapshotBytes: Int64 = 32 << 20
+    /// …or when this many journal files (one per start) have accumulated.
+    var snapshotFiles = 8
+    /// …or when the last snapshot is this old and anything changed since.
+    var snapshotAge: Int64 = 3600 * 1_000_000_000
+
+    init(directory: String, durability: Durability, logger: Logger, queue: DispatchQueue) {
+        self.directory = directory
+        self.durability = durability
+        self.logger = logger
+        self.queue = queue
+        JournalFormat.beginFrame(in: &pending)
+    }
+
+    deinit {
+        if file >= 0 { close(file) }
+    }
+
+    /// Whether changes are taken now.
+    var acceptsChanges: Bool { health == .available }
+
+    /// The journal file being written (for logs and status).
+    var currentFile: String { filePath }
+
+    // MARK: - Recovery
+
+    /// Locks the state directory, then reads the snapshot and the journal that continues it.
+    /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
+    func recover(clock: WallClockMapping, bootID: String?) throws(StorageError) -> Recovered {
+        try FileSystem.createDirectory(directory)
+        lock = try StateDirectoryLock(directory: directory)
+        var recovered = Recovered()
+        var latest: [String: (StoredCountdown, sameBoot: Bool)] = [:]
+        var firstGeneration: UInt64 = 0
+        var sources: [String] = []
+        if let snapshot = try SnapshotFile.read(directory: directory) {
+            let sameBoot = bootID != nil && snapshot.bootID == bootID
+            for row in snapshot.rows {
+                latest[row.name] = (row, sameBoot)
+            }
+            recovered.lastSequence = snapshot.lastSequence
+            recovered.events = snapshot.events
+            recovered.eventsKeptAfter = snapshot.eventsKeptAfter
+            firstGeneration = snapshot.journalGeneration
+            for name in snapshot.unreadableRows {
+                recovered.remarks.append("skipped an unreadable row for '\(name)' in \(directory)/\(SnapshotFile.fileName)")
+            }
+            sources.append("\(SnapshotFile.fileName) (\(snapshot.rows.count) countdowns)")
+        }
+        var highest = firstGeneration
+        for (fileGeneration, path) in try journalFiles() {
+            highest = max(highest, fileGeneration)
+            guard fileGeneration >= firstGeneration else {
+                // Left by a crash between a snapshot landing and the old files being removed.
+                unlink(path)
+                continue
+            }
+            let scan = JournalFormat.scan(try FileSystem.readAll(path))
+            if let damage = scan.damage {
+                throw .damaged(
+                    path: path,
+                    reason: "at byte \(damage.offset): \(damage.reason). The \(damage.offset) bytes before it are intact: to start with them, copy the file aside for inspection, then truncate -s \(damage.offset) \(path)"
+                )
+            }
+            if let torn = scan.tornTail {
+                let cut = truncate(path, off_t(scan.validLength)) == 0 ? "cut it off" : "could not cut it off (\(String(cString: strerror(errno))))"
+                recovered.remarks.append("\(path) ended in a torn write (\(torn)); \(cut) at byte \(scan.validLength), keeping every complete commit")
+            }
+            let sameBoot = bootID != nil && scan.header?.bootID == bootID
+            for record in scan.events {
+                latest[record.state.name] = (record.state, sameBoot)
+                recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
+                recovered.events.append(record.event)
+            }
+            sources.append("\(path.split(separator: "/").last.map(String.init) ?? path) (\(scan.events.count) events)")
+            filesSinceSnapshot += 1
+            bytesSinceSnapshot += Int64(scan.validLength)
+            eventsSinceSnapshot = eventsSinceSnapshot || !scan.events.isEmpty
+        }
+        recovered.countdowns = latest.values.map { $0.0.persisted(clock: clock, sameBoot: $0.sameBoot) }
+        recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
+        generation = highest
+        return recovered
+    }
+
+    /// The journal files in the directory, by generation.
+    private func journalFiles() throws(StorageError) -> [(UInt64, String)] {
+        guard let handle = opendir(directory) else { throw .unreadable(path: directory, errno: errno) }
+        defer { closedir(handle) }
+        var files: [(UInt64, String)] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name.hasPrefix("journal."), let number = UInt64(name.dropFirst("journal.".count)) {
+                files.append((number, directory + "/" + name))
+            }
+        }
+        return files.sorted { $0.0 < $1.0 }
+    }
+
+    private func journalPath(_ generation: UInt64) -> String {
+        let digits = String(generation)
+        return directory + "/journal." + String(repeating: "0", count: max(0, 12 - digits.count)) + digits
+    }
+
+    /// Starts the next journal file, after recovery. On failure the daemon still starts, serving
+    /// reads with changes refused, and `retry` tries again.
+    func startWriting() {
+        do throws(StorageError) {
+            try openNextFile()
+        } catch {
+            enterFailing(error)
+        }
+    }
+
+    /// Creates journal file `generation + 1`, writes its header and syncs the directory, so the
+    /// file exists before anything depends on it.
+    private func openNextFile() throws(StorageError) {
+        let next = generation + 1
+        let path = journalPath(next)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .system(what: "cannot create \(path)", errno: errno) }
+        var frame: [UInt8] = []
+        JournalFormat.beginFrame(in: &frame)
+        JournalFormat.appendHeader(
+            .init(generation: next, createdUnixMilliseconds: SystemClock.unixNanoseconds() / 1_000_000, bootID: SystemClock.bootID),
+            to: &frame
+        )
+        JournalFormat.sealFrame(in: &frame, at: 0)
+        do throws(StorageError) {
+            try FileSystem.write(frame, to: descriptor, at: 0, path: path)
+            guard fdatasync(descriptor) == 0 else { throw .system(what: "fdatasync \(path)", errno: errno) }
+            try FileSystem.sync(path: directory)
+        } catch {
+            close(descriptor)
+            unlink(path)
+            throw error
+        }
+        if file >= 0 { close(file) }
+        headerFrameLength = Int64(frame.count)
+        file = descriptor
+        filePath = path
+        fileLength = Int64(frame.count)
+        generation = next
+        filesSinceSnapshot += 1
+        bytesSinceSnapshot += fileLength
+    }
+
+    // MARK: - Batches
+
+    /// Marks the start of a batch: `rollbackBatch` forgets what is noted after this.
+    func beginBatch() {
+        batchStart = pending.count
+    }
+
+    /// Notes a lifecycle event and the countdown's state after it (`nil`: it no longer exists).
+    func note(_ event: CountdownEvent, state: PersistedCountdown?, clock: WallClockMapping) {
+        guard let state else { return }
+        JournalFormat.appendEvent(event, state: StoredCountdown(state, clock: clock), to: &pending)
+    }
+
+    /// Forgets what was noted since `beginBatch`: the batch's changes were undone.
+    func rollbackBatch() {
+        pending.removeSubrange(batchStart...)
+    }
+
+    /// Writes what was noted, in one frame with one `pwrite`. Called once per batch, before any of
+    /// the batch's output is released.
+    func commit() -> CommitOutcome {
+        guard health == .available || health == .awaitingSnapshot else { return .deferred }
+        guard pending.count > JournalFormat.frameHeaderSize else { return .durable }
+        do throws(StorageError) {
+            try writePending()
+            return .durable
+        } catch {
+            enterFailing(error)
+            return .failed(error)
+        }
+    }
+
+    private func writePending() throws(StorageError) {
+        guard file >= 0 else { throw .system(what: "no journal file is open in \(directory)", errno: EBADF) }
+        // A deleted directory takes the open file with it: writes would still succeed, into a
+        // file nobody will read. One fstat per commit notices.
+        var info = stat()
+        if fstat(file, &info) == 0 && info.st_nlink == 0 {
+            throw .directoryGone(path: directory)
+        }
+        JournalFormat.sealFrame(in: &pending, at: 0)
+        try FileSystem.write(pending, to: file, at: fileLength, path: filePath)
+        if durability == .power {
+            guard fdatasync(file) == 0 else {
+                let code = errno
+                _ = ftruncate(file, off_t(fileLength))
+                throw .system(what: "fdatasync \(filePath)", errno: code)
+            }
+        }
+        fileLength += Int64(pending.count)
+        bytesSinceSnapshot += Int64(pending.count)
+        eventsSinceSnapshot = true
+        pending.removeSubrange(JournalFormat.frameHeaderSize...)
+        batchStart = pending.count
+    }
+
+    // MARK: - Failure and recovery
+
+    private func enterFailing(_ error: StorageError) {
+        if case .failing = health {
+            health = .failing(error)
+            return
+        }
+        health = .failing(error)
+        failingSince = SystemClock.now()
+        logger.log(.error, "storage failed: \(error); changes are refused with ERR unavailable until it works again (\(error.advice)); reads and events go on")
+    }
+
+    /// Tries storage again while it is failing: recreates a deleted directory and starts a new
+    /// journal, or writes the deferred events to the current one. Returns whether changes are
+    /// accepted now (a recreated directory waits for its snapshot first).
+    func retry() -> Bool {
+        guard case .failing(let error) = health else { return acceptsChanges }
+        do throws(StorageError) {
+            var info = stat()
+            let lost = file < 0 || (fstat(file, &info) == 0 && info.st_nlink == 0)
+            if lost {
+                let directoryWasGone = access(directory, F_OK) != 0
+                try FileSystem.createDirectory(directory)
+                if directoryWasGone || lock == nil {
+                    lock = nil
+                    lock = try StateDirectoryLock(directory: directory)
+                }
+                try openNextFile()
+                try writePending()
+                if directoryWasGone || error == .directoryGone(path: directory) {
+                    // The old snapshot and journal went with the directory: only a full snapshot
+                    // makes the state durable again.
+                    health = .awaitingSnapshot
+                    logger.log(.notice, "recreated the state directory \(directory); writing a full snapshot before accepting changes")
+                    return false
+                }
+            } else {
+                try writePending()
+            }
+            health = .available
+            logger.log(.notice, "storage works again after \(SystemClock.now().nanoseconds(since: failingSince) / 1_000_000_000) s; changes are accepted and every event is stored")
+            return true
+        } catch {
+            health = .failing(error)
+            return false
+        }
+    }
+
+    // MARK: - Snapshots
+
+    /// Whether a snapshot should be taken now.
+    func snapshotIsDue(now: Instant) -> Bool {
+        guard !snapshotInProgress, now >= nextSnapshotAttempt else { return false }
+        switch health {
+        case .failing: return false
+        case .awaitingSnapshot: return true
+        case .available:
+            return bytesSinceSnapshot >= snapshotBytes || filesSinceSnapshot >= snapshotFiles
+                || (filesSinceSnapshot > 0 && now.nanoseconds(since: lastSnapshot) >= snapshotAge && bytesSinceSnapshot > 4096)
+        }
+    }
+
+    /// Starts a snapshot: a new journal file takes the changes from now on, and the engine's
+    /// state at this moment, with the replay ring, is written on the snapshot queue. When it has
+    /// landed, the older journal files are removed.
+    func takeSnapshot(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard pending.count == JournalFormat.frameHeaderSize else { return }  // Only between batches.
+        do throws(StorageError) {
+            // A file holding nothing but its header can start the snapshot's generation as it is.
+            if fileLength > headerFrameLength {
+                try openNextFile()
+            }
+        } catch {
+            logger.log(.warning, "cannot start a new journal file for a snapshot: \(error); trying again in a minute")
+            nextSnapshotAttempt = SystemClock.now().advanced(byMilliseconds: 60_000)
+            return
+        }
+        snapshotInProgress = true
+        let covered = generation
+        let directory = self.directory
+        let bootID = SystemClock.bootID
+        let events = ring.events, keptAfter = ring.keptAfter
+        let started = SystemClock.now()
+        snapshotQueue.async { [self] in
+            var contents = SnapshotFile.Contents(
+                lastSequence: image.lastSequence, bootID: bootID, journalGeneration: covered,
+                events: events, eventsKeptAfter: keptAfter
+            )
+            image.forEach { contents.rows.append(StoredCountdown($0, clock: clock)) }
+            let result: Result<Void, StorageError>
+            do throws(StorageError) {
+                try SnapshotFile.write(contents, directory: directory)
+                result = .success(())
+            } catch {
+                result = .failure(error)
+            }
+            let count = contents.rows.count
+            queue.async { [self] in
+                snapshotFinished(result, covering: covered, countdowns: count, started: started)
+            }
+        }
+    }
+
+    /// Writes a snapshot now, on the caller's thread, if anything changed since the last one: at a
+    /// clean stop, so the next start reads one file and `sqlite3` shows the final state.
+    func snapshotAtStop(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
+        var contents = SnapshotFile.Contents(
+            lastSequence: image.lastSequence, bootID: SystemClock.bootID, journalGeneration: generation + 1,
+            events: ring.events, eventsKeptAfter: ring.keptAfter
+        )
+        image.forEach { contents.rows.append(StoredCountdown($0, clock: clock)) }
+        do throws(StorageError) {
+            try SnapshotFile.write(contents, directory: directory)
+            if let files = try? journalFiles() {
+                for (_, path) in files { unlink(path) }
+            }
+        } catch {
+            logger.log(.warning, "cannot write a snapshot at stop: \(error); the journal has everything")
+        }
+    }
+
+    private func snapshotFinished(_ result: Result<Void, StorageError>, covering covered: UInt64, countdowns: Int, started: Instant) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        snapshotInProgress = false
+        switch result {
+        case .success:
+            // Everything before `covered` is in the snapshot now.
+            if let files = try? journalFiles() {
+                for (fileGeneration, path) in files where fileGeneration < covered {
+                    unlink(path)
+                }
+            }
+            bytesSinceSnapshot = fileLength
+            filesSinceSnapshot = 1
+            eventsSinceSnapshot = fileLength > headerFrameLength
+            lastSnapshot = SystemClock.now()
+            let milliseconds = lastSnapshot.nanoseconds(since: started) / 1_000_000
+            logger.log(.info, "snapshot of \(countdowns) countdowns written in \(milliseconds) ms; the journal continues in \(filePath)")
+            if health == .awaitingSnapshot {
+                health = .available
+                logger.log(.notice, "the state directory \(directory) is whole again; changes are accepted")
+            }
+        case .failure(let error):
+            logger.log(.warning, "cannot write a snapshot: \(error); the journal keeps everything meanwhile, trying again in \(health == .awaitingSnapshot ? "a second" : "a minute")")
+            nextSnapshotAttempt = SystemClock.now().advanced(byMilliseconds: health == .awaitingSnapshot ? 1000 : 60_000)
+        }
+    }
+}

@@ -1,0 +1,118 @@
+import Glibc
+
+/// Why storage failed, worded for the person reading the log or the `ERR unavailable` line.
+enum StorageError: Error, CustomStringConvertible, Equatable {
+    /// A system call on a storage file failed.
+    case system(what: String, errno: Int32)
+    /// A file exists but cannot be read.
+    case unreadable(path: String, errno: Int32)
+    /// A file is not what the daemon wrote: kept as it is, for inspection.
+    case damaged(path: String, reason: String)
+    /// Writing a file failed.
+    case writeFailed(path: String, reason: String)
+    /// The state directory (or the journal file in it) was deleted while the daemon ran.
+    case directoryGone(path: String)
+    /// Another daemon holds the state directory.
+    case locked(directory: String, holder: String?)
+
+    var description: String {
+        switch self {
+        case .system(let what, let code):
+            return "\(what): \(String(cString: strerror(code)))"
+        case .unreadable(let path, let code):
+            return "cannot read \(path): \(String(cString: strerror(code)))"
+        case .damaged(let path, let reason):
+            return "\(path) is damaged: \(reason)"
+        case .writeFailed(let path, let reason):
+            return "cannot write \(path): \(reason)"
+        case .directoryGone(let path):
+            return "the state directory \(path) was deleted"
+        case .locked(let directory, let holder):
+            return "another countdownd\(holder.map { " (pid \($0))" } ?? "") is using the state directory \(directory)"
+        }
+    }
+
+    /// What an operator can do about it, for the end of a message.
+    var advice: String {
+        switch self {
+        case .system(_, let code), .unreadable(_, let code):
+            switch code {
+            case ENOSPC, EDQUOT: return "free some space on its file system"
+            case EROFS: return "remount its file system read-write"
+            case EPERM: return "check the file's attributes (lsattr; chattr -i)"
+            case EACCES: return "check the permissions of the state directory and its files"
+            default: return "check the state directory's file system"
+            }
+        case .damaged:
+            return "the file is kept as it is for inspection; restore it from a backup, or move it aside to start without what it holds"
+        case .writeFailed:
+            return "check free space and permissions in the state directory"
+        case .directoryGone:
+            return "it is being recreated"
+        case .locked:
+            return "stop that one, or give this one its own --state-dir"
+        }
+    }
+}
+
+/// The few file-system steps storage needs, each with a clear error.
+enum FileSystem {
+    /// Creates `path` and its parents (mode 0700) where missing.
+    static func createDirectory(_ path: String) throws(StorageError) {
+        var prefix = ""
+        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
+            prefix += "/" + component
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
+                throw .system(what: "cannot create the state directory \(path)", errno: errno)
+            }
+        }
+    }
+
+    /// `fsync`s a file or directory by path.
+    static func sync(path: String) throws(StorageError) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .system(what: "open \(path) to sync it", errno: errno) }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw .system(what: "fsync \(path)", errno: errno) }
+    }
+
+    /// A whole file's bytes.
+    static func readAll(_ path: String) throws(StorageError) -> [UInt8] {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .unreadable(path: path, errno: errno) }
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count > 0 {
+                bytes.append(contentsOf: chunk[0..<count])
+            } else if count == 0 {
+                return bytes
+            } else if errno != EINTR {
+                throw .unreadable(path: path, errno: errno)
+            }
+        }
+    }
+
+    /// Writes all of `bytes` at `offset`. On a short or failed write, cuts the file back to
+    /// `offset`, so a later write never lands behind a torn frame.
+    static func write(_ bytes: [UInt8], to descriptor: Int32, at offset: Int64, path: String) throws(StorageError) {
+        var written = 0
+        while written < bytes.count {
+            // `written < bytes.count`, so the buffer is not empty and has a base address.
+            let count = bytes.withUnsafeBytes { raw in
+                pwrite(descriptor, raw.baseAddress! + written, raw.count - written, off_t(offset) + off_t(written))
+            }
+            if count > 0 {
+                written += count
+            } else if count < 0 && errno == EINTR {
+                continue
+            } else {
+                let code = count == 0 ? ENOSPC : errno
+                _ = ftruncate(descriptor, off_t(offset))
+                throw .system(what: "cannot write \(path)", errno: code)
+            }
+        }
+    }
+}

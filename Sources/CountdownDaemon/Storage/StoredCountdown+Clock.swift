@@ -1,0 +1,44 @@
+import CountdownCore
+
+extension StoredCountdown {
+    /// A countdown's durable state as kept on disk: deadlines on both clocks.
+    init(_ countdown: PersistedCountdown, clock: WallClockMapping) {
+        self.init(
+            name: countdown.name,
+            state: countdown.state,
+            totalMilliseconds: countdown.totalMilliseconds,
+            deadlineUnixMilliseconds: countdown.deadline.map(clock.unixMilliseconds(of:)),
+            deadlineBootNanoseconds: countdown.deadline?.nanoseconds,
+            remainingNanoseconds: countdown.remainingNanoseconds,
+            finishedUnixMilliseconds: countdown.finishedAt.map(clock.unixMilliseconds(of:)),
+            owner: countdown.owner,
+            lateMilliseconds: countdown.lateMilliseconds
+        )
+    }
+
+    /// The stored state on this run's clock. Within the boot that wrote it, the boot-clock
+    /// deadline is exact and immune to wall-clock steps made while the daemon was down; after a
+    /// reboot the wall-clock deadline is all there is. Whether a deadline has passed is the
+    /// engine's business (`CountdownEngine.restore`), not storage's.
+    func persisted(clock: WallClockMapping, sameBoot: Bool) -> PersistedCountdown {
+        var deadline: Instant?
+        if state == .running {
+            if sameBoot, let boot = deadlineBootNanoseconds {
+                deadline = Instant(nanoseconds: boot)
+            } else {
+                // A running row always has a wall-clock deadline; without one it is due now.
+                deadline = clock.instant(ofUnixMilliseconds: deadlineUnixMilliseconds ?? clock.unixMilliseconds)
+            }
+        }
+        return PersistedCountdown(
+            name: name,
+            state: state,
+            totalMilliseconds: totalMilliseconds,
+            deadline: deadline,
+            remainingNanoseconds: remainingNanoseconds,
+            finishedAt: finishedUnixMilliseconds.map(clock.instant(ofUnixMilliseconds:)),
+            owner: owner,
+            lateMilliseconds: lateMilliseconds
+        )
+    }
+}

@@ -1,0 +1,113 @@
+import CountdownCore
+import Testing
+
+/// What storage needs from the engine: undoing a batch whose commit failed, an O(1) image for
+/// snapshots, and event numbers that only lifecycle events use.
+@Suite("Engine: undo, durable images, event numbers")
+struct EngineUndoTests {
+    /// Runs `change` at the clock's instant, then reverts it with the state from before.
+    private func changeAndRevert(
+        _ clock: inout ManualClock, _ name: String,
+        _ change: (inout ManualClock) throws(ProtocolError) -> Void
+    ) throws {
+        let before = clock.engine.persistentState(of: name)
+        let counts = (clock.engine.runningCount, clock.engine.pausedCount, clock.engine.count)
+        try change(&clock)
+        clock.engine.revert(name, to: before, now: clock.now)
+        #expect(clock.engine.persistentState(of: name) == before)
+        #expect((clock.engine.runningCount, clock.engine.pausedCount, clock.engine.count) == counts)
+    }
+
+    @Test("reverting each kind of change restores the state, the counts and the schedule")
+    func revertEachChange() throws {
+        var clock = ManualClock()
+        try clock.start("keep", 10_000)
+        // A start of a new name disappears again.
+        try changeAndRevert(&clock, "new") { (clock: inout ManualClock) throws(ProtocolError) in try clock.start("new", 5000) }
+        #expect(clock.engine.persistentState(of: "new") == nil)
+        // Pause, extend, cancel and replace of a running one: it runs on, due at its old deadline.
+        try changeAndRevert(&clock, "keep") { (clock: inout ManualClock) throws(ProtocolError) in
+            try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("keep", requester: 1000, now: now, events: &events) }
+        }
+        try changeAndRevert(&clock, "keep") { (clock: inout ManualClock) throws(ProtocolError) in
+            try clock.perform { engine, now, events throws(ProtocolError) in try engine.extend("keep", by: 60_000, requester: 1000, now: now, events: &events) }
+        }
+        try changeAndRevert(&clock, "keep") { (clock: inout ManualClock) throws(ProtocolError) in
+            try clock.perform { engine, now, events throws(ProtocolError) in try engine.cancel("keep", requester: 1000, now: now, events: &events) }
+        }
+        try changeAndRevert(&clock, "keep") { (clock: inout ManualClock) throws(ProtocolError) in try clock.start("keep", 99_000, replace: true) }
+        clock.clearLog()
+        clock.advance(byMilliseconds: 10_000)
+        let lifecycle = clock.events(of: "keep").filter { $0.1 != .tick }
+        #expect(lifecycle.map(\.1) == [.done], "due once, at the original deadline")
+        #expect(lifecycle.first?.0 == .seconds(10))
+        #expect(clock.events(of: "keep").filter { $0.1 == .tick }.map(\.2) == Array(stride(from: 9000, through: 1000, by: -1000)))
+        // A start on a finished name reverts to the finished one, still purged on time.
+        try changeAndRevert(&clock, "keep") { (clock: inout ManualClock) throws(ProtocolError) in try clock.start("keep", 1000) }
+        #expect(clock.engine.persistentState(of: "keep")?.state == .done)
+        clock.advance(to: .seconds(10).advanced(byMilliseconds: 600_000))
+        #expect(clock.engine.persistentState(of: "keep") == nil)
+    }
+
+    @Test("several changes to one name in a batch, reverted in reverse order, restore the first state")
+    func revertInReverse() throws {
+        var clock = ManualClock()
+        try clock.start("tea", 60_000)
+        var undo: [(String, PersistedCountdown?)] = []
+        undo.append(("tea", clock.engine.persistentState(of: "tea")))
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("tea", requester: 1000, now: now, events: &events) }
+        undo.append(("tea", clock.engine.persistentState(of: "tea")))
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.cancel("tea", requester: 1000, now: now, events: &events) }
+        undo.append(("tea", clock.engine.persistentState(of: "tea")))
+        try clock.start("tea", 5000)
+        for (name, previous) in undo.reversed() {
+            clock.engine.revert(name, to: previous, now: clock.now)
+        }
+        #expect(clock.engine.persistentState(of: "tea") == undo[0].1)
+        #expect(clock.engine.runningCount == 1 && clock.engine.pausedCount == 0 && clock.engine.count == 1)
+    }
+
+    @Test("only lifecycle events take a number: ticks and snapshots carry the last one")
+    func ticksTakeNoNumber() throws {
+        var clock = ManualClock()
+        try clock.start("tea", 3000)
+        clock.advance(byMilliseconds: 3000)
+        let numbers = clock.log.map { ($0.event.kind, $0.event.sequence) }
+        #expect(numbers.map(\.0) == [.started, .tick, .tick, .done])
+        #expect(numbers.map(\.1) == [1, 1, 1, 2])
+        #expect(clock.engine.lastSequence == 2)
+    }
+
+    @Test("a durable image is a snapshot in time: later changes do not show in it")
+    func durableImage() throws {
+        var clock = ManualClock()
+        try clock.start("a", 10_000)
+        try clock.start("b", 20_000)
+        let image = clock.engine.durableImage()
+        try clock.start("c", 5000)
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("a", requester: 1000, now: now, events: &events) }
+        var seen: [String: CountdownState] = [:]
+        image.forEach { seen[$0.name] = $0.state }
+        #expect(seen == ["a": .running, "b": .running])
+        #expect(image.lastSequence == 2)
+    }
+
+    @Test("the replay ring keeps the newest lifecycle events and says from where it is complete")
+    func eventRing() throws {
+        var ring = EventRing(capacity: 3)
+        func event(_ sequence: UInt64, _ name: String, _ kind: EventKind = .started) -> CountdownEvent {
+            CountdownEvent(sequence: sequence, kind: kind, name: name, remainingMilliseconds: 0, totalMilliseconds: 1000)
+        }
+        ring.append(event(1, "a"))
+        ring.append(event(1, "a", .tick))  // Ignored: not a change.
+        ring.append(event(2, "b"))
+        #expect(try ring.events(after: 0, names: nil).map(\.sequence) == [1, 2])
+        ring.append(event(3, "a", .done))
+        ring.append(event(4, "c"))
+        #expect(ring.keptAfter == 1)
+        #expect(try ring.events(after: 1, names: nil).map(\.sequence) == [2, 3, 4])
+        #expect(try ring.events(after: 2, names: ["a"]).map(\.sequence) == [3])
+        #expect(try ring.events(after: 4, names: nil).isEmpty)
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 1)) { try ring.events(after: 0, names: nil) }
+    }
+}
