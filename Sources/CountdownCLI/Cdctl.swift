@@ -87,9 +87,17 @@ public struct Cdctl {
             let reply = try connection.request("LIST")
             console.out(reply.countdowns.map { $0.name + "\n" }.joined())
             return .success
-        case .watch(let names, let json):
-            try subscribe(connection, to: names)
-            if console.isTerminal && !json {
+        case .watch(let names, let json, let since):
+            if let since {
+                // A replay is a log of lines, not a live display.
+                let reply = try connection.request((["SUBSCRIBE"] + names + ["SINCE", "\(since)"]).joined(separator: " "))
+                if case .error = reply.outcome {
+                    return report(reply, on: connection, name: nil)
+                }
+            } else {
+                try subscribe(connection, to: names)
+            }
+            if console.isTerminal && !json && since == nil {
                 var display = LiveWatch(connection: connection, console: console, names: names)
                 display.colorAllowed = invocation.colorAllowed
                 return try display.run()
@@ -166,9 +174,22 @@ public struct Cdctl {
         "\(countdown.name): \(countdown.state.rawValue), \(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
     }
 
-    private func subscribe(_ connection: CountdownConnection, to names: [String]) throws(ClientError) {
-        let reply = try connection.request((["SUBSCRIBE"] + names).joined(separator: " "))
-        if case .error(_, let code, let message) = reply.outcome {
+    /// Subscribes, optionally replaying what happened after event `since`.
+    /// - Returns: the number of the last event as of the subscription (from `OK subscribed … seq N`),
+    ///   or `nil` when a replay was refused as too old (`ERR gone`).
+    @discardableResult
+    private func subscribe(_ connection: CountdownConnection, to names: [String], since: UInt64? = nil) throws(ClientError) -> UInt64? {
+        let reply = try connection.request((["SUBSCRIBE"] + names + (since.map { ["SINCE", "\($0)"] } ?? [])).joined(separator: " "))
+        switch reply.outcome {
+        case .ok(let text):
+            let words = text.split(separator: " ")
+            if let index = words.firstIndex(of: "seq"), index + 1 < words.count, let sequence = UInt64(words[index + 1]) {
+                return sequence
+            }
+            return since ?? 0
+        case .error(.gone?, _, _) where since != nil:
+            return nil
+        case .error(_, let code, let message):
             throw .protocolViolation("SUBSCRIBE was refused: \(code) \(message)")
         }
     }
@@ -212,22 +233,34 @@ public struct Cdctl {
         var needsSubscription = !subscribed
         var outstanding = Set(names)
         var anyCancelled = false
+        /// The last event number seen: after a reconnect, what happened meanwhile is replayed
+        /// from there, so a `done` while disconnected is never missed, even if the name was
+        /// started again or purged since.
+        var lastSequence: UInt64?
         while true {
+            var replayed = false
             if needsSubscription {
                 // Subscribe before asking, so an event between the two is not missed.
-                try subscribe(connection, to: outstanding.sorted())
-            }
-            for name in outstanding.sorted() {
-                let reply = try connection.request("STATUS \(name)")
-                if case .error = reply.outcome {
-                    return report(reply, on: connection, name: name)
+                if let since = lastSequence, try subscribe(connection, to: outstanding.sorted(), since: since) != nil {
+                    replayed = true
+                } else {
+                    lastSequence = try subscribe(connection, to: outstanding.sorted())
                 }
-                if let state = reply.countdowns.first?.state, !state.isActive {
-                    outstanding.remove(name)
-                    anyCancelled = anyCancelled || state == .cancelled
+            }
+            if !replayed {
+                for name in outstanding.sorted() {
+                    let reply = try connection.request("STATUS \(name)")
+                    if case .error = reply.outcome {
+                        return report(reply, on: connection, name: name)
+                    }
+                    if let state = reply.countdowns.first?.state, !state.isActive {
+                        outstanding.remove(name)
+                        anyCancelled = anyCancelled || state == .cancelled
+                    }
                 }
             }
             while !outstanding.isEmpty, let event = try connection.nextEvent() {
+                lastSequence = max(lastSequence ?? 0, event.sequence)
                 guard outstanding.contains(event.name) else { continue }
                 if event.kind == .done || event.kind == .cancelled {
                     outstanding.remove(event.name)

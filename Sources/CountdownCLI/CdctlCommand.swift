@@ -26,8 +26,8 @@ public enum CdctlCommand: Equatable, Sendable {
     case resume(name: String)
     /// `extend NAME DURATION`
     case extend(name: String, milliseconds: Int64)
-    /// `watch [NAME…] [--json]`
-    case watch(names: [String], json: Bool)
+    /// `watch [NAME…] [--json] [--since SEQ]`
+    case watch(names: [String], json: Bool, since: UInt64?)
     /// `wait NAME…`
     case wait(names: [String])
     /// `help`, `--help`
@@ -78,9 +78,10 @@ public enum CdctlCommandLine {
           pause NAME             pause a running countdown
           resume NAME            resume a paused countdown
           extend NAME DURATION   add time to a running or paused countdown
-          watch [NAME...] [--json]
+          watch [NAME...] [--json] [--since SEQ]
                                  follow countdowns: a live display on a terminal,
-                                 one line per event otherwise
+                                 one line per event otherwise; --since first replays
+                                 the lifecycle events after event number SEQ
           wait NAME...           block until every NAME finishes (survives a daemon
                                  restart: reconnects for up to 30 s)
 
@@ -114,6 +115,7 @@ public enum CdctlCommandLine {
         .init(["--if-idle"]),
         .init(["--replace"]),
         .init(["--wait"]),
+        .init(["--since"], takesValue: true),
         .init(["--no-color"]),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
@@ -183,8 +185,15 @@ public enum CdctlCommandLine {
             try expect(operands, 2...2, usage: "extend NAME DURATION")
             command = .extend(name: try name(operands[0]), milliseconds: try duration(operands[1]))
         case "watch":
-            allowedFlags = ["json"]
-            command = .watch(names: try operands.map(name), json: json)
+            allowedFlags = ["json", "since"]
+            var since: UInt64?
+            if let text = parsed.value("since") {
+                guard let value = UInt64(text) else {
+                    throw UsageError("--since '\(text)' is not an event number; use the seq of the last event you saw (0 for all that are kept)")
+                }
+                since = value
+            }
+            command = .watch(names: try operands.map(name), json: json, since: since)
         case "wait":
             allowedFlags = []
             try expect(operands, 1...Int.max, usage: "wait NAME...")
@@ -197,7 +206,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'; commands: start status list cancel pause resume extend watch wait")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

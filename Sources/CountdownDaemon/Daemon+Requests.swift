@@ -121,7 +121,8 @@ extension Daemon {
             // Checked before subscribing, so a refused replay changes nothing.
             let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, names: filter) }
             try subscribe(connection, to: names)
-            WireEncoder.appendOK(names.isEmpty || connection.subscription == .all ? "subscribed all" : "subscribed \(subscriptionCount(connection))", to: &replyBuffer)
+            let following = names.isEmpty || connection.subscription == .all ? "all" : "\(subscriptionCount(connection))"
+            WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)", to: &replyBuffer)
             if let replay {
                 // What was missed, in order; live events follow with no gap and no repeat.
                 for event in replay {

@@ -42,7 +42,10 @@ struct CommandLineTests {
         #expect(try cdctl(["list", "--json"]).command == .list(style: .json))
         #expect(try cdctl(["__complete", "names"]).command == .completeNames)
         #expect(try cdctl(["extend", "tea", "30s"]).command == .extend(name: "tea", milliseconds: 30_000))
-        #expect(try cdctl(["watch"]).command == .watch(names: [], json: false))
+        #expect(try cdctl(["watch"]).command == .watch(names: [], json: false, since: nil))
+        #expect(try cdctl(["watch", "tea", "--since", "42"]).command == .watch(names: ["tea"], json: false, since: 42))
+        #expect(throws: UsageError.self) { try cdctl(["watch", "--since", "x"]) }
+        #expect(throws: UsageError.self) { try cdctl(["list", "--since", "1"]) }
         #expect(try cdctl(["wait", "a", "b"]).command == .wait(names: ["a", "b"]))
         #expect(try cdctl(["--version"]).command == .version)
         #expect(try cdctl(["list"]).socketPath == "/run/user/7/countdownd/countdownd.sock")

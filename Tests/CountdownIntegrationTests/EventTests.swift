@@ -14,7 +14,7 @@ extension Integration {
         func ticksAndDone() throws {
             let daemon = try DaemonProcess()
             let subscriber = try daemon.connect()
-            #expect(try subscriber.request("SUBSCRIBE").outcome == .ok("subscribed all"))
+            #expect(try subscriber.request("SUBSCRIBE").outcome == .ok("subscribed all seq 0"))
             let control = try daemon.connect()
             let reply = try control.request("START tea 3")
             let deadline = Double(try #require(reply.countdown?.deadlineUnixMilliseconds))
@@ -75,7 +75,7 @@ extension Integration {
             _ = try c.request("START other 1h")
             let subscriber = try daemon.connect()
             try subscriber.send("SUBSCRIBE a b\n")
-            #expect(try subscriber.readLine(timeout: 5) == "OK subscribed 2")
+            #expect(try subscriber.readLine(timeout: 5) == "OK subscribed 2 seq 4")
             let first = try subscriber.waitForEvent(timeout: 1) { _ in true }
             let second = try subscriber.waitForEvent(timeout: 1) { _ in true }
             #expect(first.kind == .snapshot && first.name == "a" && first.state == .running && first.deadlineUnixMilliseconds != nil)

@@ -175,7 +175,7 @@ extension Integration {
                 Issue.record("three names accepted")
                 return
             }
-            #expect(try second.request("SUBSCRIBE a b").outcome == .ok("subscribed 2"))
+            #expect(try second.request("SUBSCRIBE a b").outcome == .ok("subscribed 2 seq 2"))
         }
 
         @Test(
