@@ -10,7 +10,11 @@ final class StateDirectoryLock {
     /// Takes the lock, or fails at once (never waits) naming the daemon that holds it.
     init(directory: String) throws(StorageError) {
         let path = directory + "/" + Self.fileName
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        var descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if descriptor < 0 && errno == EACCES {
+            // A read-only lock file locks as well (flock needs no write access); no pid is noted.
+            descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        }
         guard descriptor >= 0 else {
             throw .system(what: "cannot open the lock file \(path)", errno: errno)
         }

@@ -22,7 +22,8 @@ final class DaemonProcess {
         environment: [String: String] = [:],
         directory: TemporaryDirectory = TemporaryDirectory(),
         waitForReady: Bool = true,
-        watchdogPIDSelf: Bool = false
+        watchdogPIDSelf: Bool = false,
+        launcher: [String] = []
     ) throws {
         self.directory = directory
         socketPath = directory.file("d.sock")
@@ -34,6 +35,10 @@ final class DaemonProcess {
             // sd_watchdog_enabled() only says yes when WATCHDOG_PID is this process's pid.
             executable = "/bin/sh"
             fullArguments = ["-c", "WATCHDOG_PID=$$ exec \"$0\" \"$@\"", TestBinaries.countdownd, "--socket", socketPath] + arguments
+        } else if let first = launcher.first {
+            // For instance setpriv, to run the daemon as another user.
+            executable = first
+            fullArguments = Array(launcher.dropFirst()) + [TestBinaries.countdownd, "--socket", socketPath] + arguments
         } else {
             executable = TestBinaries.countdownd
             fullArguments = ["--socket", socketPath] + arguments

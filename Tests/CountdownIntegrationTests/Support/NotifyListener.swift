@@ -18,6 +18,8 @@ final class NotifyListener {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         precondition(bound == 0, "cannot bind the notify socket at \(path): \(String(cString: strerror(errno)))")
+        // A daemon run as another user (setpriv) must be able to send to it.
+        chmod(path, 0o666)
     }
 
     deinit {

@@ -1,0 +1,388 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Glibc
+import Testing
+
+/// Real faults under the real daemon: a full disk, a deleted directory, damaged and read-only
+/// files, an immutable journal, a second daemon, and SIGKILL at chosen moments. The promise under
+/// test (docs/PROTOCOL.md, "Durability"): an OK is durable, a refused change says so, reads and
+/// events go on, nothing acknowledged is lost, and no file error becomes an empty start.
+enum StorageFaults {
+    /// Whether this machine lets the tests mount a small tmpfs (root, and mounting allowed).
+    static let canMountTmpfs: Bool = {
+        guard getuid() == 0, toolExists("/bin/mount") else { return false }
+        let probe = TemporaryDirectory()
+        guard (try? runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", probe.path]))?.status == 0 else { return false }
+        _ = try? runCommand("/bin/umount", [probe.path])
+        return true
+    }()
+
+    /// Whether `chattr +i` works on this machine's /tmp (root, and a file system that has it).
+    static let canSetImmutable: Bool = {
+        guard getuid() == 0, toolExists("/usr/bin/chattr") else { return false }
+        let probe = TemporaryDirectory()
+        let file = probe.file("probe")
+        FileManager.default.createFile(atPath: file, contents: Data())
+        guard (try? runCommand("/usr/bin/chattr", ["+i", file]))?.status == 0 else { return false }
+        _ = try? runCommand("/usr/bin/chattr", ["-i", file])
+        return true
+    }()
+
+    /// Pipelines `lines` and reads one reply each, in chunks, so neither side's buffers fill.
+    static func pipeline(_ lines: [String], on connection: CountdownConnection, chunk: Int = 1000) throws -> [Reply] {
+        var replies: [Reply] = []
+        for start in stride(from: 0, to: lines.count, by: chunk) {
+            let slice = lines[start..<min(start + chunk, lines.count)]
+            try connection.send(slice.map { $0 + "\n" }.joined())
+            for _ in slice { replies.append(try connection.readReply(timeout: 30)) }
+        }
+        return replies
+    }
+
+    /// The names the daemon holds now.
+    static func names(_ daemon: DaemonProcess) throws -> Set<String> {
+        Set(try daemon.connect().request("LIST", timeout: 60).countdowns.map(\.name))
+    }
+
+    /// The newest journal file in a state directory.
+    static func newestJournal(in directory: String) throws -> String {
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix("journal.") }.sorted()
+        guard let last = names.last else { throw HarnessError.unexpected("no journal file in \(directory)") }
+        return directory + "/" + last
+    }
+}
+
+extension Integration {
+    @Suite("Storage under real faults: full disk, deleted directory, damage, read-only, immutable, two daemons, SIGKILL")
+    struct StorageFaultTests {
+        @Test(
+            "disk full on a 1 MiB tmpfs: every OK survives SIGKILL, the rest are ERR unavailable, PING stays quick, and it recovers by itself",
+            .enabled(if: StorageFaults.canMountTmpfs, "needs root and permission to mount a tmpfs")
+        )
+        func diskFull() throws {
+            let directory = TemporaryDirectory()
+            let mountPoint = directory.file("small")
+            try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+            #expect(try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint]).status == 0)
+            defer { _ = try? runCommand("/bin/umount", ["-l", mountPoint]) }
+            // Most of the space goes to a filler file, deleted later to let storage recover.
+            let filler = mountPoint + "/filler"
+            FileManager.default.createFile(atPath: filler, contents: Data(repeating: 1, count: 600 * 1024))
+            let state = mountPoint + "/state"
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let c = try daemon.connect()
+            let replies = try StorageFaults.pipeline((0..<20_000).map { "START otp:\($0) 1h" }, on: c)
+            var acknowledged: Set<String> = []
+            var refusals: [String] = []
+            for reply in replies {
+                switch reply.outcome {
+                case .ok:
+                    if let name = reply.countdown?.name { acknowledged.insert(name) }
+                case .error(let code, _, let message):
+                    #expect(code == .unavailable, "\(message)")
+                    refusals.append(message)
+                }
+            }
+            #expect(!refusals.isEmpty, "the tmpfs filled up")
+            #expect(acknowledged.count > 100)
+            #expect(refusals.allSatisfy { $0.contains("No space left on device") && $0.contains("free some space") }, "\(refusals.first ?? "")")
+            // Reads and PING go on, and do not slow down with the number of refused changes.
+            let before = monotonicNow()
+            #expect(try c.request("PING").outcome == .ok("pong"))
+            #expect(monotonicNow() - before < 1.0, "PING took \(monotonicNow() - before) s while storage was failing")
+            #expect(try c.request("STATUS otp:0").countdowns.first?.state == .running)
+            #expect(daemon.stderrText.contains("storage failed"))
+
+            daemon.crash()
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let restored = try StorageFaults.names(daemon)
+            #expect(acknowledged.subtracting(restored).isEmpty, "\(acknowledged.subtracting(restored).count) acknowledged countdowns lost")
+            #expect(restored.count == acknowledged.count, "nothing refused was kept")
+
+            // Space again: the daemon notices by itself and takes changes.
+            try FileManager.default.removeItem(atPath: filler)
+            let control = try daemon.connect()
+            try waitUntil(timeout: 15) {
+                if case .ok = try control.request("START after-recovery 1h").outcome { return true }
+                return false
+            }
+            try waitUntil(timeout: 5) { daemon.stderrText.contains("storage works again") }
+            daemon.crash()
+            let third = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(third).contains("after-recovery"))
+        }
+
+        @Test("the state directory deleted while running: the next change is refused, the directory comes back whole, nothing acknowledged is lost")
+        func directoryDeleted() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let c = try daemon.connect()
+            let first = try StorageFaults.pipeline((0..<100).map { "START before\($0) 1h" }, on: c)
+            #expect(first.allSatisfy { $0.countdown != nil })
+            try FileManager.default.removeItem(atPath: state)
+            guard case .error(.unavailable?, _, let message) = try c.request("START lost 1h").outcome else {
+                Issue.record("a change after the directory was deleted was acknowledged")
+                return
+            }
+            #expect(message.contains("was deleted"), "\(message)")
+            #expect(try c.request("STATUS before0").countdowns.first?.state == .running, "reads go on")
+            try waitUntil(timeout: 15) {
+                if case .ok = try c.request("START after 1h").outcome { return true }
+                return false
+            }
+            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.db"), "a full snapshot was written")
+            #expect(daemon.stderrText.contains("recreated the state directory"))
+            daemon.crash()
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let names = try StorageFaults.names(daemon)
+            #expect(names.isSuperset(of: (0..<100).map { "before\($0)" }))
+            #expect(names.contains("after") && !names.contains("lost"))
+        }
+
+        @Test("a torn journal tail is cut off and logged; damage inside the journal stops the start, names the file and the intact length, and keeps it")
+        func tornAndDamagedJournal() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let c = try daemon.connect()
+            for name in ["a", "b", "c"] { _ = try c.request("START \(name) 1h") }
+            daemon.crash()
+            let journal = try StorageFaults.newestJournal(in: state)
+            let intact = try Data(contentsOf: URL(fileURLWithPath: journal))
+            // A frame cut short, as a crash mid-write leaves it.
+            var torn = intact
+            torn.append(contentsOf: [0x43, 0x44, 0x4A, 0x01, 100, 0, 0, 0, 1, 2, 3, 4, 2, 9, 9])
+            try torn.write(to: URL(fileURLWithPath: journal))
+            let second = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(second) == ["a", "b", "c"])
+            #expect(second.stderrText.contains("ended in a torn write"), "\(second.stderrText)")
+            second.crash()
+            #expect(try Data(contentsOf: URL(fileURLWithPath: journal)).count <= intact.count + 200, "the torn frame was cut off")
+
+            // A flipped byte inside an earlier frame is damage, not a torn tail.
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: journal))
+            bytes[bytes.count / 2] ^= 0xFF
+            try bytes.write(to: URL(fileURLWithPath: journal))
+            let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1)
+            #expect(refused.stderrText.contains("\(journal) is damaged: at byte"), "\(refused.stderrText)")
+            #expect(refused.stderrText.contains("truncate -s"))
+            #expect(try Data(contentsOf: URL(fileURLWithPath: journal)) == bytes, "the damaged file is kept as it is")
+        }
+
+        @Test("a 0-byte snapshot stops the start with a clear message and is kept")
+        func emptySnapshot() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            FileManager.default.createFile(atPath: state + "/countdownd.db", contents: Data())
+            let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1)
+            #expect(refused.stderrText.contains("countdownd.db is damaged: the file is empty (0 bytes)"), "\(refused.stderrText)")
+            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.db"))
+        }
+
+        @Test(
+            "read-only state files in a writable directory are read, not taken for damage, and changes go on (as a non-root user)",
+            .enabled(if: getuid() == 0 && toolExists("/usr/bin/setpriv"), "needs root to run the daemon as another user with setpriv")
+        )
+        func readOnlyFiles() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o777)
+            let state = directory.file("state-dir")
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            chown(state, 65534, 65534)
+            let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+            let first = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, launcher: asNobody)
+            let c = try first.connect()
+            _ = try c.request("START a 1h")
+            _ = try c.request("START b 1h")
+            _ = try c.request("PAUSE b")
+            first.crash()
+            for file in try FileManager.default.contentsOfDirectory(atPath: state) {
+                chmod(state + "/" + file, 0o444)
+            }
+            let second = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, launcher: asNobody)
+            let list = try second.connect().request("LIST").countdowns
+            #expect(list.map(\.name) == ["a", "b"] && list.map(\.state) == [.running, .paused])
+            #expect(!second.stderrText.contains("damaged"))
+            #expect(try second.connect().request("START c 1h").countdown?.state == .running)
+            second.crash()
+            let third = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, launcher: asNobody)
+            #expect(try StorageFaults.names(third) == ["a", "b", "c"])
+        }
+
+        @Test(
+            "an immutable journal (chattr +i) while running: changes get ERR unavailable, no crash, reads go on; chattr -i and it recovers",
+            .enabled(if: StorageFaults.canSetImmutable, "needs root and a file system with chattr +i")
+        )
+        func immutableJournal() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let c = try daemon.connect()
+            #expect(try c.request("START a 1h").countdown != nil)
+            let journal = try StorageFaults.newestJournal(in: state)
+            #expect(try runCommand("/usr/bin/chattr", ["+i", journal]).status == 0)
+            defer { _ = try? runCommand("/usr/bin/chattr", ["-i", journal]) }
+            guard case .error(.unavailable?, _, let message) = try c.request("START b 1h").outcome else {
+                Issue.record("a change to an immutable journal was acknowledged")
+                return
+            }
+            #expect(message.contains("Operation not permitted") && message.contains("chattr -i"), "\(message)")
+            #expect(try c.request("STATUS a").countdowns.first?.state == .running)
+            #expect(try c.request("STATUS b").outcome != .ok("1"), "the refused change was not made")
+            #expect(try runCommand("/usr/bin/chattr", ["-i", journal]).status == 0)
+            try waitUntil(timeout: 15) {
+                if case .ok = try c.request("START c 1h").outcome { return true }
+                return false
+            }
+            daemon.crash()
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(daemon) == ["a", "c"])
+        }
+
+        @Test("a second daemon on the same state directory refuses to start, naming the first")
+        func twoDaemons() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            let first = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let second = try DaemonProcess(arguments: ["--state-dir", state], directory: TemporaryDirectory(), waitForReady: false)
+            #expect(second.process.wait() == 1)
+            #expect(second.stderrText.contains("another countdownd (pid \(first.pid)) is using the state directory \(state)"), "\(second.stderrText)")
+            #expect(second.stderrText.contains("--state-dir"))
+            #expect(try first.connect().request("PING").outcome == .ok("pong"))
+        }
+
+        @Test("SIGKILL in the middle of 50,000 pipelined STARTs: every countdown acknowledged before the kill is there after it")
+        func killDuringBurst() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let c = try daemon.connect()
+            try c.send((0..<50_000).map { "START burst\($0) 1h\n" }.joined())
+            let killAfter = Int.random(in: 5000...40_000)
+            var acknowledged: [String] = []
+            while acknowledged.count < killAfter {
+                if let name = try c.readReply(timeout: 30).countdown?.name { acknowledged.append(name) }
+            }
+            daemon.crash()
+            daemon = try DaemonProcess(directory: directory)
+            let names = try StorageFaults.names(daemon)
+            #expect(names.isSuperset(of: acknowledged), "killed after \(killAfter) OKs: \(Set(acknowledged).subtracting(names).count) lost")
+        }
+
+        @Test("SIGKILL within milliseconds of 2,000 deadlines: every done is announced once on the wire and logged at most once")
+        func killAtDeadlines() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE")
+            let count = 2000
+            _ = try StorageFaults.pipeline((0..<count).map { "START d\($0) \(1000 + $0 % 200)ms" }, on: subscriber)
+            var seen: [String: Int] = [:]
+            var lastSequence: UInt64 = 0
+            while seen.count < count / 2 {
+                let event = try subscriber.waitForEvent { $0.kind == .done }
+                seen[event.name, default: 0] += 1
+                lastSequence = max(lastSequence, event.sequence)
+            }
+            daemon.crash()
+            let firstLog = daemon.stderrText
+            daemon = try DaemonProcess(directory: directory)
+            // What happened after the last event seen, replayed: the late dones of the restart
+            // and any done committed just before the kill.
+            let replay = try daemon.connect()
+            guard case .ok = try replay.request("SUBSCRIBE SINCE \(lastSequence)").outcome else {
+                Issue.record("the replay after the restart was refused")
+                return
+            }
+            while seen.values.reduce(0, +) < count {
+                let event = try replay.waitForEvent { $0.kind == .done }
+                seen[event.name, default: 0] += 1
+            }
+            #expect(seen.count == count)
+            #expect(seen.values.allSatisfy { $0 == 1 }, "\(seen.filter { $0.value > 1 }.keys.sorted().prefix(5)) announced twice")
+            let logs = firstLog + daemon.stderrText
+            var logged = 0
+            for index in 0..<count {
+                let times = logs.components(separatedBy: "d\(index): done").count - 1
+                #expect(times <= 1, "d\(index) logged done \(times) times")
+                logged += times
+            }
+            // Logged after it is committed: only a kill between the two can skip a line.
+            #expect(logged >= count - 50, "only \(logged) of \(count) dones logged")
+        }
+
+        @Test("SUBSCRIBE ... SINCE replays what was missed across a restart, then goes live; too old is ERR gone, from the future bad-request")
+        func sinceAcrossRestart() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(arguments: ["--replay-events", "3"], directory: directory)
+            let c = try daemon.connect()
+            _ = try c.request("START a 1h")
+            _ = try c.request("START b 1h")
+            #expect(daemon.terminate() == 0)
+            daemon = try DaemonProcess(arguments: ["--replay-events", "3"], directory: directory)
+            let control = try daemon.connect()
+            _ = try control.request("START c 1h")
+            _ = try control.request("CANCEL c")
+            let subscriber = try daemon.connect()
+            try subscriber.send("SUBSCRIBE SINCE 2\n")
+            #expect(try subscriber.readLine(timeout: 5) == "OK subscribed all seq 4")
+            #expect(try subscriber.readLine(timeout: 5) == "EVENT 3 started c 3600000 3600000")
+            #expect(try subscriber.readLine(timeout: 5) == "EVENT 4 cancelled c 3600000 3600000")
+            _ = try control.request("PAUSE a")
+            #expect(try subscriber.readLine(timeout: 5)?.hasPrefix("EVENT 5 paused a ") == true, "then live, with no gap")
+            let named = try daemon.connect()
+            try named.send("SUBSCRIBE a SINCE 2\n")
+            #expect(try named.readLine(timeout: 5) == "OK subscribed 1 seq 5")
+            let aEvent = try #require(try named.readLine(timeout: 5))
+            #expect(aEvent.hasPrefix("EVENT 5 paused a "), "only a's events: \(aEvent)")
+            guard case .error(.gone?, _, let message) = try daemon.connect().request("SUBSCRIBE SINCE 0").outcome else {
+                Issue.record("a replay from before the kept events was served")
+                return
+            }
+            #expect(message.contains("follows seq 2") && message.contains("SUBSCRIBE without SINCE"), "\(message)")
+            guard case .error(.badRequest?, _, _) = try daemon.connect().request("SUBSCRIBE SINCE 99").outcome else {
+                Issue.record("a replay from the future was served")
+                return
+            }
+        }
+
+        @Test("a client under backpressure and a subscriber: every started event seen before a SIGKILL is durable")
+        func backpressureOrdering() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let setup = try daemon.connect()
+            _ = try StorageFaults.pipeline((0..<1000).map { "START pad\($0) 1h" }, on: setup)
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE")
+            let client = try daemon.connect()
+            // Each LIST answers ~60 KB: 120 of them pass the 4 MiB at which reading pauses, so the
+            // STARTs behind them are served after the output drains.
+            var burst = ""
+            for index in 0..<120 { burst += "LIST\nSTART x\(index) 1h\n" }
+            try client.send(burst)
+            var replies = 0
+            var seenStarted: Set<String> = []
+            let deadline = monotonicNow() + 60
+            while seenStarted.count < 60 {
+                guard monotonicNow() < deadline else { throw HarnessError.unexpected("only \(seenStarted.count) started events within 60 s") }
+                // Read the client's replies slowly, so its output drains while events flow.
+                if replies < 240 {
+                    _ = try client.readReply(timeout: 30)
+                    replies += 1
+                }
+                // What has arrived so far (a time-out means nothing more for now).
+                while seenStarted.count < 60, let event = try? subscriber.nextEvent(timeout: replies < 240 ? 0.001 : 1) {
+                    if event.kind == .started && event.name.hasPrefix("x") { seenStarted.insert(event.name) }
+                }
+            }
+            daemon.crash()
+            daemon = try DaemonProcess(directory: directory)
+            let names = try StorageFaults.names(daemon)
+            #expect(names.isSuperset(of: seenStarted), "\(seenStarted.subtracting(names).sorted()) were announced but not stored")
+        }
+    }
+}
