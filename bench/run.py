@@ -7,7 +7,7 @@
 Everything it starts runs on Unix sockets in a temporary directory and is stopped by pid.
 Absolute times on a shared 2-core machine are noisy; the ratios from one run are what count.
 """
-import argparse, os, re, platform, random, shutil, signal, socket, sqlite3, statistics, subprocess, sys, tempfile, time
+import argparse, os, re, platform, random, shutil, signal, socket, statistics, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -162,14 +162,11 @@ def countdownd_lateness(workdir, n, seed):
         cpu_before = daemon.cpu_seconds()
         logger.wait(60)
         cpu_after = daemon.cpu_seconds()
-        # Exact deadlines, on the same CLOCK_BOOTTIME the subscriber stamps events with. Read
-        # afterwards, so that reading them takes no CPU from the run; the rows keep their
-        # deadlines until the daemon's first maintenance pass, a minute after it started.
-        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(daemon.state, "countdownd.db"), uri=True)
-        deadlines = dict(db.execute("SELECT name, deadline_boot_ns FROM countdowns WHERE deadline_boot_ns IS NOT NULL"))
-        db.close()
+        # Exact deadlines, on the same CLOCK_BOOTTIME the subscriber stamps events with, from the
+        # `started` records of the journal. Read afterwards, so that it takes no CPU from the run.
+        deadlines = journal_deadlines(daemon.state)
         if len(deadlines) != n:
-            raise RuntimeError("found %d of %d deadlines in the state database" % (len(deadlines), n))
+            raise RuntimeError("found %d of %d deadlines in the journal" % (len(deadlines), n))
         done, ticks, delivered = [], [], 0
         for line in open(events_file):
             arrived, _real, kind, name, remaining = line.split()
@@ -187,6 +184,32 @@ def countdownd_lateness(workdir, n, seed):
         }
     finally:
         daemon.stop()
+
+
+def journal_deadlines(state):
+    """{name: deadline on CLOCK_BOOTTIME in ns} from the `started` records of the journal files
+    (format: Sources/CountdownDaemon/Storage/JournalFormat.swift)."""
+    deadlines = {}
+    for file in sorted(f for f in os.listdir(state) if f.startswith("journal.")):
+        data = open(os.path.join(state, file), "rb").read()
+        offset = 0
+        while offset + 12 <= len(data) and data[offset:offset + 4] == b"CDJ\x01":
+            (length,) = struct.unpack_from("<I", data, offset + 4)
+            position, end = offset + 12, offset + 12 + length
+            while position < end:
+                kind = data[position]
+                if kind == 1:  # header: generation, created, boot id
+                    position += 1 + 16
+                    position += 1 + data[position]
+                    continue
+                fields = struct.unpack_from("<QBBIqqqqqqq", data, position + 1)
+                position += 1 + struct.calcsize("<QBBIqqqqqqq")
+                name = data[position + 1:position + 1 + data[position]].decode()
+                position += 1 + data[position] + 8
+                if fields[1] == 0:  # started
+                    deadlines[name] = fields[8]
+            offset = end
+    return deadlines
 
 
 def launch_to_ready(workdir, n):
