@@ -98,4 +98,36 @@ struct OutputQueueTests {
             Issue.record("writing to a closed peer did not fail")
         }
     }
+
+    @Test("a rolled-back batch leaves exactly what was queued before it, even behind a half-written line and coalesced ticks")
+    func rollback() {
+        let pair = SocketPair(sendBuffer: 4096)
+        var queue = OutputQueue(coalesceThreshold: 64)
+        var scratch: [UInt8] = []
+        // Earlier output, partly written: the peer has some of it.
+        let big = String(repeating: "x", count: 100_000)
+        queue.appendReply(line("OK before " + big))
+        #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
+        queue.appendEvent(line("EVENT 1 tick a 2000 3000"), tickName: "a")
+        let before = queue.byteCount
+        queue.mark(batch: 7)
+        queue.appendReply(line("OK undone"))
+        queue.appendEvent(line("EVENT 1 tick a 1000 3000"), tickName: "a")  // Coalesces the earlier tick.
+        queue.appendEvent(line("EVENT 2 started b 5000 5000"), tickName: nil)
+        queue.mark(batch: 7)  // A second mark in the same batch moves nothing.
+        let otherBatch = queue.rollback(batch: 6)
+        #expect(!otherBatch, "another batch's mark is not this one")
+        let rolledBack = queue.rollback(batch: 7)
+        #expect(rolledBack)
+        #expect(queue.byteCount <= before, "nothing of the batch is left")
+        queue.appendReply(line("ERR unavailable"))
+        var received = pair.readAll()
+        while queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock {
+            received += pair.readAll()
+        }
+        received += pair.readAll()
+        #expect(received.hasPrefix("OK before x"))
+        #expect(!received.contains("undone") && !received.contains("started b"))
+        #expect(received.hasSuffix("\nERR unavailable\n"), "\(received.suffix(60))")
+    }
 }

@@ -1,0 +1,87 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Testing
+
+@Suite("Journal format: frames, checksums, torn tails and damage")
+struct JournalFormatTests {
+    func event(_ sequence: UInt64, _ name: String) -> (CountdownEvent, StoredCountdown) {
+        (
+            CountdownEvent(sequence: sequence, kind: .started, name: name, remainingMilliseconds: 5000, totalMilliseconds: 5000),
+            StoredCountdown(
+                name: name, state: .running, totalMilliseconds: 5000, deadlineUnixMilliseconds: 1_764_488_400_000,
+                deadlineBootNanoseconds: 12_345_678_901, remainingNanoseconds: 0, finishedUnixMilliseconds: nil,
+                owner: 1000, lateMilliseconds: nil
+            )
+        )
+    }
+
+    /// A file: a header frame, then one frame per batch of names.
+    func file(_ batches: [[String]]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        JournalFormat.beginFrame(in: &bytes)
+        JournalFormat.appendHeader(.init(generation: 3, createdUnixMilliseconds: 1, bootID: "boot-a"), to: &bytes)
+        JournalFormat.sealFrame(in: &bytes, at: 0)
+        var sequence: UInt64 = 0
+        for batch in batches {
+            let start = bytes.count
+            JournalFormat.beginFrame(in: &bytes)
+            for name in batch {
+                sequence += 1
+                let (event, state) = event(sequence, name)
+                JournalFormat.appendEvent(event, state: state, to: &bytes)
+            }
+            JournalFormat.sealFrame(in: &bytes, at: start)
+        }
+        return bytes
+    }
+
+    @Test("records round-trip through a frame, with the header")
+    func roundTrip() {
+        let scan = JournalFormat.scan(file([["tea", "otp:+4915112345678"], ["c"]]))
+        #expect(scan.damage == nil && scan.tornTail == nil)
+        #expect(scan.header == .init(generation: 3, createdUnixMilliseconds: 1, bootID: "boot-a"))
+        #expect(scan.events.map(\.event.name) == ["tea", "otp:+4915112345678", "c"])
+        #expect(scan.events.map(\.event.sequence) == [1, 2, 3])
+        #expect(scan.events[1].state == event(2, "otp:+4915112345678").1)
+        #expect(scan.events[1].event == event(2, "otp:+4915112345678").0)
+    }
+
+    @Test("a write cut short anywhere in the last frame is a torn tail: everything before it is kept")
+    func tornTail() {
+        let whole = file([["a"], ["b", "c"]])
+        let complete = JournalFormat.scan(whole).validLength
+        let lastFrame = JournalFormat.scan(file([["a"]])).validLength
+        for cut in (lastFrame + 1)..<whole.count {
+            let scan = JournalFormat.scan(Array(whole[0..<cut]))
+            #expect(scan.damage == nil, "cut at \(cut)")
+            #expect(scan.tornTail != nil, "cut at \(cut)")
+            #expect(scan.validLength == lastFrame && scan.events.map(\.event.name) == ["a"])
+        }
+        #expect(complete == whole.count)
+        // Zeros after the last frame (space allocated, never written) and a garbled last frame.
+        #expect(JournalFormat.scan(whole + [UInt8](repeating: 0, count: 4096)).tornTail != nil)
+        var garbled = whole
+        garbled[garbled.count - 3] ^= 0x55
+        let scan = JournalFormat.scan(garbled)
+        #expect(scan.tornTail != nil && scan.damage == nil && scan.validLength == lastFrame)
+    }
+
+    @Test("a bad frame followed by good data is damage, reported at its offset")
+    func damage() {
+        var bytes = file([["a"], ["b"], ["c"]])
+        let firstTwo = JournalFormat.scan(file([["a"]])).validLength
+        bytes[firstTwo + 20] ^= 0x01  // Inside the frame of "b", with "c" after it.
+        let scan = JournalFormat.scan(bytes)
+        #expect(scan.damage?.offset == firstTwo)
+        #expect(scan.events.map(\.event.name) == ["a"])
+        var noMagic = file([["a"], ["b"]])
+        noMagic[firstTwo] = 0x00
+        #expect(JournalFormat.scan(noMagic).damage?.offset == firstTwo)
+    }
+
+    @Test("CRC-32C matches the standard check value")
+    func checksum() {
+        #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
+        #expect(CRC32C.checksum([]) == 0)
+    }
+}
