@@ -236,8 +236,11 @@ public final class Daemon: @unchecked Sendable {
             engine.revert(name, to: previous, now: now)
         }
         journal.rollbackBatch()
-        for connection in pendingFlush.values {
-            connection.output.rollback(batch: batch.number)
+        // A connection disconnected for overflow meanwhile has had its output replaced; it gets
+        // nothing more.
+        var rolledBack = Set<Int>()
+        for connection in pendingFlush.values where connection.output.rollback(batch: batch.number) {
+            rolledBack.insert(connection.id)
         }
         let timeEvents = batch.timeEvents
         let items = batch.items
@@ -247,7 +250,7 @@ public final class Daemon: @unchecked Sendable {
         batch.timeEvents = timeEvents
         publish(timeEvents)
         let clock = SystemClock.mapping(at: now)
-        for (connection, item) in items where !connection.isClosed {
+        for (connection, item) in items where !connection.isClosed && rolledBack.contains(connection.id) {
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch item {

@@ -384,5 +384,35 @@ extension Integration {
             let names = try StorageFaults.names(daemon)
             #expect(names.isSuperset(of: seenStarted), "\(seenStarted.subtracting(names).sorted()) were announced but not stored")
         }
+
+        @Test(
+            "a state directory of countdownd 0.1 (one SQLite row per countdown) is read: running, paused and already-done countdowns come back",
+            .enabled(if: toolExists("/usr/bin/sqlite3"), "the sqlite3 tool writes the old database")
+        )
+        func upgradeFromVersion1() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            let now = Int64(unixNowMilliseconds())
+            let script = """
+                CREATE TABLE countdowns (name TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL, total_ms INTEGER NOT NULL,
+                    deadline_unix_ms INTEGER, deadline_boot_ns INTEGER, remaining_ns INTEGER NOT NULL DEFAULT 0,
+                    finished_unix_ms INTEGER, owner_uid INTEGER NOT NULL, late_ms INTEGER) WITHOUT ROWID;
+                CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+                INSERT INTO meta VALUES ('schema_version', '1'), ('last_seq', '65536'), ('done_through_unix_ms', '\(now - 1000)');
+                INSERT INTO countdowns VALUES ('run', 'running', 3600000, \(now + 3_000_000), NULL, 0, NULL, 0, NULL);
+                INSERT INTO countdowns VALUES ('hold', 'paused', 3600000, NULL, NULL, 1800000000000, NULL, 0, NULL);
+                INSERT INTO countdowns VALUES ('was', 'running', 60000, \(now - 5000), NULL, 0, NULL, 0, NULL);
+                """
+            #expect(try runCommand("/usr/bin/sqlite3", [state + "/countdownd.db", script]).status == 0)
+            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let list = Dictionary(uniqueKeysWithValues: try daemon.connect().request("LIST").countdowns.map { ($0.name, $0) })
+            #expect(list["run"]?.state == .running)
+            #expect(list["hold"]?.state == .paused && list["hold"]?.remainingMilliseconds == 1_800_000)
+            #expect(list["was"]?.state == .done && list["was"]?.lateMilliseconds == nil, "done before the upgrade, by the old watermark: not again")
+            #expect(!daemon.stderrText.contains("was: done"))
+            let started = try daemon.connect().request("START new 1h")
+            #expect(started.countdown != nil)
+        }
     }
 }
