@@ -135,6 +135,12 @@ final class SQLiteStatement {
         sqlite3_column_type(statement, index) == SQLITE_NULL ? nil : sqlite3_column_int64(statement, index)
     }
 
+    /// Column `index` (0-based) as raw bytes, valid until the next step (empty for NULL).
+    func bytes(_ index: Int32) -> UnsafeBufferPointer<UInt8> {
+        guard let pointer = sqlite3_column_text(statement, index) else { return UnsafeBufferPointer(start: nil, count: 0) }
+        return UnsafeBufferPointer(start: pointer, count: Int(sqlite3_column_bytes(statement, index)))
+    }
+
     /// Column `index` (0-based) as text, or `nil` for NULL.
     func text(_ index: Int32) -> String? {
         guard let pointer = sqlite3_column_text(statement, index) else { return nil }

@@ -100,14 +100,16 @@ enum SnapshotFile {
             FROM countdowns
             """)
         while try select.step() {
-            let name = select.text(0) ?? ""
-            guard (try? CountdownName.validate(name)) != nil,
-                  let state = select.text(1).flatMap(CountdownState.init(rawValue:)),
+            // A million rows are read at start-up: bytes are checked in place, one String made.
+            let nameBytes = select.bytes(0)
+            guard !nameBytes.isEmpty, nameBytes.count <= CountdownName.maximumLength, nameBytes.allSatisfy(CountdownName.isAllowed),
+                  let state = Self.state(select.bytes(1)),
                   let total = select.int(2), let owner = select.int(7), let ownerUID = UInt32(exactly: owner)
             else {
-                contents.unreadableRows.append(ProtocolText.sanitized(Array(name.utf8), limit: 128))
+                contents.unreadableRows.append(ProtocolText.sanitized(Array(select.bytes(0)), limit: 128))
                 continue
             }
+            let name = String(decoding: nameBytes, as: UTF8.self)
             rows.append(StoredCountdown(
                 name: name, state: state, totalMilliseconds: total,
                 deadlineUnixMilliseconds: select.int(3), deadlineBootNanoseconds: select.int(4),
@@ -116,6 +118,14 @@ enum SnapshotFile {
             ))
         }
         return rows
+    }
+
+    /// A state spelled as stored, without making a String.
+    private static func state(_ bytes: UnsafeBufferPointer<UInt8>) -> CountdownState? {
+        for state in JournalFormat.states where bytes.elementsEqual(state.rawValue.utf8) {
+            return state
+        }
+        return nil
     }
 
     private static func readEvents(_ database: SQLiteDatabase) throws(SQLiteError) -> [CountdownEvent] {

@@ -127,14 +127,16 @@ final class StateJournal: @unchecked Sendable {
         try FileSystem.createDirectory(directory)
         lock = try StateDirectoryLock(directory: directory)
         var recovered = Recovered()
+        // The snapshot's rows, then what the journal says later, by name (last record wins). Only
+        // the journal's names are hashed: a snapshot of a million rows is taken as it is.
+        var snapshotRows: [StoredCountdown] = []
+        var snapshotSameBoot = false
         var latest: [String: (StoredCountdown, sameBoot: Bool)] = [:]
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         if let snapshot = try SnapshotFile.read(directory: directory) {
-            let sameBoot = bootID != nil && snapshot.bootID == bootID
-            for row in snapshot.rows {
-                latest[row.name] = (row, sameBoot)
-            }
+            snapshotSameBoot = bootID != nil && snapshot.bootID == bootID
+            snapshotRows = snapshot.rows
             recovered.lastSequence = snapshot.lastSequence
             recovered.events = snapshot.events
             recovered.eventsKeptAfter = snapshot.eventsKeptAfter
@@ -174,7 +176,13 @@ final class StateJournal: @unchecked Sendable {
             bytesSinceSnapshot += Int64(scan.validLength)
             eventsSinceSnapshot = eventsSinceSnapshot || !scan.events.isEmpty
         }
-        recovered.countdowns = latest.values.map { $0.0.persisted(clock: clock, sameBoot: $0.sameBoot) }
+        recovered.countdowns.reserveCapacity(snapshotRows.count + latest.count)
+        for row in snapshotRows where latest.isEmpty || latest[row.name] == nil {
+            recovered.countdowns.append(row.persisted(clock: clock, sameBoot: snapshotSameBoot))
+        }
+        for (row, sameBoot) in latest.values {
+            recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
+        }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
         generation = highest
         return recovered
