@@ -1,4 +1,5 @@
 import CountdownCore
+import Dispatch
 import Glibc
 
 extension Daemon {
@@ -10,6 +11,37 @@ extension Daemon {
     /// How long one poller batch may spend on requests before it ends (commit, replies, events):
     /// what fell due meanwhile waits at most about this long, however many clients pipeline.
     static let batchTimeBudgetNanoseconds: Int64 = 150_000
+
+    /// A connection's turn in a batch: handles what its framer holds and reads more, up to a
+    /// fair share of `requestsPerPass` requests, leaving the replies for the end of the batch.
+    /// A read shorter than the buffer emptied the socket; the poller reports it again when more
+    /// arrives (or at end of file).
+    func readable(_ connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !connection.isClosed, !connection.isReadingPaused else { return }
+        let now = SystemClock.now()
+        var budget = batchIsOutOfTime ? 0 : Self.requestsPerPass
+        budget -= handleLines(of: connection, now: now, limit: budget)
+        reading: while budget > 0 && !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
+            switch clients.read(connection) {
+            case .read(_, let socketEmptied):
+                budget -= handleLines(of: connection, now: now, limit: budget)
+                if socketEmptied { break reading }
+            case .endOfInput:
+                // The peer closed its sending side: answer what it sent, then close.
+                handleLines(of: connection, now: now)
+                if connection.framer.hasPartialLine {
+                    logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
+                }
+                connection.stopReading()
+            case .wouldBlock:
+                break reading
+            case .failed:
+                return
+            }
+        }
+        clients.endTurn(connection, linesLeft: budget <= 0)
+    }
 
     /// Whether the current batch has used its time for requests.
     var batchIsOutOfTime: Bool {
@@ -71,7 +103,7 @@ extension Daemon {
 
     /// Queues `replyBuffer` on the connection, remembering where this batch's output starts.
     func appendReply(to connection: Connection) {
-        connection.output.mark(batch: batch.number)
+        clients.touch(connection, batch: batch.number)
         connection.output.appendReply(replyBuffer)
     }
 
@@ -120,8 +152,9 @@ extension Daemon {
             let filter: Set<String>? = names.isEmpty ? nil : Set(names)
             // Checked before subscribing, so a refused replay changes nothing.
             let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, names: filter) }
-            try subscribe(connection, to: names)
-            let following = names.isEmpty || connection.subscription == .all ? "all" : "\(subscriptionCount(connection))"
+            try fanOut.subscribe(connection, to: names)
+            updateTickInterest()
+            let following = names.isEmpty || connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
             WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)", to: &replyBuffer)
             if let replay {
                 // What was missed, in order; live events follow with no gap and no repeat.
@@ -135,7 +168,8 @@ extension Daemon {
                 }
             }
         case .unsubscribe:
-            unsubscribe(connection)
+            fanOut.unsubscribe(connection)
+            updateTickInterest()
             WireEncoder.appendOK("unsubscribed", to: &replyBuffer)
         case .ping:
             WireEncoder.appendOK("pong", to: &replyBuffer)

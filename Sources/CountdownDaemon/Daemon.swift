@@ -10,8 +10,8 @@ import Glibc
 ///
 /// `Daemon` itself keeps the engine, the batch `phase`, and `execute`, the one place where a
 /// request meets the engine. The components:
-/// - **clients**: the listener and connections, framing and backpressure (`Daemon+Connections`);
-/// - **fan-out**: subscriptions and encoding each event once (`Daemon+Subscriptions`);
+/// - **client table** (`ClientTable`): the listener and connections, framing and backpressure;
+/// - **fan-out** (`EventFanOut`): subscriptions and encoding each event once;
 /// - **journal** (`StateJournal`): everything about durability;
 /// - **wake-up scheduler** (`WakeupTimer`): one timerfd for the engine's next due instant;
 /// - **service manager** (`ServiceManager`): sd_notify, the watchdog, `STATUS=`.
@@ -46,30 +46,14 @@ public final class Daemon: @unchecked Sendable {
     var poller: EventPoller?
     var isStopping = false
 
-    // The client table.
-    var listener: ListeningSocket?
-    var connections: [Int: Connection] = [:]
-    /// Connections with output produced in the current batch, flushed when the batch ends.
-    var pendingFlush: [Int: Connection] = [:]
-    /// Connections served first in the next batch: they used their share of this one with request
-    /// lines still framed, or they just left backpressure.
-    var connectionsWithUnreadLines: [Int: Connection] = [:]
-    var nextConnectionID = 1
+    let clients: ClientTable
+    let fanOut: EventFanOut
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
 
-    // The fan-out.
-    var allSubscribers: [Int: Connection] = [:]
-    var nameSubscribers: [String: [Int: Connection]] = [:]
-    /// Connections subscribed to anything (all, or some names).
-    var subscriberCount = 0
-
     /// Reused buffers, so the hot paths do not allocate per request or per event.
     var events: [CountdownEvent] = []
-    var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     var replyBuffer: [UInt8] = []
-    var eventBuffer: [UInt8] = []
-    var scratch: [UInt8] = []
 
     /// Creates a daemon; nothing happens until `run()`.
     public init(configuration: DaemonConfiguration, environment: [String: String]) {
@@ -83,6 +67,9 @@ public final class Daemon: @unchecked Sendable {
         )
         self.ring = EventRing(capacity: configuration.replayEventCapacity)
         self.service = ServiceManager(queue: queue, statusInterval: configuration.statusIntervalMilliseconds, logger: logger)
+        let clients = ClientTable(queue: queue, logger: logger, configuration: configuration)
+        self.clients = clients
+        self.fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
     }
 
     /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT.
@@ -107,12 +94,18 @@ public final class Daemon: @unchecked Sendable {
         raiseDescriptorLimit()
         try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
-        self.listener = listener
+        clients.listener = listener
+        clients.onClose = { [unowned self] connection in
+            fanOut.unsubscribe(connection)
+            updateTickInterest()
+        }
         let poller = try EventPoller(queue: queue)
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         service.handleSignals { [unowned self] signalNumber in stop(signal: signalNumber) }
-        try listener.startAccepting(with: poller) { [unowned self] in acceptPending() }
+        try listener.startAccepting(with: poller) { [unowned self] in
+            clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
+        }
         service.startWatchdog()
         logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
         service.ready(status: statusCounts())
@@ -130,8 +123,8 @@ public final class Daemon: @unchecked Sendable {
         return StatusCounts(
             running: engine.runningCount,
             paused: engine.pausedCount,
-            subscribers: subscriberCount,
-            connections: connections.count,
+            subscribers: fanOut.subscriberCount,
+            connections: clients.count,
             storage: storage
         )
     }
@@ -174,16 +167,13 @@ public final class Daemon: @unchecked Sendable {
         beginBatch()
         batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
         pollerBatch.deliverUrgent()
-        let carried = connectionsWithUnreadLines
-        connectionsWithUnreadLines.removeAll(keepingCapacity: true)
-        for connection in carried.values where !connection.isClosed {
-            connection.resumeReading()
+        for connection in clients.takeCarriedOver() {
             readable(connection)
         }
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
-        return !connectionsWithUnreadLines.isEmpty
+        return clients.hasCarriedOver
     }
 
     func beginBatch() {
@@ -206,10 +196,7 @@ public final class Daemon: @unchecked Sendable {
             service.startRetrying { [unowned self] in retryStorage() }
         }
         phase = .flushing
-        for connection in pendingFlush.values {
-            flush(connection)
-        }
-        pendingFlush.removeAll(keepingCapacity: true)
+        clients.flushTouched()
         phase = .idle
         timer?.arm(at: engine.nextWakeup)
         takeSnapshotIfDue()
@@ -238,10 +225,7 @@ public final class Daemon: @unchecked Sendable {
         journal.rollbackBatch()
         // A connection disconnected for overflow meanwhile has had its output replaced; it gets
         // nothing more.
-        var rolledBack = Set<Int>()
-        for connection in pendingFlush.values where connection.output.rollback(batch: batch.number) {
-            rolledBack.insert(connection.id)
-        }
+        let rolledBack = clients.rollback(batch: batch.number)
         let timeEvents = batch.timeEvents
         let items = batch.items
         batch.begin()
@@ -294,17 +278,10 @@ public final class Daemon: @unchecked Sendable {
         isStopping = true
         service.stopping()
         logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
-        listener?.close()
         timer?.cancel()
-        var line: [UInt8] = []
-        WireEncoder.appendShutdown("countdownd is stopping", to: &line)
-        for connection in connections.values {
-            // Queued output first, then the notice; one non-blocking attempt each, never a wait.
-            connection.output.appendReply(line)
-            _ = connection.output.write(to: connection.descriptor, scratch: &scratch)
-            connection.close()
-        }
-        connections.removeAll()
+        var notice: [UInt8] = []
+        WireEncoder.appendShutdown("countdownd is stopping", to: &notice)
+        clients.closeAll(notice: notice)
         journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
         logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
         exit(0)

@@ -1,0 +1,273 @@
+import CountdownCore
+import Dispatch
+import Glibc
+
+/// The client table: the listening socket, every connection, framing (each connection's
+/// `LineFramer`), output and backpressure. It hands complete request lines to the daemon through
+/// the `readable` handler and writes output only when the daemon's batch flushes.
+///
+/// Confined to the daemon's queue (hence `@unchecked Sendable`: its deferred blocks run there).
+final class ClientTable: @unchecked Sendable {
+    /// How a read from a connection went.
+    enum ReadOutcome {
+        /// This many bytes went into the framer; fewer than a buffer's worth emptied the socket.
+        case read(Int, socketEmptied: Bool)
+        /// The peer closed its sending side.
+        case endOfInput
+        /// Nothing to read now.
+        case wouldBlock
+        /// The socket failed; the connection is closed.
+        case failed
+    }
+
+    /// The most connections accepted in one batch.
+    static let acceptsPerBatch = 256
+    /// How long an overflowed connection gets to read its `ERR overflow` before it is closed.
+    static let overflowGracePeriod = DispatchTimeInterval.seconds(2)
+
+    private let queue: DispatchQueue
+    private let logger: Logger
+    private let configuration: DaemonConfiguration
+    var listener: ListeningSocket?
+    private(set) var connections: [Int: Connection] = [:]
+    /// Connections with output produced in the current batch, written when it flushes.
+    private var touched: [Int: Connection] = [:]
+    /// Connections served first in the next batch: they used their share of this one with lines
+    /// still framed, or they just left backpressure.
+    private var carried: [Int: Connection] = [:]
+    private var nextConnectionID = 1
+    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+    private var scratch: [UInt8] = []
+    /// Set once the daemon stops: nothing more is accepted.
+    var isStopping = false
+    /// Called for a connection that is being closed (to forget its subscriptions).
+    var onClose: (Connection) -> Void = { _ in }
+
+    init(queue: DispatchQueue, logger: Logger, configuration: DaemonConfiguration) {
+        self.queue = queue
+        self.logger = logger
+        self.configuration = configuration
+    }
+
+    /// How many clients are connected.
+    var count: Int { connections.count }
+
+    // MARK: - Accepting
+
+    /// Accepts pending connections, up to a fair share per batch: the poller reports the
+    /// listening socket again while more wait. Out of descriptors, it stops watching the socket
+    /// for 100 ms instead of spinning on it. Each new connection is greeted in `batch`.
+    func acceptPending(poller: EventPoller, batch: Int, readable: @escaping (Connection) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let listener else { return }
+        for _ in 0..<Self.acceptsPerBatch {
+            switch listener.acceptOne() {
+            case .accepted(let descriptor):
+                accept(descriptor, poller: poller, batch: batch, readable: readable)
+            case .drained:
+                return
+            case .retryLater:
+                logger.log(.warning, "cannot accept a connection: out of descriptors; retrying in 100 ms")
+                listener.setAccepting(false)
+                queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+                    if !isStopping { self.listener?.setAccepting(true) }
+                }
+                return
+            }
+        }
+    }
+
+    /// A new client: greet it, or turn it away when the connection limit is reached.
+    private func accept(_ descriptor: Int32, poller: EventPoller, batch: Int, readable: @escaping (Connection) -> Void) {
+        guard !isStopping else {
+            Glibc.close(descriptor)
+            return
+        }
+        guard connections.count < configuration.maximumConnections else {
+            var line: [UInt8] = []
+            WireEncoder.appendError(
+                ProtocolError(.limit, "too many connections (\(configuration.maximumConnections)); close idle clients or raise --max-connections"),
+                to: &line
+            )
+            _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            Glibc.close(descriptor)
+            logger.log(.warning, "refused a connection: limit of \(configuration.maximumConnections) reached")
+            return
+        }
+        let connection = Connection(
+            id: nextConnectionID,
+            descriptor: descriptor,
+            peerUID: UnixSocket.peerUID(descriptor) ?? UInt32.max,
+            poller: poller,
+            outputCoalesceThreshold: configuration.outputCoalesceThreshold
+        )
+        nextConnectionID += 1
+        do throws(DaemonError) {
+            try connection.start(
+                readable: readable,
+                // Room to write: written in this batch's flushing phase, after its commit.
+                writable: { [unowned self] connection in touched[connection.id] = connection }
+            )
+        } catch {
+            logger.log(.warning, "cannot watch a new connection: \(error); closing it")
+            connection.close()
+            return
+        }
+        connections[connection.id] = connection
+        var greeting: [UInt8] = []
+        WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
+        touch(connection, batch: batch)
+        connection.output.appendReply(greeting)
+    }
+
+    // MARK: - Reading
+
+    /// Reads what the socket has (up to 64 KiB) into the connection's framer.
+    func read(_ connection: Connection) -> ReadOutcome {
+        while true {
+            let count = readBuffer.withUnsafeMutableBytes { buffer in
+                let count = Glibc.read(connection.descriptor, buffer.baseAddress, buffer.count)
+                if count > 0 {
+                    connection.framer.append(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+                }
+                return count
+            }
+            if count > 0 {
+                return .read(count, socketEmptied: count < readBuffer.count)
+            } else if count == 0 {
+                return .endOfInput
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                return .wouldBlock
+            } else {
+                close(connection)
+                return .failed
+            }
+        }
+    }
+
+    /// Applies backpressure after a connection's turn: with `readPauseThreshold` (4 MiB) of output
+    /// unsent it is not read until that drains; one with lines left is carried to the next batch.
+    func endTurn(_ connection: Connection, linesLeft: Bool) {
+        if connection.output.byteCount >= configuration.readPauseThreshold {
+            connection.pauseReading()
+        } else if linesLeft && !connection.isClosing {
+            carried[connection.id] = connection
+        }
+        touched[connection.id] = connection
+    }
+
+    /// The connections carried over from the last batch, to be served first; reading resumes for
+    /// those that left backpressure.
+    func takeCarriedOver() -> [Connection] {
+        defer { carried.removeAll(keepingCapacity: true) }
+        return carried.values.filter { !$0.isClosed }.map { connection in
+            connection.resumeReading()
+            return connection
+        }
+    }
+
+    /// Whether connections wait to be served in the next batch.
+    var hasCarriedOver: Bool { !carried.isEmpty }
+
+    // MARK: - Output
+
+    /// Marks a connection as having output in `batch` (remembering where that output starts, so
+    /// `rollback` can take it back) and to be written when the batch flushes.
+    func touch(_ connection: Connection, batch: Int) {
+        connection.output.mark(batch: batch)
+        touched[connection.id] = connection
+    }
+
+    /// Takes back every connection's output of `batch`.
+    /// - Returns: the ids of the connections whose output was taken back (not those replaced
+    ///   meanwhile by an overflow notice).
+    func rollback(batch: Int) -> Set<Int> {
+        var rolledBack = Set<Int>()
+        for connection in touched.values where connection.output.rollback(batch: batch) {
+            rolledBack.insert(connection.id)
+        }
+        return rolledBack
+    }
+
+    /// Writes every touched connection: only after the batch's commit.
+    func flushTouched() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for connection in touched.values {
+            flush(connection)
+        }
+        touched.removeAll(keepingCapacity: true)
+    }
+
+    /// Writes what the connection has queued; waits for writability when the socket is full.
+    private func flush(_ connection: Connection) {
+        guard !connection.isClosed else { return }
+        switch connection.output.write(to: connection.descriptor, scratch: &scratch) {
+        case .drained:
+            connection.stopWaitingForWritable()
+            if connection.isClosing {
+                close(connection)
+            } else if connection.isReadingPaused {
+                // Its framed lines are served first in the next batch, never during a flush: a
+                // flush comes after the commit, and their changes belong to the next one.
+                carried[connection.id] = connection
+            }
+        case .wouldBlock:
+            connection.waitUntilWritable()
+        case .failed:
+            close(connection)
+        }
+    }
+
+    /// Forgets a connection (and, through `onClose`, its subscriptions), and closes it.
+    func close(_ connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        onClose(connection)
+        connections[connection.id] = nil
+        touched[connection.id] = nil
+        carried[connection.id] = nil
+        connection.close()
+    }
+
+    /// Disconnects a connection that fell too far behind: its unsent output is dropped (except
+    /// the rest of a half-sent line) and replaced by `ERR overflow`, written when the batch
+    /// flushes; then the connection closes. A client that never reads again is closed after a
+    /// short grace period, so it holds nothing but a descriptor until then.
+    func overflow(_ connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        logger.log(
+            .warning,
+            "connection \(connection.id) (uid \(connection.peerUID)) had more than \(configuration.outputHardLimit) bytes unsent; disconnecting it"
+        )
+        onClose(connection)
+        connection.stopReading()
+        connection.output.discardAllButCurrentLine()
+        var line: [UInt8] = []
+        WireEncoder.appendError(
+            ProtocolError(.overflow, "this client fell more than \(configuration.outputHardLimit) bytes behind and is disconnected; reconnect and read faster"),
+            to: &line
+        )
+        connection.output.appendReply(line)
+        touched[connection.id] = connection
+        let id = connection.id
+        queue.asyncAfter(deadline: .now() + Self.overflowGracePeriod) { [self] in
+            if let connection = connections[id] {
+                close(connection)
+            }
+        }
+    }
+
+    /// At stop: every client gets its queued output and `notice`, one non-blocking attempt each
+    /// (never a wait), and is closed.
+    func closeAll(notice: [UInt8]) {
+        isStopping = true
+        listener?.close()
+        for connection in connections.values {
+            connection.output.appendReply(notice)
+            _ = connection.output.write(to: connection.descriptor, scratch: &scratch)
+            connection.close()
+        }
+        connections.removeAll()
+    }
+}

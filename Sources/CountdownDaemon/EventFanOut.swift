@@ -1,0 +1,121 @@
+import CountdownCore
+import Dispatch
+
+/// The event fan-out: who follows what (everything, or some names), and delivery: each event is
+/// encoded once into a reused buffer and the same bytes are appended to every matching
+/// subscriber's output queue. A subscriber past the hard output limit is disconnected.
+///
+/// Confined to the daemon's queue.
+final class EventFanOut {
+    private let queue: DispatchQueue
+    private unowned let clients: ClientTable
+    private let maximumNamesPerConnection: Int
+    private let outputHardLimit: Int
+    private var allSubscribers: [Int: Connection] = [:]
+    private var nameSubscribers: [String: [Int: Connection]] = [:]
+    /// Reused for each event's bytes.
+    private var eventBuffer: [UInt8] = []
+    /// Connections subscribed to anything (all, or some names).
+    private(set) var subscriberCount = 0
+
+    init(queue: DispatchQueue, clients: ClientTable, configuration: DaemonConfiguration) {
+        self.queue = queue
+        self.clients = clients
+        maximumNamesPerConnection = configuration.maximumSubscriptionsPerConnection
+        outputHardLimit = configuration.outputHardLimit
+    }
+
+    /// Whether anyone wants ticks (see `CountdownEngine.ticksEnabled`).
+    var wantsTicks: Bool { subscriberCount > 0 }
+
+    /// Adds names to a connection's subscription; no names subscribes it to everything.
+    /// - Throws: `limit` when the connection would follow more names than allowed.
+    func subscribe(_ connection: Connection, to names: [String]) throws(ProtocolError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if names.isEmpty {
+            unsubscribe(connection)
+            subscriberCount += 1
+            connection.subscription = .all
+            allSubscribers[connection.id] = connection
+            return
+        }
+        var followed: Set<String>
+        switch connection.subscription {
+        case .all:
+            return  // Already receives everything.
+        case .none:
+            followed = []
+        case .names(let existing):
+            followed = existing
+        }
+        let wanted = followed.union(names)
+        guard wanted.count <= maximumNamesPerConnection else {
+            throw ProtocolError(
+                .limit,
+                "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all"
+            )
+        }
+        for name in wanted.subtracting(followed) {
+            nameSubscribers[name, default: [:]][connection.id] = connection
+        }
+        if connection.subscription == .none {
+            subscriberCount += 1
+        }
+        connection.subscription = .names(wanted)
+    }
+
+    /// How many names a connection follows (0 when it follows all or none).
+    func subscriptionCount(_ connection: Connection) -> Int {
+        if case .names(let names) = connection.subscription { return names.count }
+        return 0
+    }
+
+    /// Stops all events to a connection.
+    func unsubscribe(_ connection: Connection) {
+        switch connection.subscription {
+        case .none:
+            return
+        case .all:
+            allSubscribers[connection.id] = nil
+        case .names(let names):
+            for name in names {
+                nameSubscribers[name]?[connection.id] = nil
+                if nameSubscribers[name]?.isEmpty == true {
+                    nameSubscribers[name] = nil
+                }
+            }
+        }
+        connection.subscription = .none
+        subscriberCount -= 1
+    }
+
+    /// Queues each event on every subscriber that follows it, as output of `batch`.
+    func deliver(_ events: [CountdownEvent], batch: Int) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for event in events {
+            // Most daemons have no per-name subscriber; then no name is hashed per event.
+            let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
+            if allSubscribers.isEmpty && byName == nil { continue }
+            eventBuffer.removeAll(keepingCapacity: true)
+            WireEncoder.appendEvent(event, to: &eventBuffer)
+            let tickName = event.kind == .tick ? event.name : nil
+            for connection in allSubscribers.values {
+                append(eventBuffer, tickName: tickName, to: connection, batch: batch)
+            }
+            if let byName {
+                for connection in byName.values {
+                    append(eventBuffer, tickName: tickName, to: connection, batch: batch)
+                }
+            }
+        }
+    }
+
+    private func append(_ line: [UInt8], tickName: String?, to connection: Connection, batch: Int) {
+        guard !connection.isClosing else { return }
+        clients.touch(connection, batch: batch)
+        connection.output.appendEvent(line, tickName: tickName)
+        if connection.output.byteCount > outputHardLimit {
+            clients.overflow(connection)
+        }
+    }
+}
