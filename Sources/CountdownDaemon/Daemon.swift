@@ -32,7 +32,6 @@ public final class Daemon: @unchecked Sendable {
 
     let queue = DispatchQueue(label: "countdownd.state")
     let logger: Logger
-    let environment: [String: String]
 
     var engine: CountdownEngine
     var phase = Phase.idle
@@ -41,7 +40,7 @@ public final class Daemon: @unchecked Sendable {
     var ring: EventRing
     /// What the current batch did, so it can be undone if its commit fails.
     var batch = BatchRecord()
-    var service: ServiceManager
+    let service: ServiceManager
     var timer: WakeupTimer?
     var poller: EventPoller?
     var isStopping = false
@@ -58,7 +57,6 @@ public final class Daemon: @unchecked Sendable {
     /// Creates a daemon; nothing happens until `run()`.
     public init(configuration: DaemonConfiguration, environment: [String: String]) {
         self.configuration = configuration
-        self.environment = environment
         self.engine = CountdownEngine(configuration: configuration.engine)
         let logger = Logger(threshold: configuration.logLevel, environment: environment)
         self.logger = logger
