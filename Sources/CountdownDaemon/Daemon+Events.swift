@@ -7,6 +7,8 @@ extension Daemon {
     /// fan-out. Nothing is written to a socket before the batch's commit.
     func publish(_ events: [CountdownEvent]) {
         dispatchPrecondition(condition: .onQueue(queue))
+        // Events belong to a batch: noted before its commit, written after it.
+        precondition(phase == .serving || phase == .sealing, "events published outside a batch")
         var clock: WallClockMapping?
         for event in events where event.kind.isLifecycle {
             let mapping = clock ?? SystemClock.mapping()

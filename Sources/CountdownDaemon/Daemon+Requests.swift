@@ -18,6 +18,7 @@ extension Daemon {
     /// arrives (or at end of file).
     func readable(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
+        precondition(phase == .serving, "requests are read only while a batch is serving")
         guard !connection.isClosed, !connection.isReadingPaused else { return }
         let now = SystemClock.now()
         var budget = batchIsOutOfTime ? 0 : Self.requestsPerPass

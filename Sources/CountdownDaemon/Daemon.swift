@@ -194,7 +194,7 @@ public final class Daemon: @unchecked Sendable {
             service.startRetrying { [unowned self] in retryStorage() }
         }
         phase = .flushing
-        clients.flushTouched()
+        clients.flushTouched()  // The only place output is written while running.
         phase = .idle
         timer?.arm(at: engine.nextWakeup)
         takeSnapshotIfDue()
