@@ -414,5 +414,40 @@ extension Integration {
             let started = try daemon.connect().request("START new 1h")
             #expect(started.countdown != nil)
         }
+
+        @Test(
+            "group commit, seen with strace: 200 pipelined STARTs take a few journal writes, not 200; --durability power adds one fdatasync per write",
+            .enabled(if: toolExists("/usr/bin/strace"), "strace is not installed"),
+            arguments: ["process", "power"]
+        )
+        func groupCommit(durability: String) throws {
+            let directory = TemporaryDirectory()
+            let trace = directory.file("trace")
+            let daemon = try DaemonProcess(
+                arguments: ["--durability", durability], directory: directory,
+                launcher: ["/usr/bin/strace", "-f", "-qq", "-e", "trace=pwrite64,fdatasync", "-o", trace]
+            )
+            // strace's child is the daemon.
+            let children = (try? String(contentsOfFile: "/proc/\(daemon.pid)/task/\(daemon.pid)/children", encoding: .utf8)) ?? ""
+            let daemonPID = try #require(Int32(children.split(separator: " ").first ?? ""))
+            defer {
+                kill(daemonPID, SIGKILL)
+                daemon.crash()
+            }
+            let c = try daemon.connect()
+            let before = try String(contentsOfFile: trace, encoding: .utf8)
+            let replies = try StorageFaults.pipeline((0..<200).map { "START g\($0) 1h" }, on: c, chunk: 200)
+            #expect(replies.allSatisfy { $0.countdown != nil })
+            #expect(try c.request("PING").outcome == .ok("pong"))
+            let during = try String(contentsOfFile: trace, encoding: .utf8).dropFirst(before.count)
+            let writes = during.split(separator: "\n").filter { $0.contains("pwrite64(") }.count
+            let syncs = during.split(separator: "\n").filter { $0.contains("fdatasync(") }.count
+            #expect(writes >= 1 && writes <= 40, "\(writes) journal writes for 200 pipelined STARTs")
+            if durability == "power" {
+                #expect(syncs == writes, "one fdatasync per journal write: \(syncs) for \(writes)")
+            } else {
+                #expect(syncs == 0, "no fdatasync per batch by default: \(syncs)")
+            }
+        }
     }
 }
