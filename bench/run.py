@@ -331,50 +331,40 @@ reruns of this benchmark, one run each):
 - **Per event and per request.** A 4-ary heap whose top is replaced in place when a countdown's tick
   fires; events encoded once into a reused buffer and appended to each subscriber's last chunk (no
   allocation per event); the parser and framer called through concrete, specialized entry points
-  (the generic ones looked up type metadata for every field); only the metadata a commit needs is
-  written (event numbers are reserved in blocks).
+  (the generic ones looked up type metadata for every field).
 - **Ticks nobody can receive.** With no subscriber, each running countdown's only wake-up is its
   deadline: 100,000 idle 60 s countdowns went from 12% of a core to none. (The throughput runs
   have no subscriber; the lateness runs have one from the start.)
+- **Storage: an append-only journal instead of a keyed SQLite table.** A batch's changes (each
+  lifecycle event with the countdown's state after it, `done` included) are one checksummed frame
+  written with one `pwrite`, plus one `fstat` to notice a deleted state directory; snapshots are
+  written in SQLite off the state queue. Before, each batch was a SQLite transaction (about 6
+  `fcntl` locks and 13 B-tree page writes for 4–5 STARTs) and `done`s were covered by a watermark
+  row. Measured the same hour on the same machine, the previous code (`822d352`) against this one,
+  one full run each: START unpipelined 27,245 → 94,176/s (0.18× → 0.67× Redis with AOF),
+  pipeline 32 227,738 → 598,043/s (0.57× → 0.89×); CPU per delivered event 2.52 → 2.20 µs;
+  `done` p99 at 100,000 0.37 → 0.30 ms, `tick` p99 0.43 → 0.30 ms; RSS per countdown 147 → 137 B.
+  Launch to READY with 100,000 to restore (a snapshot read): 92–94 ms before, 95 ms after, three
+  medians of three each, in the same minute; the replay ring read with the snapshot costs about
+  14 ms of it. Every `done` is now stored as a record of its own, so it is exact after a crash,
+  with no watermark and no maintenance pass.
 
 Still short, and why:
 
-- **CPU per event.** At 100,000 countdowns, `perf stat` over the five seconds of events counted
-  about 14,000 wake-ups of about 24 events each, and about 115 µs of CPU per wake-up: per wake-up
-  one `epoll_wait`, one timerfd `read` and re-arm (a `timerfd_settime`, which in this virtual
-  machine exits to the hypervisor), one `send` to the subscriber, and one SQLite transaction
-  (about 6 `fcntl` locks and 2 `pwrite`s, 20–50 µs) that stores the `done` watermark before the
-  `done` events leave, so that a `done` is never announced twice across a crash. 1 µs per event
-  would need under 25 µs per wake-up. Tried and dropped: a self-repeating timerfd (no re-arm per
-  wake-up: the saved system call was eaten by more wake-ups) and checkpointing every 100 ms. What
-  would reach it: waking less often (each extra 250 µs between wake-ups costs every event that much
-  lateness), or storing the watermark lazily, turning "a `done` is never repeated after a crash"
-  into "a `done` of the last few milliseconds before a crash may be repeated". Measured as an
-  experiment (the watermark stored at most every 100 ms): the daemon's CPU over the events fell by
-  35–40 %, to about 2.6 µs per event, still well above 1 µs. So we kept the guarantee.
-- **START throughput.** Every `OK` is durable before it is sent: one SQLite transaction per batch
-  (Redis in the reference column keeps nothing; the AOF column is Redis with its own persistence).
-  A build of this round with the commit skipped (an experiment, not a mode) did 515,000 START/s pipelined
-  and 58,000/s unpipelined on this machine (100,000 requests), against 110,000–160,000 and
-  20,000–30,000 with it, depending on the run and the table's size. The
-  cost is SQLite's B-tree: in the unpipelined run `perf stat` counted about 4.6 requests per batch,
-  13 page writes and 6 `fcntl` locks per commit, because every START updates a row keyed by its
-  name, somewhere in the table. `bench/sqlite-rows.c` (the same rows from 8 interleaved clients,
-  WAL, `synchronous=NORMAL`) measures the obvious alternative: appending to a rowid change log
-  costs 3–5 µs per row at 5 rows per commit and 1 µs at 256, against 11 µs and 2 µs for keyed
-  upserts. But the log must later be folded into the keyed table, which is the same B-tree work
-  in larger, sorted batches: it moves cost off the queue (onto a second core, which this benchmark
-  gives to its clients) rather than removing it, at the price of a second write path to keep
-  correct. Tried and dropped: letting a batch take in clients that became ready while it ran
-  (one more `epoll_wait` per batch; no measurable change). Redis's persistence, for comparison, is
-  one `write` of its append-only file per event-loop round, with no index to maintain.
-- **`tick` p99 at 100,000** sits around the 1 ms target and crosses it from run to run: 0.89 ms
-  and 1.19 ms in the last two full runs of the same code, 0.6–1.4 ms in single-size reruns as the
-  machine got busier (the floor's own p99 moved between 0.29 and 0.60 ms meanwhile). The tail is
-  the ticks that fall due while the 100,000 STARTs are being committed, on two cores shared with
-  the feeder and the subscriber; after the burst, ticks are as punctual as `done` events. Tried
-  and dropped: writing the timer's ticks before a batch's requests and their commit (no
-  measurable change, more CPU).
+- **CPU per event.** The SQLite transaction per wake-up is gone (one `pwrite` of the batch's `done`
+  records instead). What is left per wake-up, as profiled in the round before this one: one
+  `epoll_wait`, one timerfd `read` and re-arm (a `timerfd_settime`, which in this virtual machine
+  exits to the hypervisor) and one `send` to the subscriber, for about 24 events per wake-up at
+  100,000 countdowns. Not re-profiled after the journal: the next round (the performance issue)
+  does that with `perf`.
+- **START throughput.** Every `OK` is durable before it is sent; with the journal that is one
+  `pwrite` per batch, as Redis's AOF is one `write` per event-loop round. Against Redis with AOF
+  it was 0.67× and 0.62× unpipelined, 0.89× and 1.37× pipelined, in the two full runs of this
+  code (Redis's own figures move a lot between runs); the gap was not profiled this round.
+- **`tick` p99 at 100,000** sat around the 1 ms target in earlier rounds (0.89 ms and 1.19 ms in
+  two runs of the same code). The tail is the ticks that fall due while the 100,000 STARTs are
+  being committed, on two cores shared with the feeder and the subscriber; one run per figure, as
+  here, does not settle it: the next round runs every configuration three times.
 """
 
 
@@ -443,7 +433,7 @@ def write_report(args, sizes, results, ready_ms, restore_n, cd_tp, redis_tp, red
     w("")
     w("## What was run")
     w("")
-    w("- **countdownd**: release build, persistence on (default `--durability=process`), lifecycle logging off (`--log-level warning`). N countdowns with durations uniform over 1–5 s, started through the protocol (pipelined, 2,000 at a time, by `bench/feed.c`), one subscriber to all of them (`bench/eventlog.c`, C, stamps each read with `CLOCK_BOOTTIME`). Lateness is measured against each countdown's exact deadline on `CLOCK_BOOTTIME` (read from the state database, `deadline_boot_ns`): `done` against the deadline, each `tick` against `deadline − remaining`.")
+    w("- **countdownd**: release build, persistence on (the journal, default `--durability=process`), lifecycle logging off (`--log-level warning`). N countdowns with durations uniform over 1–5 s, started through the protocol (pipelined, 2,000 at a time, by `bench/feed.c`), one subscriber to all of them (`bench/eventlog.c`, C, stamps each read with `CLOCK_BOOTTIME`). Lateness is measured against each countdown's exact deadline on `CLOCK_BOOTTIME` (read afterwards from the journal's `started` records, `deadline_boot_ns`): `done` against the deadline, each `tick` against `deadline − remaining`.")
     w("- **Redis** (%s): `redis-server --port 0 --unixsocket … --save '' --notify-keyspace-events Ex`, default `hz 10`; the same N and spread as `SET k 1 PXAT <deadline>` sent by the same `bench/feed.c`, and the same C subscriber on `__keyevent@0__:expired`, measured against the deadline on the wall clock. Throughput: `redis-benchmark -s … -c 8 -n %d -P 1|32 -r 1000000 SET key:__rand_int__ 1 PX 60000`, against Redis as above (no persistence: the issue's reference) and against Redis with its own persistence on (`--appendonly yes --appendfsync everysec`: each change written to the OS before the reply, like countdownd's default)." % (redis_version, throughput_n))
     w("- **Floor** (`bench/floor.c`): one thread sleeping with `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)` to each of the same number of sorted deadlines, recording its own lateness.")
     w("- **START throughput** (`bench/loadgen.c`): 8 connections, %d `START` requests in all, 1 or 32 in flight per connection, persistence on." % throughput_n)

@@ -234,11 +234,15 @@ extension Integration {
             #expect(message.contains("Operation not permitted") && message.contains("chattr -i"), "\(message)")
             #expect(try c.request("STATUS a").countdowns.first?.state == .running)
             #expect(try c.request("STATUS b").outcome != .ok("1"), "the refused change was not made")
+            // systemctl status says so.
+            let degraded = daemon.notify.waitFor("STATUS=1 running, 0 paused, 0 subscribers, 1 connections; storage degraded: ", timeout: 5)
+            #expect(degraded?.contains("Operation not permitted") == true, "\(daemon.notify.lines(withPrefix: "STATUS="))")
             #expect(try runCommand("/usr/bin/chattr", ["-i", journal]).status == 0)
             try waitUntil(timeout: 15) {
                 if case .ok = try c.request("START c 1h").outcome { return true }
                 return false
             }
+            #expect(daemon.notify.waitFor("STATUS=2 running, 0 paused, 0 subscribers, 1 connections", timeout: 5) == "STATUS=2 running, 0 paused, 0 subscribers, 1 connections")
             daemon.crash()
             daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             #expect(try StorageFaults.names(daemon) == ["a", "c"])
