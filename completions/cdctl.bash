@@ -1,5 +1,9 @@
 # bash completion for cdctl                                   -*- shell-script -*-
 # Commands, options, and live countdown names from the running daemon (cdctl __complete names).
+#
+# Countdown names may contain ':' (otp:+4915112345678), which bash's COMP_WORDBREAKS splits words
+# at: the words are therefore taken from COMP_LINE split at blanks, and the part of each reply up
+# to the last ':' of the current word is trimmed, since bash replaces only what follows it.
 
 _cdctl_names() {
     local socket=$1
@@ -7,23 +11,32 @@ _cdctl_names() {
 }
 
 _cdctl() {
-    local cur prev command="" socket="" i word
-    cur=${COMP_WORDS[COMP_CWORD]}
-    prev=${COMP_WORDS[COMP_CWORD-1]}
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        word=${COMP_WORDS[i]}
+    local -a words
+    local line=${COMP_LINE:0:COMP_POINT}
+    if [[ -n $COMP_LINE ]]; then
+        read -ra words <<< "$line"
+        [[ -z $line || $line == *[[:blank:]] ]] && words+=("")
+    else
+        words=("${COMP_WORDS[@]:0:COMP_CWORD+1}")
+    fi
+    local cword=$((${#words[@]} - 1))
+    local cur=${words[cword]} prev=${words[cword-1]}
+    local command="" socket="" operands=0 i word
+    for ((i = 1; i < cword; i++)); do
+        word=${words[i]}
         case $word in
-            --socket) socket=${COMP_WORDS[i+1]}; ((i++)) ;;
+            --socket) socket=${words[i+1]}; ((i++)) ;;
             --socket=*) socket=${word#--socket=} ;;
-            --format) ((i++)) ;;
+            --format|--since) ((i++)) ;;
             -*) ;;
-            *) [[ -z $command ]] && command=$word ;;
+            *) if [[ -z $command ]]; then command=$word; else ((operands++)); fi ;;
         esac
     done
 
     case $prev in
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --format) COMPREPLY=($(compgen -W "'{name} {remaining}' '{name} {bar} {remaining}' '{remaining_s}'" -- "$cur")); return ;;
+        --since) return ;;
     esac
 
     local common="--socket --no-color --help --version"
@@ -41,16 +54,35 @@ _cdctl() {
         start) options="--replace --if-idle --wait" ;;
         status) options="--json --format --follow" ;;
         list) options="--json --format" ;;
-        watch) options="--json" ;;
+        watch) options="--json --since" ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$options $common" -- "$cur"))
         return
     fi
     case $command in
-        status|cancel|pause|resume|extend|watch|wait|start)
+        start|extend)
+            # NAME, then DURATION: a name is offered only in the first place.
+            if ((operands == 0)); then
+                COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "30s 1m 5m 10m 25m 1h" -- "$cur"))
+            fi ;;
+        status|cancel|pause|resume)
+            ((operands == 0)) && COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
+        watch|wait)
             COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
+        help)
+            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend watch wait" -- "$cur")) ;;
     esac
+    # Bash replaces only what follows the last ':' of the word: offer only that part.
+    if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then
+        local before=${cur%"${cur##*:}"}
+        local index
+        for index in "${!COMPREPLY[@]}"; do
+            COMPREPLY[index]=${COMPREPLY[index]#"$before"}
+        done
+    fi
 }
 
 complete -F _cdctl cdctl

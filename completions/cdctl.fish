@@ -18,10 +18,45 @@ complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a resume -d 'r
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a extend -d 'add time'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a watch -d 'follow countdowns'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a wait -d 'wait for countdowns'
-complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend watch wait start" -a '(__cdctl_names)'
+# Whether the word being completed is a countdown name: any operand of watch and wait, the first
+# of the others (start and extend take a DURATION second).
+function __cdctl_wants_name
+    set -l tokens (commandline -opc)
+    set -l command
+    set -l operands 0
+    set -l skip 0
+    for token in $tokens[2..-1]
+        if test $skip -eq 1
+            set skip 0
+            continue
+        end
+        switch $token
+            case --socket --format --since
+                set skip 1
+            case '-*'
+            case '*'
+                if test -z "$command"
+                    set command $token
+                else
+                    set operands (math $operands + 1)
+                end
+        end
+    end
+    switch "$command"
+        case watch wait
+            return 0
+        case start extend status cancel pause resume
+            test $operands -eq 0
+            return
+    end
+    return 1
+end
+
+complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l replace -d 'restart a running one'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l if-idle -d 'leave a running one alone'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l wait -d 'block until done'
 complete -c cdctl -n "__fish_seen_subcommand_from status list watch" -l json -d 'JSON output'
+complete -c cdctl -n "__fish_seen_subcommand_from watch" -l since -r -d 'replay after event number'
 complete -c cdctl -n "__fish_seen_subcommand_from status list" -l format -r -d 'template'
 complete -c cdctl -n "__fish_seen_subcommand_from status" -l follow -d 'print on every change'

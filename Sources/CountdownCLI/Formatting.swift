@@ -34,9 +34,10 @@ public enum Formatting {
         return full.hasPrefix("0:") ? String(full.dropFirst(2)).replacingFirstZero() : full
     }
 
-    /// An aligned table of countdowns, with a header, for `status` and `list`.
+    /// An aligned table of countdowns, with a header, for `status` and `list`. The last column is
+    /// the time left, as the same bar `watch` draws and the same percent as `{percent}`.
     public static func table(_ countdowns: [CountdownInfo]) -> String {
-        let header = ["NAME", "STATE", "REMAINING", "TOTAL", "PROGRESS"]
+        let header = ["NAME", "STATE", "REMAINING", "TOTAL", "LEFT"]
         var rows = [header]
         for countdown in countdowns {
             rows.append([
@@ -44,7 +45,7 @@ public enum Formatting {
                 countdown.state.rawValue,
                 CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds),
                 CountdownDuration.clock(milliseconds: countdown.totalMilliseconds),
-                bar(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds, width: 20)
+                bar(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds, width: 20, filled: "█", empty: "░")
                     + " \(percentLeft(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds))%",
             ])
         }

@@ -127,7 +127,9 @@ struct LiveWatch {
         switch state {
         case .running: code = "32"
         case .paused: code = "33"
-        case .done: code = "34"
+        // Bold in the terminal's own colour: readable on dark and light backgrounds alike (blue
+        // on black was not).
+        case .done: code = "1"
         case .cancelled: code = "31"
         }
         return "\u{1B}[\(code)m\(text)\u{1B}[0m"

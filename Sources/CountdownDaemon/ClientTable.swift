@@ -40,6 +40,10 @@ final class ClientTable: @unchecked Sendable {
     private var scratch: [UInt8] = []
     /// Set once the daemon stops: nothing more is accepted.
     var isStopping = false
+    /// The most clients at once: `--max-connections`, or fewer if the descriptor limit says so.
+    var connectionLimit: Int
+    /// Whether running out of descriptors was logged (once, until a client is accepted again).
+    private var outOfDescriptorsLogged = false
     /// Called for a connection that is being closed (to forget its subscriptions).
     var onClose: (Connection) -> Void = { _ in }
 
@@ -47,6 +51,7 @@ final class ClientTable: @unchecked Sendable {
         self.queue = queue
         self.logger = logger
         self.configuration = configuration
+        connectionLimit = configuration.maximumConnections
     }
 
     /// How many clients are connected.
@@ -67,7 +72,10 @@ final class ClientTable: @unchecked Sendable {
             case .drained:
                 return
             case .retryLater:
-                logger.log(.warning, "cannot accept a connection: out of descriptors; retrying in 100 ms")
+                if !outOfDescriptorsLogged {
+                    outOfDescriptorsLogged = true
+                    logger.log(.warning, "cannot accept a connection: out of descriptors (\(connections.count) clients); retrying every 100 ms; raise LimitNOFILE= or lower --max-connections")
+                }
                 listener.setAccepting(false)
                 queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
                     if !isStopping { self.listener?.setAccepting(true) }
@@ -83,15 +91,16 @@ final class ClientTable: @unchecked Sendable {
             Glibc.close(descriptor)
             return
         }
-        guard connections.count < configuration.maximumConnections else {
+        outOfDescriptorsLogged = false
+        guard connections.count < connectionLimit else {
+            let why = connectionLimit < configuration.maximumConnections
+                ? "the daemon's descriptor limit allows \(connectionLimit)); close idle clients, or raise its LimitNOFILE="
+                : "\(connectionLimit)); close idle clients or raise --max-connections"
             var line: [UInt8] = []
-            WireEncoder.appendError(
-                ProtocolError(.limit, "too many connections (\(configuration.maximumConnections)); close idle clients or raise --max-connections"),
-                to: &line
-            )
+            WireEncoder.appendError(ProtocolError(.limit, "too many connections (\(why)"), to: &line)
             _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             Glibc.close(descriptor)
-            logger.log(.warning, "refused a connection: limit of \(configuration.maximumConnections) reached")
+            logger.log(.warning, "refused a connection: limit of \(connectionLimit) reached")
             return
         }
         let connection = Connection(

@@ -93,6 +93,7 @@ public final class Daemon: @unchecked Sendable {
         try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         clients.listener = listener
+        clients.connectionLimit = connectionLimit()
         clients.onClose = { [unowned self] connection in
             fanOut.unsubscribe(connection)
             updateTickInterest()
@@ -134,6 +135,28 @@ public final class Daemon: @unchecked Sendable {
             limit.rlim_cur = limit.rlim_max
             _ = setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
         }
+    }
+
+    /// Descriptors kept free for the daemon's own files: a snapshot's SQLite files, a new journal
+    /// file, the lock after a lost directory, sd_notify.
+    static let spareDescriptors = 16
+
+    /// How many clients the descriptor limit leaves room for, next to what is open now. With
+    /// fewer than `--max-connections`, the clients past it get `ERR limit` at once (an accept
+    /// that fails for want of a descriptor leaves them hanging in the backlog), and the start-up
+    /// log says so.
+    private func connectionLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else {
+            return configuration.maximumConnections
+        }
+        let open = ((try? FileSystem.entries(of: "/proc/self/fd")) ?? []).count
+        // Each client needs its descriptor, and one more is needed to accept and refuse it.
+        let room = max(0, Int(limit.rlim_cur) - open - Self.spareDescriptors - 1)
+        if room < configuration.maximumConnections {
+            logger.log(.warning, "the descriptor limit (\(limit.rlim_cur), \(open) in use) leaves room for \(room) clients, fewer than --max-connections \(configuration.maximumConnections); more are refused with ERR limit. Raise LimitNOFILE= (or ulimit -n), or lower --max-connections")
+        }
+        return min(room, configuration.maximumConnections)
     }
 
     // MARK: - Time

@@ -109,10 +109,10 @@ struct FormattingTests {
             CountdownInfo(name: "x", state: .done, remainingMilliseconds: 0, totalMilliseconds: 3000, owner: 0),
         ]
         #expect(Formatting.table(rows) == """
-            NAME      STATE    REMAINING  TOTAL    PROGRESS
-            pomodoro  running  0:24:59    0:25:00  [####################] 100%
-            tea       paused   0:01:30    0:03:00  [##########----------] 50%
-            x         done     0:00:00    0:00:03  [--------------------] 0%
+            NAME      STATE    REMAINING  TOTAL    LEFT
+            pomodoro  running  0:24:59    0:25:00  [████████████████████] 100%
+            tea       paused   0:01:30    0:03:00  [██████████░░░░░░░░░░] 50%
+            x         done     0:00:00    0:00:03  [░░░░░░░░░░░░░░░░░░░░] 0%
 
             """)
     }

@@ -75,27 +75,73 @@ extension Integration {
         }
 
         @Test(
-            "bash completion offers commands, options and live countdown names",
+            "bash completion offers commands, options and live countdown names, names with ':' included, and no name where a DURATION goes",
             .enabled(if: toolExists("/bin/bash"), "bash is not installed")
         )
         func bashCompletion() throws {
             let daemon = try DaemonProcess()
             _ = try cdctl(["start", "pomodoro", "25m"], socket: daemon.socketPath)
             _ = try cdctl(["start", "tea", "3m"], socket: daemon.socketPath)
-            func complete(_ line: [String]) throws -> String {
-                let words = line.map { "'\($0)'" }.joined(separator: " ")
+            _ = try cdctl(["start", "otp:+4915112345678", "1m"], socket: daemon.socketPath)
+            /// Completes `line` as bash does: COMP_LINE and COMP_POINT, and COMP_WORDS split at
+            /// blanks and at the characters of COMP_WORDBREAKS (':' among them).
+            func complete(_ line: String) throws -> String {
+                var words: [String] = []
+                var current = ""
+                for character in line {
+                    if character == " " {
+                        if !current.isEmpty { words.append(current) }
+                        current = ""
+                    } else if character == ":" {
+                        if !current.isEmpty { words.append(current) }
+                        words.append(":")
+                        current = ""
+                    } else {
+                        current.append(character)
+                    }
+                }
+                words.append(current)
+                let quoted = words.map { "'\($0)'" }.joined(separator: " ")
                 let script = """
                     source '\(packageRoot)/completions/cdctl.bash'
                     PATH='\(TestBinaries.directory)':$PATH
-                    COMP_WORDS=(\(words)); COMP_CWORD=\(line.count - 1)
+                    export COUNTDOWND_SOCKET='\(daemon.socketPath)'
+                    COMP_LINE='\(line)'; COMP_POINT=${#COMP_LINE}
+                    COMP_WORDS=(\(quoted)); COMP_CWORD=\(words.count - 1)
                     _cdctl
                     printf '%s\\n' "${COMPREPLY[@]}" | sort
                     """
                 return try runCommand("/bin/bash", ["-c", script]).stdout
             }
-            #expect(try complete(["cdctl", "st"]) == "start\nstatus\n")
-            #expect(try complete(["cdctl", "--socket", daemon.socketPath, "cancel", ""]) == "pomodoro\ntea\n")
-            #expect(try complete(["cdctl", "--socket", daemon.socketPath, "status", "--f"]) == "--follow\n--format\n")
+            #expect(try complete("cdctl st") == "start\nstatus\n")
+            #expect(try complete("cdctl cancel ") == "otp:+4915112345678\npomodoro\ntea\n")
+            #expect(try complete("cdctl --socket \(daemon.socketPath) cancel p") == "pomodoro\n")
+            #expect(try complete("cdctl status --f") == "--follow\n--format\n")
+            // After "otp:" bash replaces only what follows the colon.
+            #expect(try complete("cdctl cancel otp:") == "+4915112345678\n")
+            #expect(try complete("cdctl wait tea otp:+49") == "+4915112345678\n")
+            // start NAME DURATION: durations, not names, in the second place.
+            #expect(try complete("cdctl start tea ") == "10m\n1h\n1m\n25m\n30s\n5m\n")
+            #expect(try complete("cdctl cancel tea ") == "\n", "cancel takes one name")
+        }
+
+        @Test(
+            "fish completion offers live names, names with ':' included, and no name where a DURATION goes",
+            .enabled(if: toolExists("/usr/bin/fish"), "fish is not installed, so cdctl.fish cannot be checked here")
+        )
+        func fishNameCompletion() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "otp:+4915112345678", "1m"], socket: daemon.socketPath)
+            _ = try cdctl(["start", "tea", "3m"], socket: daemon.socketPath)
+            func complete(_ line: String) throws -> String {
+                let script = "set -gx PATH '\(TestBinaries.directory)' $PATH; set -gx COUNTDOWND_SOCKET '\(daemon.socketPath)'; "
+                    + "source '\(packageRoot)/completions/cdctl.fish'; complete -C '\(line)'"
+                let output = try runCommand("/usr/bin/fish", ["--no-config", "-c", script]).stdout
+                return output.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }.sorted().joined(separator: "\n")
+            }
+            #expect(try complete("cdctl cancel otp:") == "otp:+4915112345678")
+            #expect(try complete("cdctl wait tea ") == "otp:+4915112345678\ntea")
+            #expect(try !complete("cdctl start tea ").contains("otp:"), "no names where the DURATION goes")
         }
 
         @Test(
@@ -106,6 +152,12 @@ extension Integration {
             for page in ["cdctl.1", "countdownd.8"] {
                 let result = try runCommand("/usr/bin/groff", ["-man", "-Tutf8", "-ww", "-z", "\(packageRoot)/docs/man/\(page)"])
                 #expect(result.status == 0 && result.stderr.isEmpty, "\(page): \(result.stderr)")
+            }
+            // Each command's tag renders on one line, its description below it.
+            let text = try runCommand("/usr/bin/groff", ["-man", "-Tascii", "-P", "-cbou", "\(packageRoot)/docs/man/cdctl.1"]).stdout
+            let lines = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            for tag in ["status [NAME] [--json | --format TEMPLATE] [--follow]", "list [--json | --format TEMPLATE]", "watch [NAME...] [--json] [--since SEQ]"] {
+                #expect(lines.contains(tag), "cdctl.1 does not render '\(tag)' on a line of its own")
             }
             let syntax = try runCommand("/bin/bash", ["-n", "\(packageRoot)/completions/cdctl.bash"])
             #expect(syntax.status == 0, "\(syntax.stderr)")

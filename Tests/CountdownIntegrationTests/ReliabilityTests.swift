@@ -267,5 +267,31 @@ extension Integration {
             #expect(daemon.openDescriptorCount() <= descriptorsBefore + 4)
             #expect(try setup.request("PING").outcome == .ok("pong"))
         }
+
+        @Test(
+            "a descriptor limit below --max-connections: a warning at start, and clients past it get ERR limit instead of hanging",
+            .enabled(if: toolExists("/usr/bin/prlimit"), "prlimit (util-linux) is not installed")
+        )
+        func descriptorLimit() throws {
+            let daemon = try DaemonProcess(launcher: ["/usr/bin/prlimit", "--nofile=48:48", "--"])
+            let warning = try #require(daemon.stderrText.split(separator: "\n").first { $0.contains("the descriptor limit (48") })
+            #expect(warning.contains("fewer than --max-connections 10000") && warning.contains("LimitNOFILE="))
+            let words = warning.split(separator: " ")
+            let room = try #require(words.firstIndex(of: "for").flatMap { Int(words[$0 + 1]) })
+            #expect(room > 5 && room < 48)
+            var clients: [CountdownConnection] = []
+            for _ in 0..<room {
+                clients.append(try daemon.connect())
+            }
+            do {
+                _ = try daemon.connect()
+                Issue.record("a client past the descriptor limit was accepted")
+            } catch {
+                #expect("\(error)".contains("descriptor limit"), "\(error)")
+            }
+            #expect(try clients[0].request("PING").outcome == .ok("pong"), "the others are served")
+            clients.removeLast()
+            try waitUntil(timeout: 10) { (try? daemon.connect()) != nil }
+        }
     }
 }

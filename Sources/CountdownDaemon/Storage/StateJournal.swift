@@ -190,13 +190,8 @@ final class StateJournal: @unchecked Sendable {
 
     /// The journal files in the directory, by generation.
     private func journalFiles() throws(StorageError) -> [(UInt64, String)] {
-        guard let handle = opendir(directory) else { throw .unreadable(path: directory, errno: errno) }
-        defer { closedir(handle) }
         var files: [(UInt64, String)] = []
-        while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
+        for name in try FileSystem.entries(of: directory) {
             if name.hasPrefix("journal."), let number = UInt64(name.dropFirst("journal.".count)) {
                 files.append((number, directory + "/" + name))
             }

@@ -76,6 +76,20 @@ enum FileSystem {
         guard fsync(descriptor) == 0 else { throw .system(what: "fsync \(path)", errno: errno) }
     }
 
+    /// The names in a directory (without `.` and `..`).
+    static func entries(of path: String) throws(StorageError) -> [String] {
+        guard let handle = opendir(path) else { throw .unreadable(path: path, errno: errno) }
+        defer { closedir(handle) }
+        var names: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
     /// A whole file's bytes.
     static func readAll(_ path: String) throws(StorageError) -> [UInt8] {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
