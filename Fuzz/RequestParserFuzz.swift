@@ -42,6 +42,10 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
                     WireEncoder.appendOK(try engine.resume(name, requester: uid, now: now, events: &events), clock: clock, to: &out)
                 case .extend(let name, let ms):
                     WireEncoder.appendOK(try engine.extend(name, by: ms, requester: uid, now: now, events: &events), clock: clock, to: &out)
+                case .remove(let name):
+                    WireEncoder.appendOK(try engine.remove(name, requester: uid, now: now, events: &events), clock: clock, to: &out)
+                case .stats:
+                    WireEncoder.appendStat("running", "\(engine.runningCount)", to: &out)
                 case .subscribe(let names, _):
                     for snapshot in engine.activeSnapshots(matching: names.isEmpty ? nil : Set(names), now: now) {
                         WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &out)

@@ -202,6 +202,10 @@ def journal_deadlines(state):
                     position += 1 + 16
                     position += 1 + data[position]
                     continue
+                if kind == 3:  # removed: seq, total, name
+                    position += 1 + 16
+                    position += 1 + data[position]
+                    continue
                 fields = struct.unpack_from("<QBBIqqqqqqq", data, position + 1)
                 position += 1 + struct.calcsize("<QBBIqqqqqqq")
                 name = data[position + 1:position + 1 + data[position]].decode()

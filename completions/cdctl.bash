@@ -27,7 +27,7 @@ _cdctl() {
         case $word in
             --socket) socket=${words[i+1]}; ((i++)) ;;
             --socket=*) socket=${word#--socket=} ;;
-            --format|--since) ((i++)) ;;
+            --format|--since|--state) ((i++)) ;;
             -*) ;;
             *) if [[ -z $command ]]; then command=$word; else ((operands++)); fi ;;
         esac
@@ -37,6 +37,7 @@ _cdctl() {
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --format) COMPREPLY=($(compgen -W "'{name} {remaining}' '{name} {bar} {remaining}' '{remaining_s}'" -- "$cur")); return ;;
         --since) return ;;
+        --state) COMPREPLY=($(compgen -W "running paused done cancelled" -- "$cur")); return ;;
     esac
 
     local common="--socket --no-color --help --version"
@@ -44,7 +45,7 @@ _cdctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "$common" -- "$cur"))
         else
-            COMPREPLY=($(compgen -W "start status list cancel pause resume extend watch wait help" -- "$cur"))
+            COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle rm watch wait stats help" -- "$cur"))
         fi
         return
     fi
@@ -53,8 +54,9 @@ _cdctl() {
     case $command in
         start) options="--replace --if-idle --wait" ;;
         status) options="--json --format --follow" ;;
-        list) options="--json --format" ;;
+        list) options="--json --format --state" ;;
         watch) options="--json --since" ;;
+        stats) options="--json --prometheus" ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$options $common" -- "$cur"))
@@ -68,12 +70,12 @@ _cdctl() {
             else
                 COMPREPLY=($(compgen -W "30s 1m 5m 10m 25m 1h" -- "$cur"))
             fi ;;
-        status|cancel|pause|resume)
+        status|cancel|pause|resume|toggle|rm)
             ((operands == 0)) && COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
         watch|wait)
             COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
         help)
-            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend watch wait" -- "$cur")) ;;
+            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle rm watch wait stats" -- "$cur")) ;;
     esac
     # Bash replaces only what follows the last ':' of the word: offer only that part.
     if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then

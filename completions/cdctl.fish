@@ -3,7 +3,7 @@ function __cdctl_names
     cdctl __complete names 2>/dev/null
 end
 
-set -l commands start status list cancel pause resume extend watch wait help
+set -l commands start status list cancel pause resume extend toggle rm watch wait stats help
 complete -c cdctl -f
 complete -c cdctl -l socket -r -F -d 'the daemon socket'
 complete -c cdctl -l no-color -d 'no colour'
@@ -18,6 +18,10 @@ complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a resume -d 'r
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a extend -d 'add time'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a watch -d 'follow countdowns'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a wait -d 'wait for countdowns'
+complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a toggle -d 'pause or resume'
+complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a rm -d 'forget a finished countdown'
+complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a stats -d "the daemon's counters"
+complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a help -d 'help on a command'
 # Whether the word being completed is a countdown name: any operand of watch and wait, the first
 # of the others (start and extend take a DURATION second).
 function __cdctl_wants_name
@@ -31,7 +35,7 @@ function __cdctl_wants_name
             continue
         end
         switch $token
-            case --socket --format --since
+            case --socket --format --since --state
                 set skip 1
             case '-*'
             case '*'
@@ -45,14 +49,17 @@ function __cdctl_wants_name
     switch "$command"
         case watch wait
             return 0
-        case start extend status cancel pause resume
+        case start extend status cancel pause resume toggle rm
             test $operands -eq 0
             return
     end
     return 1
 end
 
-complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
+complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend toggle rm watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
+complete -c cdctl -n "__fish_seen_subcommand_from list" -l state -x -a 'running paused done cancelled' -d 'only this state'
+complete -c cdctl -n "__fish_seen_subcommand_from stats" -l json -d 'JSON output'
+complete -c cdctl -n "__fish_seen_subcommand_from stats" -l prometheus -d 'Prometheus text format'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l replace -d 'restart a running one'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l if-idle -d 'leave a running one alone'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l wait -d 'block until done'

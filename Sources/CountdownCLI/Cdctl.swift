@@ -21,6 +21,9 @@ public struct Cdctl {
         case .help:
             console.out(CdctlCommandLine.help + "\n")
             return .success
+        case .helpTopic(let topic):
+            console.out(CdctlCommandLine.commandHelp(topic) ?? CdctlCommandLine.help + "\n")
+            return .success
         case .version:
             console.out("cdctl \(CountdownVersion.current)\n")
             return .success
@@ -43,13 +46,21 @@ public struct Cdctl {
                 try subscribe(connection, to: [name])
             }
             var line = "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
-            if replace { line += " REPLACE" }
-            var code = try mutation(line, on: connection, name: name, quietWhenBusy: ifIdle)
+            // --replace says whether it replaced anything.
+            var replacing: CountdownInfo?
+            if replace {
+                line += " REPLACE"
+                replacing = try connection.request("STATUS \(name)").countdowns.first.flatMap { $0.state.isActive ? $0 : nil }
+            }
+            var code = try mutation(
+                line, on: connection, name: name, quietWhenBusy: ifIdle,
+                describedAs: replacing.map { old in { "\(name): restarted (the \(old.state.rawValue) one, with \(CountdownDuration.clock(milliseconds: old.remainingMilliseconds)) left, was cancelled); " + timeLeft($0) } }
+            )
             if code == .busy && ifIdle {
-                // Already counting: leave it alone, say where it stands, and succeed.
+                // Already counting: leave it alone, say so and where it stands, and succeed.
                 let status = try connection.request("STATUS \(name)")
                 if let countdown = status.countdowns.first {
-                    console.out(describe(countdown))
+                    console.out("\(name): already \(countdown.state.rawValue), left alone; " + timeLeft(countdown))
                 }
                 code = .success
             }
@@ -63,6 +74,25 @@ public struct Cdctl {
             return try mutation("RESUME \(name)", on: connection, name: name)
         case .extend(let name, let milliseconds):
             return try mutation("EXTEND \(name) \(milliseconds)ms", on: connection, name: name)
+        case .toggle(let name):
+            let reply = try connection.request("STATUS \(name)")
+            guard let countdown = reply.countdowns.first else {
+                return report(reply, on: connection, name: name)
+            }
+            switch countdown.state {
+            case .running: return try mutation("PAUSE \(name)", on: connection, name: name)
+            case .paused: return try mutation("RESUME \(name)", on: connection, name: name)
+            case .done, .cancelled:
+                console.error("cdctl: '\(name)' already finished (\(countdown.state.rawValue)); there is nothing to toggle; cdctl start \(name) starts it again\n")
+                return .notFound
+            }
+        case .remove(let name):
+            let reply = try connection.request("REMOVE \(name)")
+            guard case .ok = reply.outcome else {
+                return report(reply, on: connection, name: name)
+            }
+            console.out("\(name): removed\n")
+            return .success
         case .status(let name, let style, true):
             return try follow(name, style: style, on: connection)
         case .status(let name?, let style, false):
@@ -72,17 +102,10 @@ public struct Cdctl {
             }
             console.out(render(reply.countdowns, style: style, single: true))
             return .success
-        case .status(nil, let style, false), .list(let style):
-            let reply = try connection.request("LIST")
-            if case .error = reply.outcome {
-                return report(reply, on: connection, name: nil)
-            }
-            if case .table = style, reply.countdowns.isEmpty {
-                console.out("no countdowns\n")
-            } else {
-                console.out(render(reply.countdowns, style: style, single: false))
-            }
-            return .success
+        case .status(nil, let style, false), .list(let style, nil):
+            return try list(style: style, state: nil, on: connection)
+        case .list(let style, let state):
+            return try list(style: style, state: state, on: connection)
         case .completeNames:
             let reply = try connection.request("LIST")
             console.out(reply.countdowns.map { $0.name + "\n" }.joined())
@@ -102,16 +125,50 @@ public struct Cdctl {
                 display.colorAllowed = invocation.colorAllowed
                 return try display.run()
             }
-            while let event = try connection.nextEvent() {
-                console.out(json ? Formatting.json(event) : Formatting.eventLine(event))
+            // One line per event, for as long as it takes: across a daemon restart too, resuming
+            // after the last event printed, so a script's log has no gap and no repeat.
+            var current = connection
+            var lastSequence = since
+            while true {
+                while let event = try current.nextEvent() {
+                    lastSequence = max(lastSequence ?? 0, event.sequence)
+                    console.out(json ? Formatting.json(event) : Formatting.eventLine(event))
+                }
+                guard let next = reconnect(reason: current.shutdownReason, purpose: "follow \(names.isEmpty ? "every countdown" : names.joined(separator: ", "))") else {
+                    console.error("cdctl: countdownd closed the connection\(current.shutdownReason.map { " (\($0))" } ?? "") and did not come back within \(Int(Self.reconnectWindow)) s\n")
+                    return .unavailable
+                }
+                current = next
+                var resumed = false
+                if let since = lastSequence {
+                    resumed = try subscribe(current, to: names, since: since) != nil
+                }
+                if !resumed {
+                    lastSequence = try subscribe(current, to: names)
+                }
             }
-            console.error("cdctl: countdownd closed the connection\(connection.shutdownReason.map { " (\($0))" } ?? "")\n")
-            return .unavailable
         case .wait(let names):
             return try waitForAll(names, on: connection, subscribed: false)
-        case .help, .version:
+        case .stats(let format):
+            return try stats(format: format, on: connection)
+        case .help, .helpTopic, .version:
             return .success
         }
+    }
+
+    /// `list`: every countdown, or those in `state`.
+    private func list(style: OutputStyle, state: CountdownState?, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
+        let reply = try connection.request("LIST")
+        if case .error = reply.outcome {
+            return report(reply, on: connection, name: nil)
+        }
+        let countdowns = state.map { state in reply.countdowns.filter { $0.state == state } } ?? reply.countdowns
+        if case .table = style, countdowns.isEmpty {
+            console.out(state.map { "no \($0.rawValue) countdowns\n" } ?? "no countdowns\n")
+        } else {
+            console.out(render(countdowns, style: style, single: false))
+        }
+        return .success
     }
 
     /// Countdowns in the chosen style: a table, JSON (an object for one, an array for several),
@@ -131,34 +188,80 @@ public struct Cdctl {
     }
 
     /// `status --follow`: the current state, then a line on every change (every tick, so once a
-    /// second while running), for waybar, polybar, i3blocks and tmux. Runs until interrupted.
-    private func follow(_ name: String?, style: OutputStyle, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
-        try subscribe(connection, to: name.map { [$0] } ?? [])
-        if let name {
-            // A finished countdown has no snapshot event; show its final state once.
-            let reply = try connection.request("STATUS \(name)")
-            if let countdown = reply.countdowns.first, !countdown.state.isActive {
+    /// second while running), for waybar, polybar, i3blocks and tmux. Runs until interrupted,
+    /// across daemon restarts (it reconnects as `wait` does). A countdown that is removed prints
+    /// a final line (empty for a template, `{"name":…,"state":"gone"}` in JSON), so a bar blanks.
+    private func follow(_ name: String?, style: OutputStyle, on first: CountdownConnection) throws(ClientError) -> ExitCode {
+        let names = name.map { [$0] } ?? []
+        var connection = first
+        var lastSequence: UInt64?
+        while true {
+            if let since = lastSequence, try subscribe(connection, to: names, since: since) != nil {
+                // Resumed after the last event shown: what happened meanwhile follows.
+            } else {
+                lastSequence = try subscribe(connection, to: names)
+                if let name {
+                    // A finished countdown has no snapshot event; show its final state once.
+                    let reply = try connection.request("STATUS \(name)")
+                    if let countdown = reply.countdowns.first, !countdown.state.isActive {
+                        console.out(followLine(countdown, style: style))
+                    }
+                }
+            }
+            while let event = try connection.nextEvent() {
+                lastSequence = max(lastSequence ?? 0, event.sequence)
+                let state: CountdownState
+                switch event.kind {
+                case .snapshot: state = event.state ?? .running
+                case .paused: state = .paused
+                case .done: state = .done
+                case .cancelled: state = .cancelled
+                case .started, .tick, .resumed, .extended: state = .running
+                case .removed:
+                    console.out(goneLine(event.name, style: style))
+                    continue
+                }
+                let countdown = CountdownInfo(
+                    name: event.name, state: state,
+                    remainingMilliseconds: event.remainingMilliseconds, totalMilliseconds: event.totalMilliseconds,
+                    deadlineUnixMilliseconds: event.deadlineUnixMilliseconds
+                )
                 console.out(followLine(countdown, style: style))
             }
-        }
-        while let event = try connection.nextEvent() {
-            let state: CountdownState
-            switch event.kind {
-            case .snapshot: state = event.state ?? .running
-            case .paused: state = .paused
-            case .done: state = .done
-            case .cancelled: state = .cancelled
-            case .started, .tick, .resumed, .extended: state = .running
+            guard let next = reconnect(reason: connection.shutdownReason, purpose: "follow \(name ?? "every countdown")") else {
+                console.error("cdctl: countdownd closed the connection\(connection.shutdownReason.map { " (\($0))" } ?? "") and did not come back within \(Int(Self.reconnectWindow)) s\n")
+                return .unavailable
             }
-            let countdown = CountdownInfo(
-                name: event.name, state: state,
-                remainingMilliseconds: event.remainingMilliseconds, totalMilliseconds: event.totalMilliseconds,
-                deadlineUnixMilliseconds: event.deadlineUnixMilliseconds
-            )
-            console.out(followLine(countdown, style: style))
+            connection = next
         }
-        console.error("cdctl: countdownd closed the connection\(connection.shutdownReason.map { " (\($0))" } ?? "")\n")
-        return .unavailable
+    }
+
+    /// `stats`: the daemon's counters as a table, JSON, or Prometheus's text format (for
+    /// node_exporter's textfile collector).
+    private func stats(format: StatsFormat, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
+        let reply = try connection.request("STATS")
+        guard case .ok = reply.outcome else {
+            return report(reply, on: connection, name: nil)
+        }
+        switch format {
+        case .table:
+            let width = reply.stats.map(\.key.count).max() ?? 0
+            console.out(reply.stats.map { $0.key.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.value + "\n" }.joined())
+        case .json:
+            console.out(StatsRendering.json(reply.stats))
+        case .prometheus:
+            console.out(StatsRendering.prometheus(reply.stats))
+        }
+        return .success
+    }
+
+    /// What a bar shows once its countdown is gone: nothing.
+    private func goneLine(_ name: String, style: OutputStyle) -> String {
+        switch style {
+        case .json: return "{\"name\":\"\(name)\",\"state\":\"gone\"}\n"
+        case .template: return "\n"
+        case .table: return "\(name): gone\n"
+        }
     }
 
     private func followLine(_ countdown: CountdownInfo, style: OutputStyle) -> String {
@@ -171,7 +274,12 @@ public struct Cdctl {
 
     /// `tea: running, 0:02:41 left of 0:03:00`
     private func describe(_ countdown: CountdownInfo) -> String {
-        "\(countdown.name): \(countdown.state.rawValue), \(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
+        "\(countdown.name): \(countdown.state.rawValue), " + timeLeft(countdown)
+    }
+
+    /// `0:02:41 left of 0:03:00`, with its newline.
+    private func timeLeft(_ countdown: CountdownInfo) -> String {
+        "\(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
     }
 
     /// Subscribes, optionally replaying what happened after event `since`.
@@ -196,7 +304,8 @@ public struct Cdctl {
 
     /// Sends a mutation and reports its outcome: one line for a person on success.
     private func mutation(
-        _ line: String, on connection: CountdownConnection, name: String, quietWhenBusy: Bool = false
+        _ line: String, on connection: CountdownConnection, name: String, quietWhenBusy: Bool = false,
+        describedAs description: ((CountdownInfo) -> String)? = nil
     ) throws(ClientError) -> ExitCode {
         let reply = try connection.request(line)
         guard case .ok = reply.outcome, let countdown = reply.countdown else {
@@ -205,7 +314,7 @@ public struct Cdctl {
             }
             return report(reply, on: connection, name: name)
         }
-        console.out(describe(countdown))
+        console.out(description?(countdown) ?? describe(countdown))
         return .success
     }
 
@@ -216,7 +325,7 @@ public struct Cdctl {
             console.error("cdctl: unexpected reply from countdownd\n")
             return .refused
         }
-        var text = "cdctl: \(message) (\(rawCode))"
+        var text = "cdctl: \(Self.inCdctlTerms(message, name: name)) (\(rawCode))"
         if code == .notFound, let name, !message.contains("finished"),
            let list = try? connection.request("LIST"),
            let suggestion = Suggestion.closest(to: name, among: list.countdowns.map(\.name)) {
@@ -224,6 +333,26 @@ public struct Cdctl {
         }
         console.error(text + "\n")
         return ExitCode(errorCode: code)
+    }
+
+    /// The daemon's messages name protocol requests (`CANCEL it`); a person at cdctl wants the
+    /// cdctl command to run next.
+    static func inCdctlTerms(_ message: String, name: String?) -> String {
+        let target = name ?? "NAME"
+        let phrases: [(String, String)] = [
+            ("wait for it, CANCEL it, or START it with REPLACE", "wait for it (cdctl wait \(target)), cancel it (cdctl cancel \(target)), or restart it (cdctl start \(target) --replace)"),
+            ("LIST shows the existing ones", "cdctl list shows the existing ones"),
+            ("RESUME it to continue", "cdctl resume \(target) continues it"),
+            ("START it again to reuse the name", "cdctl start \(target) starts it again"),
+            ("CANCEL it first", "cdctl cancel \(target) first"),
+            ("SUBSCRIBE without SINCE for the current state", "cdctl watch without --since shows the current state"),
+            ("SUBSCRIBE with no names follows all", "cdctl watch with no names follows all"),
+        ]
+        var text = message
+        for (protocolPhrase, cdctlPhrase) in phrases {
+            text = text.replacing(protocolPhrase, with: cdctlPhrase)
+        }
+        return text
     }
 
     /// Blocks until every name is finished: `success` if all are done, `cancelled` if any was
@@ -270,7 +399,7 @@ public struct Cdctl {
             if outstanding.isEmpty { break }
             // The daemon went away mid-wait (a restart, an upgrade). Countdowns survive restarts,
             // so reconnect and carry on: a script's `cdctl wait build && …` should not fail.
-            guard let next = reconnect(reason: connection.shutdownReason, waitingFor: outstanding) else {
+            guard let next = reconnect(reason: connection.shutdownReason, purpose: "keep waiting for \(outstanding.sorted().joined(separator: ", "))") else {
                 console.error("cdctl: countdownd closed the connection while waiting for \(outstanding.sorted().joined(separator: ", ")) and did not come back within \(Int(Self.reconnectWindow)) s\n")
                 return .unavailable
             }
@@ -288,8 +417,8 @@ public struct Cdctl {
     static let reconnectWindow = 30.0
 
     /// Tries to connect again for up to `reconnectWindow` seconds, backing off from 50 ms to 1 s.
-    private func reconnect(reason: String?, waitingFor names: Set<String>) -> CountdownConnection? {
-        console.error("cdctl: countdownd went away\(reason.map { " (\($0))" } ?? ""); reconnecting to keep waiting for \(names.sorted().joined(separator: ", "))\n")
+    private func reconnect(reason: String?, purpose: String) -> CountdownConnection? {
+        console.error("cdctl: countdownd went away\(reason.map { " (\($0))" } ?? ""); reconnecting to \(purpose)\n")
         let deadline = monotonicSeconds() + Self.reconnectWindow
         var pause: UInt32 = 50_000
         while true {

@@ -10,14 +10,24 @@ public enum OutputStyle: Equatable, Sendable {
     case template(OutputTemplate)
 }
 
+/// How `stats` prints the daemon's counters.
+public enum StatsFormat: Equatable, Sendable {
+    /// `key  value` lines for people.
+    case table
+    /// One JSON object: numbers as numbers.
+    case json
+    /// Prometheus's text exposition format.
+    case prometheus
+}
+
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
     /// `start NAME [DURATION] [--replace | --if-idle] [--wait]`
     case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
-    /// `list [--json | --format T]`
-    case list(style: OutputStyle)
+    /// `list [--json | --format T] [--state STATE]`
+    case list(style: OutputStyle, state: CountdownState?)
     /// `cancel NAME`
     case cancel(name: String)
     /// `pause NAME`
@@ -26,12 +36,20 @@ public enum CdctlCommand: Equatable, Sendable {
     case resume(name: String)
     /// `extend NAME DURATION`
     case extend(name: String, milliseconds: Int64)
+    /// `toggle NAME`: pause a running countdown, resume a paused one (one key on a bar).
+    case toggle(name: String)
+    /// `rm NAME`: forget a finished countdown now instead of after its retention.
+    case remove(name: String)
     /// `watch [NAME…] [--json] [--since SEQ]`
     case watch(names: [String], json: Bool, since: UInt64?)
     /// `wait NAME…`
     case wait(names: [String])
+    /// `stats [--json | --prometheus]`
+    case stats(format: StatsFormat)
     /// `help`, `--help`
     case help
+    /// `help COMMAND`: that command's usage and what it does.
+    case helpTopic(String)
     /// `--version`
     case version
     /// `__complete names`: the names of existing countdowns, for shell completion (hidden).
@@ -72,20 +90,29 @@ public enum CdctlCommandLine {
           status [NAME] [--json | --format TEMPLATE] [--follow]
                                  show one countdown, or all; --follow prints again on
                                  every change (every second while running), for bars
-          list [--json | --format TEMPLATE]
-                                 show all countdowns
+          list [--json | --format TEMPLATE] [--state STATE]
+                                 show all countdowns, or those running, paused,
+                                 done or cancelled
           cancel NAME            cancel a running or paused countdown
           pause NAME             pause a running countdown
           resume NAME            resume a paused countdown
           extend NAME DURATION   add time to a running or paused countdown
+          toggle NAME            pause a running countdown, resume a paused one
+          rm NAME                forget a finished countdown now (it frees the name's
+                                 slot; finished ones are otherwise kept 10 minutes)
           watch [NAME...] [--json] [--since SEQ]
                                  follow countdowns: a live display on a terminal,
                                  one line per event otherwise; --since first replays
                                  the lifecycle events after event number SEQ
           wait NAME...           block until every NAME finishes (survives a daemon
                                  restart: reconnects for up to 30 s)
+          stats [--json | --prometheus]
+                                 the daemon's counts, events, lateness and storage;
+                                 --prometheus for node_exporter's textfile collector
+          help [COMMAND]         this text, or one command's
 
-        Durations: 90 (seconds), 90s, 1m30s, 1500ms, 2h, 1d; at most 366d.
+        Durations: 90 (seconds), 90s, 1m30s, 1500ms, 2h, 1d, and systemd's 5min,
+        '1h 30min', '2 days', 1week; at most 366d.
         Names: 1-128 of A-Z a-z 0-9 . _ : @ + -
 
         Options:
@@ -116,6 +143,8 @@ public enum CdctlCommandLine {
         .init(["--replace"]),
         .init(["--wait"]),
         .init(["--since"], takesValue: true),
+        .init(["--state"], takesValue: true),
+        .init(["--prometheus"]),
         .init(["--no-color"]),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
@@ -172,9 +201,16 @@ public enum CdctlCommandLine {
             try expect(operands, 0...1, usage: "status [NAME] [--json | --format TEMPLATE] [--follow]")
             command = .status(name: try operands.first.map(name), style: style, follow: parsed.has("follow"))
         case "list", "ls":
-            allowedFlags = ["json", "format"]
-            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE]")
-            command = .list(style: style)
+            allowedFlags = ["json", "format", "state"]
+            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE] [--state STATE]")
+            var state: CountdownState?
+            if let text = parsed.value("state") {
+                guard let value = CountdownState(rawValue: text) else {
+                    throw UsageError("--state '\(text)' is not one of running, paused, done, cancelled")
+                }
+                state = value
+            }
+            command = .list(style: style, state: state)
         case "cancel", "pause", "resume":
             allowedFlags = []
             try expect(operands, 1...1, usage: "\(verb) NAME")
@@ -184,6 +220,14 @@ public enum CdctlCommandLine {
             allowedFlags = []
             try expect(operands, 2...2, usage: "extend NAME DURATION")
             command = .extend(name: try name(operands[0]), milliseconds: try duration(operands[1]))
+        case "toggle":
+            allowedFlags = []
+            try expect(operands, 1...1, usage: "toggle NAME")
+            command = .toggle(name: try name(operands[0]))
+        case "rm", "remove":
+            allowedFlags = []
+            try expect(operands, 1...1, usage: "rm NAME")
+            command = .remove(name: try name(operands[0]))
         case "watch":
             allowedFlags = ["json", "since"]
             var since: UInt64?
@@ -198,15 +242,26 @@ public enum CdctlCommandLine {
             allowedFlags = []
             try expect(operands, 1...Int.max, usage: "wait NAME...")
             command = .wait(names: try operands.map(name))
+        case "stats":
+            allowedFlags = ["json", "prometheus"]
+            try expect(operands, 0...0, usage: "stats [--json | --prometheus]")
+            guard !(json && parsed.has("prometheus")) else {
+                throw UsageError("--json and --prometheus exclude each other; pick one")
+            }
+            command = .stats(format: json ? .json : parsed.has("prometheus") ? .prometheus : .table)
         case "help":
-            return invocation(.help)
+            guard let topic = operands.first else { return invocation(.help) }
+            guard commandHelp(topic) != nil else {
+                throw UsageError("no help for '\(topic)'\(suggestion(for: topic)); commands: \(commands.joined(separator: " "))")
+            }
+            return invocation(.helpTopic(topic))
         case "__complete":
             // Hidden: used by the shell completions to offer live countdown names.
             return invocation(.completeNames)
         default:
-            throw UsageError("unknown command '\(verb)'; commands: start status list cancel pause resume extend watch wait")
+            throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prometheus"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)
@@ -226,11 +281,37 @@ public enum CdctlCommandLine {
         }
     }
 
+    /// A duration; blanks inside are dropped, so systemd's `'1h 30min'` and `'2 days'` work.
     private static func duration(_ text: String) throws(UsageError) -> Int64 {
         do {
-            return try CountdownDuration.parse(text)
+            return try CountdownDuration.parse(text.filter { $0 != " " && $0 != "\t" })
         } catch {
             throw UsageError("bad duration: \(error.message)")
         }
+    }
+
+    /// The commands, for messages and completion.
+    public static let commands = ["start", "status", "list", "cancel", "pause", "resume", "extend", "toggle", "rm", "watch", "wait", "stats", "help"]
+
+    /// `; did you mean 'start'?` for a mistyped command, or nothing.
+    private static func suggestion(for verb: String) -> String {
+        Suggestion.closest(to: verb, among: commands).map { "; did you mean '\($0)'?" } ?? ""
+    }
+
+    /// One command's part of the help text: its usage line and the lines under it.
+    public static func commandHelp(_ command: String) -> String? {
+        let name = command == "ls" ? "list" : command == "remove" ? "rm" : command
+        var lines: [Substring] = []
+        for line in help.split(separator: "\n", omittingEmptySubsequences: false) {
+            if lines.isEmpty {
+                if line.hasPrefix("  \(name) ") || line == "  \(name)" { lines.append(line) }
+            } else if line.hasPrefix("                   ") {
+                lines.append(line)
+            } else {
+                break
+            }
+        }
+        guard !lines.isEmpty else { return nil }
+        return "Usage: cdctl " + lines.map { $0.trimmingPrefix(while: { $0 == " " }) }.joined(separator: "\n       ") + "\n"
     }
 }

@@ -71,6 +71,10 @@ struct LiveWatch {
             case .done: row.state = .done
             case .cancelled: row.state = .cancelled
             case .snapshot: row.state = event.state ?? .running
+            case .removed:
+                rows[event.name] = nil
+                finishedAt[event.name] = nil
+                continue
             }
             rows[event.name] = row
             if row.state.isActive {

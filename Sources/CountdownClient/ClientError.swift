@@ -44,16 +44,33 @@ public struct Reply: Equatable, Sendable {
     public var countdowns: [CountdownInfo]
     /// The final `OK` or `ERR`.
     public var outcome: ReplyOutcome
+    /// The `STAT <key> <value>` lines of a `STATS` reply, in order.
+    public var stats: [StatEntry] = []
 
     /// Creates a reply.
-    public init(countdowns: [CountdownInfo], outcome: ReplyOutcome) {
+    public init(countdowns: [CountdownInfo], outcome: ReplyOutcome, stats: [StatEntry] = []) {
         self.countdowns = countdowns
         self.outcome = outcome
+        self.stats = stats
     }
 
     /// For a mutation's `OK <countdown fields>`: the countdown it describes.
     public var countdown: CountdownInfo? {
         guard case .ok(let text) = outcome else { return nil }
         return WireLine.countdownInfo(text.split(separator: " ").map(String.init))
+    }
+}
+
+/// One `STAT <key> <value>` line.
+public struct StatEntry: Equatable, Sendable {
+    /// A lower-case word with underscores.
+    public var key: String
+    /// The value, as sent (a number or a word).
+    public var value: String
+
+    /// Creates an entry.
+    public init(key: String, value: String) {
+        self.key = key
+        self.value = value
     }
 }

@@ -154,6 +154,7 @@ public final class CountdownConnection {
     /// Reads the next reply block (for pipelined requests sent with `send`).
     public func readReply(timeout: Double? = 30) throws(ClientError) -> Reply {
         var countdowns: [CountdownInfo] = []
+        var stats: [StatEntry] = []
         while true {
             guard let line = try readLine(timeout: timeout) else {
                 throw .connectionLost(sawShutdown.map { "the daemon is stopping (\($0))" } ?? "the daemon closed the connection")
@@ -161,10 +162,12 @@ public final class CountdownConnection {
             switch WireLine.parse(line) {
             case .countdown(let info):
                 countdowns.append(info)
+            case .stat(let key, let value):
+                stats.append(StatEntry(key: key, value: value))
             case .ok(let text):
-                return Reply(countdowns: countdowns, outcome: .ok(text))
+                return Reply(countdowns: countdowns, outcome: .ok(text), stats: stats)
             case .error(let code, let raw, let message):
-                return Reply(countdowns: countdowns, outcome: .error(code: code, rawCode: raw, message: message))
+                return Reply(countdowns: countdowns, outcome: .error(code: code, rawCode: raw, message: message), stats: stats)
             case .event(let event):
                 pendingEvents.append(event)
             case .shutdown(let reason):

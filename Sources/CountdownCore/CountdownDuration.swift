@@ -1,8 +1,9 @@
 /// Parsing and rendering of countdown durations.
 ///
 /// Accepted forms: a bare integer means seconds (`90`); otherwise one or more `<integer><unit>`
-/// with units `ms`, `s`, `m`, `h`, `d` (`90s`, `1m30s`, `1500ms`, `2h`). The result must be
-/// more than zero and at most 366 days.
+/// with units `ms`, `s`, `m`, `h`, `d`, `w` and systemd.time(7)'s spellings of them (`msec`,
+/// `sec`, `min`, `hr`, `hours`, `days`, `weeks`, …): `90s`, `1m30s`, `1500ms`, `5min`,
+/// `1h30min`. The result must be more than zero and at most 366 days.
 public enum CountdownDuration {
     /// The longest duration accepted, 366 days, in milliseconds.
     public static let maximumMilliseconds: Int64 = 366 * 86_400_000
@@ -12,7 +13,7 @@ public enum CountdownDuration {
 
     /// The accepted forms, for error messages and `--help`.
     public static let acceptedForms =
-        "a whole number of seconds (90) or <number><unit> parts with units ms, s, m, h, d (90s, 1m30s, 1500ms, 2h), more than 0 and at most 366d"
+        "a whole number of seconds (90) or <number><unit> parts with units ms, s, m, h, d, w or their systemd spellings (90s, 1m30s, 1500ms, 5min, 1h30min, 2days), more than 0 and at most 366d"
 
     /// Parses a duration.
     /// - Returns: the duration in milliseconds.
@@ -74,16 +75,8 @@ public enum CountdownDuration {
                 // A bare number is seconds, but only as the whole text: "1m30" is malformed.
                 guard !sawUnit, index == bytes.endIndex else { return nil }
                 scale = 1000
-            } else if unit.elementsEqual("ms".utf8) {
-                scale = 1
-            } else if unit.elementsEqual("s".utf8) {
-                scale = 1000
-            } else if unit.elementsEqual("m".utf8) {
-                scale = 60_000
-            } else if unit.elementsEqual("h".utf8) {
-                scale = 3_600_000
-            } else if unit.elementsEqual("d".utf8) {
-                scale = 86_400_000
+            } else if let known = units.first(where: { unit.elementsEqual(UnsafeBufferPointer(start: $0.name.utf8Start, count: $0.name.utf8CodeUnitCount)) }) {
+                scale = known.milliseconds
             } else {
                 return nil
             }
@@ -93,6 +86,18 @@ public enum CountdownDuration {
         }
         return total
     }
+
+    /// The units, with systemd.time(7)'s spellings (`5min`, `1h30min`, `2days`, `1week`); the
+    /// short ones first, as they are the most used.
+    static let units: [(name: StaticString, milliseconds: Int64)] = [
+        ("s", 1000), ("m", 60_000), ("h", 3_600_000), ("ms", 1), ("d", 86_400_000),
+        ("min", 60_000), ("sec", 1000), ("msec", 1), ("hr", 3_600_000), ("w", 604_800_000),
+        ("second", 1000), ("seconds", 1000), ("secs", 1000),
+        ("minute", 60_000), ("minutes", 60_000), ("mins", 60_000),
+        ("hour", 3_600_000), ("hours", 3_600_000), ("hrs", 3_600_000),
+        ("day", 86_400_000), ("days", 86_400_000),
+        ("week", 604_800_000), ("weeks", 604_800_000),
+    ]
 
     /// Renders milliseconds compactly in the accepted syntax: `1m30s`, `1500ms`, `2h`.
     public static func format(milliseconds: Int64) -> String {

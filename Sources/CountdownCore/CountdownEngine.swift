@@ -443,6 +443,28 @@ public struct CountdownEngine {
         }
     }
 
+    /// Forgets a finished countdown now, instead of at the end of its retention: its name and its
+    /// slot (under `--max-countdowns`) are free at once.
+    /// - Throws: `not-found`, `busy` (still running or paused), `forbidden`.
+    @discardableResult
+    public mutating func remove(
+        _ name: String, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        guard let slot = slot(named: name), let record = records[Int(slot)] else {
+            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
+        }
+        guard !record.state.isActive else {
+            throw ProtocolError(.busy, "'\(name)' is \(record.state.rawValue), not finished; CANCEL it first")
+        }
+        try authorize(requester, toChange: record, verb: "remove")
+        let result = snapshot(of: record, now: now)
+        emit(.removed, record, remaining: 0, into: &events)
+        purge(slot: slot, name: name)
+        dropStaleTop()
+        return result
+    }
+
     // MARK: - Time
 
     /// Runs everything due at or before `now`, appending the events in time order.
@@ -463,6 +485,7 @@ public struct CountdownEngine {
                 heap.replaceMinimum(with: next)
             case .done, .cancelled:
                 heap.popMinimum()
+                emit(.removed, record, remaining: 0, into: &events)
                 purge(slot: top.slot, name: record.name)
             case .paused:
                 heap.popMinimum()  // Unreachable: pausing bumps the generation. Skipping is the safe answer.
@@ -580,11 +603,13 @@ public struct CountdownEngine {
             }
             records[Int(slot)] = record
             emit(.done, record, remaining: 0, into: &events)
+            events[events.count - 1].due = record.deadline
             return purgeEntry(slot: slot, record: record)
         }
         if ticksEnabled {
             let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
             emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
+            events[events.count - 1].due = old.deadline.advanced(byNanoseconds: -wholeSecondsLeft * 1_000_000_000)
         }
         return nextEntry(slot: slot, record: old, now: now)
     }

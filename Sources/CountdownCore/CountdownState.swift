@@ -71,6 +71,9 @@ public enum EventKind: String, Sendable, CaseIterable, Equatable {
     case cancelled
     /// Not a change: the current state of a countdown, sent to a new subscriber right after its `OK`.
     case snapshot
+    /// A finished countdown was forgotten: by `REMOVE`, or at the end of its retention. Its name is
+    /// free; a status bar following it blanks out.
+    case removed
 
     /// Whether losing this event would lose a state change. Ticks are not: a newer tick supersedes
     /// an older one, so a slow subscriber may skip ticks but never lifecycle events.
@@ -94,6 +97,9 @@ public struct CountdownEvent: Sendable, Equatable {
     public var totalMilliseconds: Int64
     /// For a `done` delivered after the deadline passed while the daemon was not running.
     public var lateMilliseconds: Int64?
+    /// For a tick or a `done` that time caused: the instant it was due (`deadline - k s`), so the
+    /// shell can measure how late it went out. Not on the wire.
+    public var due: Instant?
 
     /// Creates an event.
     public init(

@@ -14,20 +14,24 @@ public enum Request: Equatable, Sendable {
     case resume(name: String)
     /// `EXTEND <name> <duration>`
     case extend(name: String, milliseconds: Int64)
+    /// `REMOVE <name>`: forget a finished countdown now.
+    case remove(name: String)
     /// `SUBSCRIBE [<name> …]`; no names means every countdown, present and future.
     case subscribe(names: [String], since: UInt64?)
     /// `UNSUBSCRIBE`
     case unsubscribe
     /// `PING`
     case ping
+    /// `STATS`: counts, event rates, lateness, storage.
+    case stats
     /// `QUIT`
     case quit
 
     /// Whether the request changes countdowns, and so must be durable before its reply is sent.
     public var isMutation: Bool {
         switch self {
-        case .start, .cancel, .pause, .resume, .extend: return true
-        case .status, .list, .subscribe, .unsubscribe, .ping, .quit: return false
+        case .start, .cancel, .pause, .resume, .extend, .remove: return true
+        case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return false
         }
     }
 }
@@ -40,7 +44,8 @@ public enum Request: Equatable, Sendable {
 public enum RequestParser {
     /// The verbs, for `unknown-command` messages and completion.
     public static let verbs = [
-        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "SUBSCRIBE", "UNSUBSCRIBE", "PING", "QUIT",
+        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "REMOVE", "SUBSCRIBE", "UNSUBSCRIBE", "PING", "STATS",
+        "QUIT",
     ]
 
     /// Parses one line, without its line terminator (a trailing CR is ignored).
@@ -117,6 +122,13 @@ public enum RequestParser {
         }
         if keyword(verb, is: "PAUSE") {
             return .pause(name: try oneName(arguments, usage: "PAUSE <name>"))
+        }
+        if keyword(verb, is: "REMOVE") {
+            return .remove(name: try oneName(arguments, usage: "REMOVE <name>"))
+        }
+        if keyword(verb, is: "STATS") {
+            try noArguments(arguments, usage: "STATS")
+            return .stats
         }
         if keyword(verb, is: "RESUME") {
             return .resume(name: try oneName(arguments, usage: "RESUME <name>"))

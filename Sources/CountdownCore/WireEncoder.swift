@@ -96,6 +96,15 @@ public enum WireEncoder {
         out.append(UInt8(ascii: "\n"))
     }
 
+    /// `STAT <key> <value>`: one line of a `STATS` reply.
+    public static func appendStat(_ key: String, _ value: String, to out: inout [UInt8]) {
+        append("STAT ", to: &out)
+        append(key, to: &out)
+        out.append(UInt8(ascii: " "))
+        append(value, to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
     /// `SHUTDOWN <reason>`: sent to every connection when the daemon stops; the server closes next.
     public static func appendShutdown(_ reason: String, to out: inout [UInt8]) {
         append("SHUTDOWN ", to: &out)

@@ -100,6 +100,8 @@ public enum WireLine: Sendable, Equatable {
     case event(EventInfo)
     /// `SHUTDOWN <reason>`: the daemon is stopping and will close the connection.
     case shutdown(String)
+    /// `STAT <key> <value>`: one line of a `STATS` reply.
+    case stat(key: String, value: String)
     /// A line this client cannot read.
     case unrecognized(String)
 
@@ -123,6 +125,9 @@ public enum WireLine: Sendable, Equatable {
             return .hello(protocolVersion: version, daemonVersion: rest.count > 2 ? rest[2] : nil)
         case "SHUTDOWN":
             return .shutdown(rest.joined(separator: " "))
+        case "STAT":
+            guard let key = rest.first else { return .unrecognized(line) }
+            return .stat(key: key, value: rest.dropFirst().joined(separator: " "))
         default:
             return .unrecognized(line)
         }

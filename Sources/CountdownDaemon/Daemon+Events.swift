@@ -16,6 +16,7 @@ extension Daemon {
             journal.note(event, state: engine.persistentState(of: event.name), clock: mapping)
             batch.lifecycleEvents.append(event)
         }
+        statistics.count(events)
         fanOut.deliver(events, batch: batch.number)
     }
 

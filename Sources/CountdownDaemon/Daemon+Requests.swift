@@ -172,8 +172,18 @@ extension Daemon {
             fanOut.unsubscribe(connection)
             updateTickInterest()
             WireEncoder.appendOK("unsubscribed", to: &replyBuffer)
+        case .remove(let name):
+            recordUndo(name)
+            let snapshot = try engine.remove(name, requester: uid, now: now, events: &events)
+            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
         case .ping:
             WireEncoder.appendOK("pong", to: &replyBuffer)
+        case .stats:
+            let lines = statisticsLines(now: now)
+            for (key, value) in lines {
+                WireEncoder.appendStat(key, value, to: &replyBuffer)
+            }
+            WireEncoder.appendOK(count: lines.count, to: &replyBuffer)
         case .quit:
             WireEncoder.appendOK("bye", to: &replyBuffer)
             connection.stopReading()

@@ -49,6 +49,8 @@ public final class Daemon: @unchecked Sendable {
     let fanOut: EventFanOut
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
+    /// Events by kind and lateness, for `STATS`.
+    var statistics = DaemonStatistics(startedAt: SystemClock.now())
 
     /// Reused buffers, so the hot paths do not allocate per request or per event.
     var events: [CountdownEvent] = []
@@ -216,6 +218,7 @@ public final class Daemon: @unchecked Sendable {
             undoBatch(because: error)
             service.startRetrying { [unowned self] in retryStorage() }
         }
+        statistics.recordLateness(of: batch.timeEvents, writtenAt: SystemClock.now())
         phase = .flushing
         clients.flushTouched()  // The only place output is written while running.
         phase = .idle

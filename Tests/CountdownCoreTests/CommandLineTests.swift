@@ -39,7 +39,17 @@ struct CommandLineTests {
         #expect(try cdctl(["status"]).command == .status(name: nil, style: .table, follow: false))
         #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", style: .json, follow: false))
         #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
-        #expect(try cdctl(["list", "--json"]).command == .list(style: .json))
+        #expect(try cdctl(["list", "--json"]).command == .list(style: .json, state: nil))
+        #expect(try cdctl(["list", "--state", "running"]).command == .list(style: .table, state: .running))
+        #expect(throws: UsageError.self) { try cdctl(["list", "--state", "sleeping"]) }
+        #expect(try cdctl(["toggle", "tea"]).command == .toggle(name: "tea"))
+        #expect(try cdctl(["rm", "tea"]).command == .remove(name: "tea"))
+        #expect(try cdctl(["stats", "--prometheus"]).command == .stats(format: .prometheus))
+        #expect(try cdctl(["stats", "--json"]).command == .stats(format: .json))
+        #expect(throws: UsageError.self) { try cdctl(["stats", "--json", "--prometheus"]) }
+        #expect(try cdctl(["help", "start"]).command == .helpTopic("start"))
+        #expect(try cdctl(["start", "tea", "1h 30min"]).command == .start(name: "tea", milliseconds: 5_400_000, replace: false, ifIdle: false, wait: false))
+        #expect(try cdctl(["start", "tea", "2 days"]).command == .start(name: "tea", milliseconds: 172_800_000, replace: false, ifIdle: false, wait: false))
         #expect(try cdctl(["__complete", "names"]).command == .completeNames)
         #expect(try cdctl(["extend", "tea", "30s"]).command == .extend(name: "tea", milliseconds: 30_000))
         #expect(try cdctl(["watch"]).command == .watch(names: [], json: false, since: nil))
@@ -47,6 +57,24 @@ struct CommandLineTests {
         #expect(throws: UsageError.self) { try cdctl(["watch", "--since", "x"]) }
         #expect(throws: UsageError.self) { try cdctl(["list", "--since", "1"]) }
         #expect(try cdctl(["wait", "a", "b"]).command == .wait(names: ["a", "b"]))
+        // A mistyped command suggests the closest one.
+        do {
+            _ = try cdctl(["strat", "tea"])
+            Issue.record("'strat' was accepted")
+        } catch {
+            #expect(error.description.contains("did you mean 'start'?"), "\(error)")
+        }
+        do {
+            _ = try cdctl(["help", "staus"])
+            Issue.record("help for 'staus' was accepted")
+        } catch {
+            #expect(error.description.contains("did you mean 'status'?"), "\(error)")
+        }
+        #expect(CdctlCommandLine.commandHelp("toggle")?.hasPrefix("Usage: cdctl toggle NAME") == true)
+        #expect(CdctlCommandLine.commandHelp("list")?.contains("running, paused") == true)
+        for command in CdctlCommandLine.commands {
+            #expect(CdctlCommandLine.commandHelp(command) != nil, "no help for \(command)")
+        }
         #expect(try cdctl(["--version"]).command == .version)
         #expect(try cdctl(["list"]).socketPath == "/run/user/7/countdownd/countdownd.sock")
         #expect(try cdctl(["--socket", "/x", "list"]).socketPath == "/x")

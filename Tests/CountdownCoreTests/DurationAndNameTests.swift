@@ -6,6 +6,9 @@ struct DurationAndNameTests {
     @Test("accepted duration forms", arguments: [
         ("90", 90_000), ("90s", 90_000), ("1m30s", 90_000), ("1500ms", 1500), ("2h", 7_200_000),
         ("1d", 86_400_000), ("1h1m1s1ms", 3_661_001), ("366d", 366 * 86_400_000), ("0m1s", 1000), ("007", 7000),
+        // systemd.time(7) spellings.
+        ("5min", 300_000), ("1h30min", 5_400_000), ("2days", 172_800_000), ("1week", 604_800_000), ("2w", 1_209_600_000),
+        ("90sec", 90_000), ("3hours", 10_800_000), ("1hr", 3_600_000), ("250msec", 250), ("1minute30seconds", 90_000),
     ] as [(String, Int64)])
     func accepted(text: String, milliseconds: Int64) throws {
         #expect(try CountdownDuration.parse(text) == milliseconds)
@@ -13,7 +16,7 @@ struct DurationAndNameTests {
 
     @Test("rejected durations are bad-duration", arguments: [
         "", "0", "0s", "-5", "+5", "5x", "1.5s", "s", "1m30", "90 s", "367d", "8785h", "99999999999999999999999",
-        "9223372036854775807ms", "1e3", "１", "5S", "\u{0}",
+        "9223372036854775807ms", "1e3", "１", "5S", "\u{0}", "5mins5", "1fortnight", "53w", "5minute s",
     ])
     func rejected(text: String) {
         do {

@@ -1,4 +1,4 @@
-import CountdownCore
+@testable import CountdownCore
 import Testing
 
 /// What storage needs from the engine: undoing a batch whose commit failed, an O(1) image for
@@ -109,5 +109,58 @@ struct EngineUndoTests {
         #expect(try ring.events(after: 2, names: ["a"]).map(\.sequence) == [3])
         #expect(try ring.events(after: 4, names: nil).isEmpty)
         #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 1)) { try ring.events(after: 0, names: nil) }
+    }
+}
+
+@Suite("Lateness histogram")
+struct LatenessHistogramTests {
+    @Test("percentiles come from bucket edges within 25 %, never above the maximum")
+    func percentiles() {
+        var histogram = LatenessHistogram()
+        #expect(histogram.percentileMicroseconds(0.99) == 0)
+        for microseconds in 1...1000 {
+            histogram.record(nanoseconds: Int64(microseconds) * 1000)
+        }
+        #expect(histogram.count == 1000 && histogram.maximumMicroseconds == 1000)
+        let p50 = histogram.percentileMicroseconds(0.5)
+        let p99 = histogram.percentileMicroseconds(0.99)
+        #expect(p50 >= 500 && p50 <= 625, "\(p50)")
+        #expect(p99 >= 990 && p99 <= 1000, "\(p99)")
+        histogram.record(nanoseconds: -5)
+        #expect(histogram.percentileMicroseconds(0) == 0, "early counts as on time")
+    }
+
+    @Test("every value lands in a bucket whose upper edge is at least the value")
+    func edges() {
+        for value in [Int64(0), 1, 2, 3, 4, 5, 7, 8, 100, 1023, 1024, 1279, 1280, 999_999, 1 << 39, 1 << 45] {
+            let bucket = LatenessHistogram.bucket(of: value)
+            #expect(LatenessHistogram.upperEdge(of: bucket) >= value, "\(value)")
+            if bucket > 0 {
+                #expect(LatenessHistogram.upperEdge(of: bucket - 1) < value, "\(value)")
+            }
+        }
+    }
+}
+
+@Suite("Engine: REMOVE and purging")
+struct EngineRemoveTests {
+    @Test("REMOVE forgets a finished countdown at once with a removed event; a running one is busy; purge says removed too")
+    func remove() throws {
+        var clock = ManualClock()
+        try clock.start("tea", 1000)
+        #expect(throws: ProtocolError.self) {
+            try clock.perform { engine, now, events throws(ProtocolError) in try engine.remove("tea", requester: 1000, now: now, events: &events) }
+        }
+        clock.advance(byMilliseconds: 1000)
+        clock.clearLog()
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.remove("tea", requester: 1000, now: now, events: &events) }
+        #expect(clock.log.map(\.event.kind) == [.removed])
+        #expect(clock.engine.count == 0 && clock.engine.persistentState(of: "tea") == nil)
+        clock.advance(byMilliseconds: 600_000)
+        #expect(clock.log.count == 1, "nothing is purged twice")
+        try clock.start("tea", 1000)
+        #expect(throws: ProtocolError.self) {
+            try clock.perform { engine, now, events throws(ProtocolError) in try engine.remove("nothing", requester: 1000, now: now, events: &events) }
+        }
     }
 }

@@ -14,6 +14,8 @@ import CountdownCore
 ///               late_ms i64, deadline_unix_ms i64, deadline_boot_ns i64, remaining_ns i64,
 ///               finished_unix_ms i64, name (u8 length + bytes)
 ///               -- a lifecycle event and the countdown's whole state after it
+///     3 removed seq u64, total_ms i64, name (u8 length + bytes)
+///               -- the countdown was forgotten (REMOVE, or the end of its retention)
 ///
 /// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
 enum JournalFormat {
@@ -26,9 +28,10 @@ enum JournalFormat {
     enum RecordType: UInt8 {
         case header = 1
         case event = 2
+        case removed = 3
     }
 
-    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled]
+    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed]
     static let states: [CountdownState] = [.running, .paused, .done, .cancelled]
 
     /// The header record of a journal file.
@@ -38,10 +41,10 @@ enum JournalFormat {
         var bootID: String?
     }
 
-    /// An event record: a lifecycle event and the countdown's state after it.
+    /// An event record: a lifecycle event and the countdown's state after it (`nil`: removed).
     struct EventRecord: Equatable {
         var event: CountdownEvent
-        var state: StoredCountdown
+        var state: StoredCountdown?
     }
 
     // MARK: Writing
@@ -85,6 +88,13 @@ enum JournalFormat {
         // The state's late_ms follows the event's only when they differ (rare: a late done).
         appendShortString(event.name, to: &buffer)
         append(state.lateMilliseconds ?? absent, to: &buffer)
+    }
+
+    static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
+        buffer.append(RecordType.removed.rawValue)
+        append(event.sequence, to: &buffer)
+        append(event.totalMilliseconds, to: &buffer)
+        appendShortString(event.name, to: &buffer)
     }
 
     private static func append(_ value: Int64, to buffer: inout [UInt8]) {
@@ -210,6 +220,14 @@ enum JournalFormat {
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
                         owner: owner, lateMilliseconds: present(stateLate)
                     )
+                ))
+            case .removed:
+                let sequence = try reader.u64()
+                let total = try reader.i64()
+                let name = try reader.shortString()
+                scan.events.append(EventRecord(
+                    event: CountdownEvent(sequence: sequence, kind: .removed, name: name, remainingMilliseconds: 0, totalMilliseconds: total),
+                    state: nil
                 ))
             case nil:
                 throw FormatError(reason: "a record of unknown type")

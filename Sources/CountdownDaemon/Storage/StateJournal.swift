@@ -131,7 +131,8 @@ final class StateJournal: @unchecked Sendable {
         // the journal's names are hashed: a snapshot of a million rows is taken as it is.
         var snapshotRows: [StoredCountdown] = []
         var snapshotSameBoot = false
-        var latest: [String: (StoredCountdown, sameBoot: Bool)] = [:]
+        // A removed countdown is a tombstone: `nil`.
+        var latest: [String: (StoredCountdown, sameBoot: Bool)?] = [:]
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         if let snapshot = try SnapshotFile.read(directory: directory) {
@@ -167,7 +168,7 @@ final class StateJournal: @unchecked Sendable {
             }
             let sameBoot = bootID != nil && scan.header?.bootID == bootID
             for record in scan.events {
-                latest[record.state.name] = (record.state, sameBoot)
+                latest[record.event.name] = .some(record.state.map { ($0, sameBoot) })
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
                 recovered.events.append(record.event)
             }
@@ -180,7 +181,7 @@ final class StateJournal: @unchecked Sendable {
         for row in snapshotRows where latest.isEmpty || latest[row.name] == nil {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: snapshotSameBoot))
         }
-        for (row, sameBoot) in latest.values {
+        for case let (row, sameBoot)? in latest.values {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
@@ -256,8 +257,11 @@ final class StateJournal: @unchecked Sendable {
 
     /// Notes a lifecycle event and the countdown's state after it (`nil`: it no longer exists).
     func note(_ event: CountdownEvent, state: PersistedCountdown?, clock: WallClockMapping) {
-        guard let state else { return }
-        JournalFormat.appendEvent(event, state: StoredCountdown(state, clock: clock), to: &pending)
+        if let state {
+            JournalFormat.appendEvent(event, state: StoredCountdown(state, clock: clock), to: &pending)
+        } else {
+            JournalFormat.appendRemoved(event, to: &pending)
+        }
     }
 
     /// Forgets what was noted since `beginBatch`: the batch's changes were undone.

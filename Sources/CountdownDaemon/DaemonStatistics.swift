@@ -1,0 +1,74 @@
+import CountdownCore
+
+/// What `STATS` reports that the engine does not already count: events by kind and how late
+/// ticks and `done`s went out, since the daemon started. Cheap enough to keep always on: a
+/// counter per event and, per tick or `done`, one histogram bucket.
+struct DaemonStatistics {
+    /// When the daemon started (boot clock).
+    let startedAt: Instant
+    /// Events emitted, by kind (snapshots not counted: they are replies, not events).
+    private(set) var eventsByKind: [EventKind: UInt64] = [:]
+    /// How late, from the instant each was due to the moment its batch was written out.
+    private(set) var doneLateness = LatenessHistogram()
+    private(set) var tickLateness = LatenessHistogram()
+
+    init(startedAt: Instant) {
+        self.startedAt = startedAt
+    }
+
+    /// Counts the events of a batch.
+    mutating func count(_ events: [CountdownEvent]) {
+        for event in events {
+            eventsByKind[event.kind, default: 0] += 1
+        }
+    }
+
+    /// Records how late the batch's timed events leave, written out at `now`.
+    mutating func recordLateness(of events: [CountdownEvent], writtenAt now: Instant) {
+        for event in events {
+            guard let due = event.due else { continue }
+            if event.kind == .done {
+                doneLateness.record(nanoseconds: now.nanoseconds(since: due))
+            } else {
+                tickLateness.record(nanoseconds: now.nanoseconds(since: due))
+            }
+        }
+    }
+}
+
+extension Daemon {
+    /// The `STAT <key> <value>` lines of a `STATS` reply, in a fixed order. Keys are lower-case
+    /// words with underscores; values have no spaces. Later versions add keys at the end.
+    func statisticsLines(now: Instant) -> [(String, String)] {
+        var lines: [(String, String)] = [
+            ("version", DaemonConfiguration.version),
+            ("uptime_s", "\(now.nanoseconds(since: statistics.startedAt) / 1_000_000_000)"),
+            ("running", "\(engine.runningCount)"),
+            ("paused", "\(engine.pausedCount)"),
+            ("finished", "\(engine.finishedCount)"),
+            ("connections", "\(clients.count)"),
+            ("subscribers", "\(fanOut.subscriberCount)"),
+            ("last_seq", "\(engine.lastSequence)"),
+        ]
+        for kind in EventKind.allCases where kind != .snapshot {
+            lines.append(("events_\(kind.rawValue)", "\(statistics.eventsByKind[kind] ?? 0)"))
+        }
+        for (name, histogram) in [("done", statistics.doneLateness), ("tick", statistics.tickLateness)] {
+            lines.append(("\(name)_late_count", "\(histogram.count)"))
+            lines.append(("\(name)_late_p50_us", "\(histogram.percentileMicroseconds(0.5))"))
+            lines.append(("\(name)_late_p99_us", "\(histogram.percentileMicroseconds(0.99))"))
+            lines.append(("\(name)_late_max_us", "\(histogram.maximumMicroseconds)"))
+        }
+        let storage: String
+        switch journal.health {
+        case .available: storage = "ok"
+        case .failing: storage = "failing"
+        case .awaitingSnapshot: storage = "recovering"
+        }
+        lines.append(("storage", storage))
+        lines.append(("journal_bytes", "\(journal.bytesSinceSnapshot)"))
+        lines.append(("journal_generation", "\(journal.generation)"))
+        lines.append(("replay_kept_after", "\(ring.keptAfter)"))
+        return lines
+    }
+}

@@ -1,0 +1,134 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Glibc
+import Testing
+
+extension Integration {
+    @Suite("cdctl speaks cdctl: toggle, rm, list --state, stats, messages, follow across restarts")
+    struct CdctlLanguageTests {
+        /// Protocol verbs a cdctl user should never be told to type.
+        static let protocolWords = ["START", "CANCEL", "LIST", "RESUME", "PAUSE", "SUBSCRIBE", "REPLACE", "REMOVE", "STATUS"]
+
+        @Test("toggle pauses and resumes; rm forgets a finished countdown, refuses a running one; list --state filters")
+        func toggleRemoveAndStates() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            _ = try cdctl(["start", "tea", "3m"], socket: s)
+            _ = try cdctl(["start", "bread", "1h"], socket: s)
+            #expect(try cdctl(["toggle", "tea"], socket: s).stdout.hasPrefix("tea: paused"))
+            #expect(try cdctl(["toggle", "tea"], socket: s).stdout.hasPrefix("tea: running"))
+            let busy = try cdctl(["rm", "tea"], socket: s)
+            #expect(busy.status == 4 && busy.stderr.contains("cdctl cancel tea first"), "\(busy.stderr)")
+            _ = try cdctl(["cancel", "tea"], socket: s)
+            let finished = try cdctl(["toggle", "tea"], socket: s)
+            #expect(finished.status == 3 && finished.stderr.contains("cdctl start tea starts it again"))
+            #expect(try cdctl(["list", "--state", "cancelled", "--format", "{name}"], socket: s).stdout == "tea\n")
+            #expect(try cdctl(["list", "--state", "running", "--format", "{name}"], socket: s).stdout == "bread\n")
+            #expect(try cdctl(["list", "--state", "paused"], socket: s).stdout == "no paused countdowns\n")
+            let removed = try cdctl(["rm", "tea"], socket: s)
+            #expect(removed.status == 0 && removed.stdout == "tea: removed\n")
+            #expect(try cdctl(["status", "tea"], socket: s).status == 3)
+            // The name is free at once, and the removal survives a restart.
+            #expect(daemon.terminate() == 0)
+            let again = try DaemonProcess(directory: daemon.directory)
+            #expect(try cdctl(["status", "tea"], socket: again.socketPath).status == 3)
+            #expect(try cdctl(["status", "bread"], socket: again.socketPath).status == 0)
+        }
+
+        @Test("errors name the cdctl command to run next, never a protocol verb; --if-idle and --replace say what they did")
+        func messagesInCdctlTerms() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            _ = try cdctl(["start", "tea", "3m"], socket: s)
+            var errors: [String] = []
+            let busy = try cdctl(["start", "tea", "3m"], socket: s)
+            #expect(busy.stderr.contains("cdctl cancel tea") && busy.stderr.contains("cdctl start tea --replace"), "\(busy.stderr)")
+            errors.append(busy.stderr)
+            _ = try cdctl(["pause", "tea"], socket: s)
+            let paused = try cdctl(["pause", "tea"], socket: s)
+            #expect(paused.stderr.contains("cdctl resume tea continues it"), "\(paused.stderr)")
+            errors.append(paused.stderr)
+            let unknown = try cdctl(["cancel", "coffee"], socket: s)
+            #expect(unknown.stderr.contains("cdctl list shows the existing ones"), "\(unknown.stderr)")
+            errors.append(unknown.stderr)
+            let typo = try runCommand(TestBinaries.cdctl, ["strat", "tea"])
+            #expect(typo.status == 2 && typo.stderr.contains("did you mean 'start'?"))
+            errors.append(typo.stderr)
+            for error in errors {
+                let words = error.split(whereSeparator: { !$0.isLetter }).map(String.init)
+                #expect(Set(words).isDisjoint(with: Self.protocolWords), "a protocol verb in: \(error)")
+            }
+            let idle = try cdctl(["start", "tea", "5m", "--if-idle"], socket: s)
+            #expect(idle.status == 0 && idle.stdout.hasPrefix("tea: already paused, left alone;"), "\(idle.stdout)")
+            let replaced = try cdctl(["start", "tea", "5m", "--replace"], socket: s)
+            #expect(replaced.stdout.hasPrefix("tea: restarted (the paused one, with 0:03:00 left, was cancelled); 0:05:00 left"), "\(replaced.stdout)")
+            let fresh = try cdctl(["start", "other", "5m", "--replace"], socket: s)
+            #expect(fresh.stdout.hasPrefix("other: running, 0:05:00 left"), "nothing replaced, nothing said: \(fresh.stdout)")
+            #expect(try cdctl(["start", "long", "1h 30min"], socket: s).stdout == "long: running, 1:30:00 left of 1:30:00\n")
+            #expect(try runCommand(TestBinaries.cdctl, ["help", "toggle"]).stdout.hasPrefix("Usage: cdctl toggle NAME"))
+        }
+
+        @Test("STATS counts events and measures lateness; cdctl stats prints it as a table, JSON, and Prometheus text")
+        func stats() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            _ = try c.request("SUBSCRIBE")
+            _ = try c.request("START brew 1500ms")
+            _ = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
+            let reply = try c.request("STATS")
+            #expect(reply.outcome == .ok("\(reply.stats.count)"))
+            let values = Dictionary(uniqueKeysWithValues: reply.stats.map { ($0.key, $0.value) })
+            #expect(values["events_started"] == "1" && values["events_done"] == "1" && values["events_tick"] == "1")
+            #expect(values["done_late_count"] == "1" && values["tick_late_count"] == "1")
+            let p99 = try #require(values["done_late_p99_us"].flatMap(Int.init))
+            #expect(p99 >= 0 && p99 < 1_000_000, "a done within a second of its deadline: \(p99) µs")
+            #expect(values["storage"] == "ok" && values["finished"] == "1" && values["subscribers"] == "1")
+            let json = try cdctl(["stats", "--json"], socket: daemon.socketPath)
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+            #expect(object["events_done"] as? Int == 1 && object["storage"] as? String == "ok")
+            let prometheus = try cdctl(["stats", "--prometheus"], socket: daemon.socketPath).stdout
+            #expect(prometheus.contains("countdownd_countdowns{state=\"finished\"} 1\n"))
+            #expect(prometheus.contains("countdownd_events_total{kind=\"done\"} 1\n"))
+            #expect(prometheus.contains("countdownd_done_lateness_seconds{quantile=\"0.99\"} "))
+            #expect(prometheus.contains("countdownd_storage_ok 1\n"))
+            // The text format: comments, or `name{labels} value`.
+            for line in prometheus.split(separator: "\n") where !line.hasPrefix("#") {
+                let parts = line.split(separator: " ")
+                #expect(parts.count == 2 && parts[0].hasPrefix("countdownd_") && Double(parts[1]) != nil, "not a sample: \(line)")
+            }
+            let table = try cdctl(["stats"], socket: daemon.socketPath).stdout
+            #expect(table.contains("events_done") && table.contains("storage"))
+        }
+
+        @Test("status --follow rides through a daemon restart, shows what happened meanwhile, and prints an empty line when its countdown is removed")
+        func followAcrossRestart() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "tea", "1h"], socket: daemon.socketPath)
+            let output = daemon.directory.file("follow.out")
+            let file = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            let follower = try ChildProcess(
+                TestBinaries.cdctl, ["--socket", daemon.socketPath, "status", "tea", "--follow", "--format", "{name} {state}"],
+                environment: ProcessInfo.processInfo.environment, stdout: file, stderr: file
+            )
+            close(file)
+            defer {
+                follower.signal(SIGKILL)
+                follower.wait()
+            }
+            func lines() -> [String] {
+                ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            }
+            try waitUntil(timeout: 10) { lines().contains("tea running") }
+            #expect(daemon.terminate() == 0)
+            let second = try DaemonProcess(directory: daemon.directory)
+            _ = try cdctl(["pause", "tea"], socket: second.socketPath)
+            try waitUntil(timeout: 15) { lines().contains("tea paused") }
+            _ = try cdctl(["cancel", "tea"], socket: second.socketPath)
+            _ = try cdctl(["rm", "tea"], socket: second.socketPath)
+            try waitUntil(timeout: 10) { lines().contains("tea cancelled") && lines().suffix(2) == ["", ""] }
+            #expect(follower.isRunning, "it keeps following")
+            #expect(lines().contains { $0.contains("reconnecting") }, "it said why it reconnected")
+        }
+    }
+}
