@@ -273,9 +273,10 @@ public enum CdctlCommandLine {
         }
     }
 
+    /// A countdown name, or (for root) another user's as `<uid>/<name>`.
     private static func name(_ text: String) throws(UsageError) -> String {
         do {
-            return try CountdownName.validate(text)
+            return try CountdownAddress.validate(bytes: Array(text.utf8))
         } catch {
             throw UsageError("bad name '\(ProtocolText.sanitized(Array(text.utf8)))': \(error.message)")
         }

@@ -4,11 +4,15 @@ public struct EngineConfiguration: Sendable, Equatable {
     public var retentionMilliseconds: Int64
     /// The most countdowns held at once, finished ones included.
     public var maximumCountdowns: Int
+    /// The most countdowns one non-root owner may hold, finished ones included: one user cannot
+    /// take the whole daemon from the others. Root is not limited by it.
+    public var maximumCountdownsPerOwner: Int
 
     /// Creates a configuration; the defaults are the daemon's.
-    public init(retentionMilliseconds: Int64 = 600_000, maximumCountdowns: Int = 1_000_000) {
+    public init(retentionMilliseconds: Int64 = 600_000, maximumCountdowns: Int = 1_000_000, maximumCountdownsPerOwner: Int = 100_000) {
         self.retentionMilliseconds = retentionMilliseconds
         self.maximumCountdowns = maximumCountdowns
+        self.maximumCountdownsPerOwner = maximumCountdownsPerOwner
     }
 }
 
@@ -47,6 +51,8 @@ public struct CountdownEngine {
     private var freeSlots: [Int32] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
+    /// How many countdowns each owner holds (absent: none).
+    private var countsByOwner: [UInt32: Int] = [:]
 
     /// The sequence number of the last lifecycle event (0 before the first). Only lifecycle events
     /// take a number: ticks and snapshots carry the last one, so numbers survive a restart exactly
@@ -173,6 +179,7 @@ public struct CountdownEngine {
         }
         let slot = allocateSlot()
         slotsByName.insert(hash: NameIndex.hash(record.name), slot: slot)
+        countsByOwner[record.owner, default: 0] += 1
         records[Int(slot)] = record
         switch record.state {
         case .running:
@@ -236,8 +243,15 @@ public struct CountdownEngine {
                     "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
                 )
             }
+            guard requester == 0 || countsByOwner[requester, default: 0] < configuration.maximumCountdownsPerOwner else {
+                throw ProtocolError(
+                    .limit,
+                    "uid \(requester) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
+                )
+            }
             slot = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
+            countsByOwner[requester, default: 0] += 1
         }
         let record = Record(
             name: name,
@@ -382,6 +396,7 @@ public struct CountdownEngine {
             generation = current.generation &+ 1
             guard previous != nil else {
                 slotsByName.remove(hash: hash, slot: existing)
+                countsByOwner[current.owner, default: 1] -= 1
                 records[Int(existing)] = nil
                 freeSlots.append(existing)
                 dropStaleTop()
@@ -389,9 +404,10 @@ public struct CountdownEngine {
             }
             slot = existing
         } else {
-            guard previous != nil else { return }
+            guard let previous else { return }
             slot = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
+            countsByOwner[previous.owner, default: 0] += 1
         }
         // Both branches above return unless `previous` is set.
         let persisted = previous!
@@ -569,7 +585,8 @@ public struct CountdownEngine {
             name: record.name,
             remainingMilliseconds: remaining,
             totalMilliseconds: record.totalMilliseconds,
-            lateMilliseconds: kind == .done ? record.lateMilliseconds : nil
+            lateMilliseconds: kind == .done ? record.lateMilliseconds : nil,
+            owner: record.owner
         ))
     }
 
@@ -656,6 +673,10 @@ public struct CountdownEngine {
     }
 
     private mutating func purge(slot: Int32, name: String) {
+        if let owner = records[Int(slot)]?.owner {
+            countsByOwner[owner, default: 1] -= 1
+            if countsByOwner[owner] == 0 { countsByOwner[owner] = nil }
+        }
         slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
         records[Int(slot)] = nil
         freeSlots.append(slot)

@@ -100,6 +100,8 @@ public struct CountdownEvent: Sendable, Equatable {
     /// For a tick or a `done` that time caused: the instant it was due (`deadline - k s`), so the
     /// shell can measure how late it went out. Not on the wire.
     public var due: Instant?
+    /// The uid whose namespace the countdown is in: who may see this event.
+    public var owner: UInt32
 
     /// Creates an event.
     public init(
@@ -108,8 +110,10 @@ public struct CountdownEvent: Sendable, Equatable {
         name: String,
         remainingMilliseconds: Int64,
         totalMilliseconds: Int64,
-        lateMilliseconds: Int64? = nil
+        lateMilliseconds: Int64? = nil,
+        owner: UInt32 = 0
     ) {
+        self.owner = owner
         self.sequence = sequence
         self.kind = kind
         self.name = name

@@ -93,7 +93,7 @@ public enum RequestParser {
             guard (1...3).contains(arguments.count) else {
                 throw usage("START <name> [<duration>] [REPLACE]", got: arguments.count)
             }
-            let name = try CountdownName.validate(bytes: arguments[arguments.startIndex])
+            let name = try CountdownAddress.validate(bytes: arguments[arguments.startIndex])
             var milliseconds = CountdownDuration.defaultMilliseconds
             var replace = false
             for (offset, field) in arguments.dropFirst().enumerated() {
@@ -137,7 +137,7 @@ public enum RequestParser {
             guard arguments.count == 2 else {
                 throw usage("EXTEND <name> <duration>", got: arguments.count)
             }
-            let name = try CountdownName.validate(bytes: arguments[arguments.startIndex])
+            let name = try CountdownAddress.validate(bytes: arguments[arguments.startIndex])
             let milliseconds = try CountdownDuration.parse(bytes: arguments[arguments.index(after: arguments.startIndex)])
             return .extend(name: name, milliseconds: milliseconds)
         }
@@ -158,7 +158,7 @@ public enum RequestParser {
             var names: [String] = []
             names.reserveCapacity(fields.count)
             for field in fields {
-                names.append(try CountdownName.validate(bytes: field))
+                names.append(try CountdownAddress.validate(bytes: field))
             }
             return .subscribe(names: names, since: since)
         }
@@ -212,7 +212,7 @@ public enum RequestParser {
         guard arguments.count == 1, let field = arguments.first else {
             throw usage(text, got: arguments.count)
         }
-        return try CountdownName.validate(bytes: field)
+        return try CountdownAddress.validate(bytes: field)
     }
 
     private static func noArguments<Fields: Collection>(_ arguments: Fields, usage text: String) throws(ProtocolError) {

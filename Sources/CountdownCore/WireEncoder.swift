@@ -57,12 +57,17 @@ public enum WireEncoder {
 
     /// `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> [<late_ms>]`
     public static func appendEvent(_ event: CountdownEvent, to out: inout [UInt8]) {
+        appendEvent(event, name: event.name, to: &out)
+    }
+
+    /// The same, with the name as the receiving client writes it (see `CountdownAddress`).
+    public static func appendEvent(_ event: CountdownEvent, name: String, to out: inout [UInt8]) {
         append("EVENT ", to: &out)
         appendDecimal(Int64(truncatingIfNeeded: event.sequence), to: &out)
         out.append(UInt8(ascii: " "))
         append(event.kind.rawValue, to: &out)
         out.append(UInt8(ascii: " "))
-        append(event.name, to: &out)
+        append(name, to: &out)
         out.append(UInt8(ascii: " "))
         appendDecimal(event.remainingMilliseconds, to: &out)
         out.append(UInt8(ascii: " "))

@@ -44,6 +44,8 @@ final class ClientTable: @unchecked Sendable {
     var connectionLimit: Int
     /// Whether running out of descriptors was logged (once, until a client is accepted again).
     private var outOfDescriptorsLogged = false
+    /// Connections by uid, for `--max-connections-per-user` (root is not limited by it).
+    private var connectionsByUID: [UInt32: Int] = [:]
     /// Called for a connection that is being closed (to forget its subscriptions).
     var onClose: (Connection) -> Void = { _ in }
 
@@ -103,10 +105,22 @@ final class ClientTable: @unchecked Sendable {
             logger.log(.warning, "refused a connection: limit of \(connectionLimit) reached")
             return
         }
+        let peerUID = UnixSocket.peerUID(descriptor) ?? UInt32.max
+        guard peerUID == 0 || connectionsByUID[peerUID, default: 0] < configuration.maximumConnectionsPerUser else {
+            var line: [UInt8] = []
+            WireEncoder.appendError(
+                ProtocolError(.limit, "uid \(peerUID) already has \(configuration.maximumConnectionsPerUser) connections (--max-connections-per-user); close idle ones"),
+                to: &line
+            )
+            _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            Glibc.close(descriptor)
+            logger.log(.warning, "refused a connection of uid \(peerUID): its limit of \(configuration.maximumConnectionsPerUser) reached")
+            return
+        }
         let connection = Connection(
             id: nextConnectionID,
             descriptor: descriptor,
-            peerUID: UnixSocket.peerUID(descriptor) ?? UInt32.max,
+            peerUID: peerUID,
             poller: poller,
             outputCoalesceThreshold: configuration.outputCoalesceThreshold
         )
@@ -123,6 +137,7 @@ final class ClientTable: @unchecked Sendable {
             return
         }
         connections[connection.id] = connection
+        connectionsByUID[peerUID, default: 0] += 1
         var greeting: [UInt8] = []
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
         touch(connection, batch: batch)
@@ -233,7 +248,10 @@ final class ClientTable: @unchecked Sendable {
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         onClose(connection)
-        connections[connection.id] = nil
+        if connections.removeValue(forKey: connection.id) != nil {
+            connectionsByUID[connection.peerUID, default: 1] -= 1
+            if connectionsByUID[connection.peerUID] == 0 { connectionsByUID[connection.peerUID] = nil }
+        }
         touched[connection.id] = nil
         carried[connection.id] = nil
         connection.close()

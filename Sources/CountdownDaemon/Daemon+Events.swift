@@ -31,6 +31,7 @@ extension Daemon {
         guard logger.threshold >= .info else { return }
         logger.log(.info, describe(event), fields: [
             "COUNTDOWN_NAME": event.name,
+            "COUNTDOWN_OWNER_UID": "\(event.owner)",
             "COUNTDOWN_EVENT": event.kind.rawValue,
             "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
             "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",

@@ -110,7 +110,8 @@ extension Daemon {
 
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.
     /// A change is refused with `unavailable` while storage cannot take it, and otherwise first
-    /// records how to undo it.
+    /// records how to undo it. Names are resolved in the client's namespace (`CountdownAddress`),
+    /// and shown to it as it would write them.
     func execute(
         _ request: Request, from connection: Connection, now: Instant, clock: WallClockMapping
     ) throws(ProtocolError) {
@@ -118,64 +119,87 @@ extension Daemon {
         if request.isMutation {
             try checkStorageAcceptsChanges()
         }
+        do throws(ProtocolError) {
+            try execute(request, uid: uid, connection: connection, now: now, clock: clock)
+        } catch {
+            // The engine names countdowns by key; a user knows its own by plain name.
+            throw uid == 0 ? error : ProtocolError(error.code, error.message.replacing("'\(uid)/", with: "'"))
+        }
+    }
+
+    private func execute(
+        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping
+    ) throws(ProtocolError) {
+        /// A countdown as `uid` sees it.
+        func shown(_ snapshot: CountdownSnapshot) -> CountdownSnapshot {
+            var copy = snapshot
+            copy.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: uid)
+            return copy
+        }
         switch request {
-        case .start(let name, let milliseconds, let replace):
-            recordUndo(name)
-            let snapshot = try engine.start(name, milliseconds: milliseconds, replace: replace, requester: uid, now: now, events: &events)
-            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
-        case .status(let name):
-            let snapshot = try engine.status(of: name, now: now)
-            WireEncoder.appendCountdown(snapshot, clock: clock, to: &replyBuffer)
+        case .start(let address, let milliseconds, let replace):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            recordUndo(key)
+            let snapshot = try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, now: now, events: &events)
+            WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
+        case .status(let address):
+            let snapshot = try engine.status(of: try CountdownAddress.resolve(address, requester: uid).key, now: now)
+            WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
             WireEncoder.appendOK(count: 1, to: &replyBuffer)
         case .list:
-            let snapshots = engine.list(now: now)
-            for snapshot in snapshots {
-                WireEncoder.appendCountdown(snapshot, clock: clock, to: &replyBuffer)
+            var count = 0
+            for snapshot in engine.list(now: now) where uid == 0 || snapshot.owner == uid {
+                WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
+                count += 1
             }
-            WireEncoder.appendOK(count: snapshots.count, to: &replyBuffer)
-        case .cancel(let name):
-            recordUndo(name)
-            let snapshot = try engine.cancel(name, requester: uid, now: now, events: &events)
-            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
-        case .pause(let name):
-            recordUndo(name)
-            let snapshot = try engine.pause(name, requester: uid, now: now, events: &events)
-            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
-        case .resume(let name):
-            recordUndo(name)
-            let snapshot = try engine.resume(name, requester: uid, now: now, events: &events)
-            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
-        case .extend(let name, let milliseconds):
-            recordUndo(name)
-            let snapshot = try engine.extend(name, by: milliseconds, requester: uid, now: now, events: &events)
-            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
-        case .subscribe(let names, let since):
-            let filter: Set<String>? = names.isEmpty ? nil : Set(names)
+            WireEncoder.appendOK(count: count, to: &replyBuffer)
+        case .cancel(let address):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            recordUndo(key)
+            WireEncoder.appendOK(shown(try engine.cancel(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+        case .pause(let address):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            recordUndo(key)
+            WireEncoder.appendOK(shown(try engine.pause(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+        case .resume(let address):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            recordUndo(key)
+            WireEncoder.appendOK(shown(try engine.resume(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+        case .extend(let address, let milliseconds):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            recordUndo(key)
+            WireEncoder.appendOK(shown(try engine.extend(key, by: milliseconds, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+        case .remove(let address):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            recordUndo(key)
+            WireEncoder.appendOK(shown(try engine.remove(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+        case .subscribe(let addresses, let since):
+            var keys: [String] = []
+            for address in addresses {
+                keys.append(try CountdownAddress.resolve(address, requester: uid).key)
+            }
+            let filter: Set<String>? = keys.isEmpty ? nil : Set(keys)
             // Checked before subscribing, so a refused replay changes nothing.
-            let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, names: filter) }
-            try fanOut.subscribe(connection, to: names)
+            let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, keys: filter, viewer: uid) }
+            try fanOut.subscribe(connection, to: keys)
             updateTickInterest()
-            let following = names.isEmpty || connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
+            let following = keys.isEmpty || connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
             WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)", to: &replyBuffer)
             if let replay {
                 // What was missed, in order; live events follow with no gap and no repeat.
                 for event in replay {
-                    WireEncoder.appendEvent(event, to: &replyBuffer)
+                    WireEncoder.appendEvent(event, name: CountdownAddress.display(event.name, owner: event.owner, to: uid), to: &replyBuffer)
                 }
             } else {
                 // The current state right after the OK, so a status bar draws its first frame at once.
-                for snapshot in engine.activeSnapshots(matching: filter, now: now) {
-                    WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &replyBuffer)
+                for snapshot in engine.activeSnapshots(matching: filter, now: now) where uid == 0 || snapshot.owner == uid {
+                    WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, shown(snapshot), clock: clock, to: &replyBuffer)
                 }
             }
         case .unsubscribe:
             fanOut.unsubscribe(connection)
             updateTickInterest()
             WireEncoder.appendOK("unsubscribed", to: &replyBuffer)
-        case .remove(let name):
-            recordUndo(name)
-            let snapshot = try engine.remove(name, requester: uid, now: now, events: &events)
-            WireEncoder.appendOK(snapshot, clock: clock, to: &replyBuffer)
         case .ping:
             WireEncoder.appendOK("pong", to: &replyBuffer)
         case .stats:
@@ -213,9 +237,9 @@ extension Daemon {
         }
     }
 
-    /// The lifecycle events after `sequence`: those released (the ring) and those of this batch
-    /// not yet released, so that nothing falls between the replay and the live events.
-    private func replayEvents(after sequence: UInt64, names: Set<String>?) throws(ProtocolError) -> [CountdownEvent] {
+    /// The lifecycle events after `sequence` that `viewer` may see: those released (the ring) and
+    /// those of this batch not yet released, so that nothing falls between replay and live events.
+    private func replayEvents(after sequence: UInt64, keys: Set<String>?, viewer: UInt32) throws(ProtocolError) -> [CountdownEvent] {
         guard sequence <= engine.lastSequence else {
             throw ProtocolError(
                 .badRequest,
@@ -224,7 +248,7 @@ extension Daemon {
         }
         var replay: [CountdownEvent]
         do throws(EventRing.ReplayError) {
-            replay = try ring.events(after: sequence, names: names)
+            replay = try ring.events(after: sequence, names: keys)
         } catch {
             guard case .tooOld(let keptAfter) = error else { return [] }
             throw ProtocolError(
@@ -232,9 +256,9 @@ extension Daemon {
                 "events after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events); SUBSCRIBE without SINCE for the current state"
             )
         }
-        for event in batch.lifecycleEvents where event.sequence > sequence && (names?.contains(event.name) ?? true) {
+        for event in batch.lifecycleEvents where event.sequence > sequence && (keys?.contains(event.name) ?? true) {
             replay.append(event)
         }
-        return replay
+        return viewer == 0 ? replay : replay.filter { $0.owner == viewer }
     }
 }

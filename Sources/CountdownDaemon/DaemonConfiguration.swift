@@ -23,6 +23,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var engine = EngineConfiguration()
     /// The most client connections at once; more are told `ERR limit` and closed.
     public var maximumConnections = 10_000
+    /// The most connections of one non-root uid: one user cannot take them all.
+    public var maximumConnectionsPerUser = 1_000
     /// The most names one connection may subscribe to.
     public var maximumSubscriptionsPerConnection = 10_000
     /// Once a connection has this many bytes unsent, its queued ticks are coalesced.
@@ -100,7 +102,11 @@ public enum DaemonCommandLine {
           --replay-events N        recent lifecycle events kept for SUBSCRIBE ... SINCE
                                    (default 65536)
           --max-countdowns N       most countdowns held at once (default 1000000)
+          --max-countdowns-per-user N
+                                   most countdowns of one non-root user (default 100000)
           --max-connections N      most client connections at once (default 10000)
+          --max-connections-per-user N
+                                   most connections of one non-root user (default 1000)
           --max-subscriptions N    most names one connection may subscribe to (default 10000)
           --output-limit BYTES     unsent bytes after which a client is disconnected
                                    with ERR overflow (default 16777216)
@@ -119,6 +125,8 @@ public enum DaemonCommandLine {
         .init(["--state-dir"], takesValue: true),
         .init(["--durability"], takesValue: true),
         .init(["--max-countdowns"], takesValue: true),
+        .init(["--max-countdowns-per-user"], takesValue: true),
+        .init(["--max-connections-per-user"], takesValue: true),
         .init(["--replay-events"], takesValue: true),
         .init(["--max-connections"], takesValue: true),
         .init(["--max-subscriptions"], takesValue: true),
@@ -176,6 +184,8 @@ public enum DaemonCommandLine {
         }
         if let value = try count("max-countdowns") { configuration.engine.maximumCountdowns = value }
         if let value = try count("replay-events") { configuration.replayEventCapacity = value }
+        if let value = try count("max-countdowns-per-user") { configuration.engine.maximumCountdownsPerOwner = value }
+        if let value = try count("max-connections-per-user") { configuration.maximumConnectionsPerUser = value }
         if let value = try count("max-connections") { configuration.maximumConnections = value }
         if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
         if let value = try count("output-limit") { configuration.outputHardLimit = value }

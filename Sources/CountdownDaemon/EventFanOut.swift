@@ -5,16 +5,25 @@ import Dispatch
 /// encoded once into a reused buffer and the same bytes are appended to every matching
 /// subscriber's output queue. A subscriber past the hard output limit is disconnected.
 ///
+/// Names are per user (`CountdownAddress`): "everything" is every countdown for root, and a
+/// user's own for anyone else; the owner sees its countdowns by plain name, root as `<uid>/<name>`.
+/// So an event is encoded at most twice.
+///
 /// Confined to the daemon's queue.
 final class EventFanOut {
     private let queue: DispatchQueue
     private unowned let clients: ClientTable
     private let maximumNamesPerConnection: Int
     private let outputHardLimit: Int
+    /// Root's connections that follow everything.
     private var allSubscribers: [Int: Connection] = [:]
+    /// Other users' connections that follow everything of theirs, by uid.
+    private var ownerSubscribers: [UInt32: [Int: Connection]] = [:]
+    /// Connections that follow some countdowns, by key.
     private var nameSubscribers: [String: [Int: Connection]] = [:]
-    /// Reused for each event's bytes.
+    /// Reused for each event's bytes: as root sees it (the key), and as its owner does.
     private var eventBuffer: [UInt8] = []
+    private var ownerEventBuffer: [UInt8] = []
     /// Connections subscribed to anything (all, or some names).
     private(set) var subscriberCount = 0
 
@@ -36,7 +45,11 @@ final class EventFanOut {
             unsubscribe(connection)
             subscriberCount += 1
             connection.subscription = .all
-            allSubscribers[connection.id] = connection
+            if connection.peerUID == 0 {
+                allSubscribers[connection.id] = connection
+            } else {
+                ownerSubscribers[connection.peerUID, default: [:]][connection.id] = connection
+            }
             return
         }
         var followed: Set<String>
@@ -77,6 +90,10 @@ final class EventFanOut {
             return
         case .all:
             allSubscribers[connection.id] = nil
+            ownerSubscribers[connection.peerUID]?[connection.id] = nil
+            if ownerSubscribers[connection.peerUID]?.isEmpty == true {
+                ownerSubscribers[connection.peerUID] = nil
+            }
         case .names(let names):
             for name in names {
                 nameSubscribers[name]?[connection.id] = nil
@@ -95,16 +112,29 @@ final class EventFanOut {
         for event in events {
             // Most daemons have no per-name subscriber; then no name is hashed per event.
             let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
-            if allSubscribers.isEmpty && byName == nil { continue }
+            let byOwner = ownerSubscribers.isEmpty || event.owner == 0 ? nil : ownerSubscribers[event.owner]
+            if allSubscribers.isEmpty && byName == nil && byOwner == nil { continue }
             eventBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendEvent(event, to: &eventBuffer)
+            // Root's own countdowns read the same either way.
+            let separateOwnerLine = event.owner != 0
+            if separateOwnerLine {
+                ownerEventBuffer.removeAll(keepingCapacity: true)
+                WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
+            }
             let tickName = event.kind == .tick ? event.name : nil
             for connection in allSubscribers.values {
                 append(eventBuffer, tickName: tickName, to: connection, batch: batch)
             }
+            if let byOwner {
+                for connection in byOwner.values {
+                    append(ownerEventBuffer, tickName: tickName, to: connection, batch: batch)
+                }
+            }
             if let byName {
                 for connection in byName.values {
-                    append(eventBuffer, tickName: tickName, to: connection, batch: batch)
+                    let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
+                    append(line, tickName: tickName, to: connection, batch: batch)
                 }
             }
         }

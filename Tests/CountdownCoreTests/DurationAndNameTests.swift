@@ -71,3 +71,40 @@ struct DurationAndNameTests {
         #expect(SocketPath.resolve(environment: ["COUNTDOWND_SOCKET": ""], uid: 1000) == "/tmp/countdownd-1000/countdownd.sock")
     }
 }
+
+@Suite("Addresses: names per user")
+struct CountdownAddressTests {
+    @Test("keys: root's plain, everyone else's uid/name; shown plain to the owner, qualified to root")
+    func keys() {
+        #expect(CountdownAddress.key(owner: 0, name: "tea") == "tea")
+        #expect(CountdownAddress.key(owner: 1000, name: "otp:+49") == "1000/otp:+49")
+        #expect(CountdownAddress.split("1000/otp:+49") == (1000, "otp:+49"))
+        #expect(CountdownAddress.split("tea") == (0, "tea"))
+        #expect(CountdownAddress.display("1000/tea", owner: 1000, to: 1000) == "tea")
+        #expect(CountdownAddress.display("1000/tea", owner: 1000, to: 0) == "1000/tea")
+        #expect(CountdownAddress.display("tea", owner: 0, to: 0) == "tea")
+    }
+
+    @Test("resolving: a user's plain name is its own; uid/name is root's to use", arguments: [
+        ("tea", UInt32(1000), "1000/tea", UInt32(1000)),
+        ("1000/tea", 1000, "1000/tea", 1000),
+        ("tea", 0, "tea", 0),
+        ("1000/tea", 0, "1000/tea", 1000),
+        ("0/tea", 0, "tea", 0),
+    ] as [(String, UInt32, String, UInt32)])
+    func resolve(address: String, requester: UInt32, key: String, owner: UInt32) throws {
+        let resolved = try CountdownAddress.resolve(address, requester: requester)
+        #expect(resolved.key == key && resolved.owner == owner)
+    }
+
+    @Test("a user may not address another's namespace; malformed uids are bad names")
+    func refused() {
+        #expect(throws: ProtocolError(.forbidden, "'0/tea' is in uid 0's namespace; only root may address another user's countdowns")) {
+            try CountdownAddress.resolve("0/tea", requester: 1000)
+        }
+        for bad in ["/tea", "x/tea", "99999999999/tea", "1000/", "1000/te/a", "-1/tea"] {
+            #expect(throws: ProtocolError.self, "\(bad)") { try CountdownAddress.validate(bytes: Array(bad.utf8)) }
+        }
+        #expect((try? CountdownAddress.validate(bytes: Array("1000/tea".utf8))) == "1000/tea")
+    }
+}

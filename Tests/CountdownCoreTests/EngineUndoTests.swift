@@ -164,3 +164,28 @@ struct EngineRemoveTests {
         }
     }
 }
+
+@Suite("Engine: per-owner quota")
+struct EngineQuotaTests {
+    @Test("a non-root owner is capped; root is not; a purged or reverted countdown frees its place")
+    func perOwner() throws {
+        var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 1000, maximumCountdownsPerOwner: 2))
+        try clock.start("1000/a", 1000, uid: 1000)
+        try clock.start("1000/b", 60_000, uid: 1000)
+        do {
+            try clock.start("1000/c", 60_000, uid: 1000)
+            Issue.record("a third countdown of uid 1000 was accepted")
+        } catch {
+            #expect(error.code == .limit && error.message.contains("uid 1000"))
+        }
+        try clock.start("r1", 1000, uid: 0)
+        try clock.start("r2", 1000, uid: 0)
+        try clock.start("r3", 1000, uid: 0)
+        // "a" finishes at 1 s and is purged at 2 s.
+        clock.advance(byMilliseconds: 2000)
+        let before = clock.engine.persistentState(of: "1000/c")
+        try clock.start("1000/c", 60_000, uid: 1000)
+        clock.engine.revert("1000/c", to: before, now: clock.now)
+        try clock.start("1000/d", 60_000, uid: 1000)
+    }
+}

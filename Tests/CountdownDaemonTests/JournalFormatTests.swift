@@ -6,7 +6,8 @@ import Testing
 struct JournalFormatTests {
     func event(_ sequence: UInt64, _ name: String) -> (CountdownEvent, StoredCountdown) {
         (
-            CountdownEvent(sequence: sequence, kind: .started, name: name, remainingMilliseconds: 5000, totalMilliseconds: 5000),
+            // The daemon's key: the name in uid 1000's namespace.
+            CountdownEvent(sequence: sequence, kind: .started, name: "1000/\(name)", remainingMilliseconds: 5000, totalMilliseconds: 5000, owner: 1000),
             StoredCountdown(
                 name: name, state: .running, totalMilliseconds: 5000, deadlineUnixMilliseconds: 1_764_488_400_000,
                 deadlineBootNanoseconds: 12_345_678_901, remainingNanoseconds: 0, finishedUnixMilliseconds: nil,
@@ -40,7 +41,8 @@ struct JournalFormatTests {
         let scan = JournalFormat.scan(file([["tea", "otp:+4915112345678"], ["c"]]))
         #expect(scan.damage == nil && scan.tornTail == nil)
         #expect(scan.header == .init(generation: 3, createdUnixMilliseconds: 1, bootID: "boot-a"))
-        #expect(scan.events.map(\.event.name) == ["tea", "otp:+4915112345678", "c"])
+        #expect(scan.events.map(\.event.name) == ["1000/tea", "1000/otp:+4915112345678", "1000/c"])
+        #expect(scan.events.map(\.state?.name) == ["tea", "otp:+4915112345678", "c"], "storage keeps plain names beside the owner")
         #expect(scan.events.map(\.event.sequence) == [1, 2, 3])
         #expect(scan.events[1].state == event(2, "otp:+4915112345678").1)
         #expect(scan.events[1].event == event(2, "otp:+4915112345678").0)
@@ -55,7 +57,7 @@ struct JournalFormatTests {
             let scan = JournalFormat.scan(Array(whole[0..<cut]))
             #expect(scan.damage == nil, "cut at \(cut)")
             #expect(scan.tornTail != nil, "cut at \(cut)")
-            #expect(scan.validLength == lastFrame && scan.events.map(\.event.name) == ["a"])
+            #expect(scan.validLength == lastFrame && scan.events.map(\.event.name) == ["1000/a"])
         }
         #expect(complete == whole.count)
         // Zeros after the last frame (space allocated, never written) and a garbled last frame.
@@ -73,7 +75,7 @@ struct JournalFormatTests {
         bytes[firstTwo + 20] ^= 0x01  // Inside the frame of "b", with "c" after it.
         let scan = JournalFormat.scan(bytes)
         #expect(scan.damage?.offset == firstTwo)
-        #expect(scan.events.map(\.event.name) == ["a"])
+        #expect(scan.events.map(\.event.name) == ["1000/a"])
         var noMagic = file([["a"], ["b"]])
         noMagic[firstTwo] = 0x00
         #expect(JournalFormat.scan(noMagic).damage?.offset == firstTwo)

@@ -179,33 +179,94 @@ extension Integration {
         }
 
         @Test(
-            "another uid cannot cancel or replace a countdown, but can read it",
+            "names are per user: another uid neither sees, follows, changes nor squats root's countdowns; root sees and addresses all as uid/name",
             .enabled(if: getuid() == 0, "needs root to run cdctl as another user (setpriv --reuid=nobody)"),
             .enabled(if: toolExists("/usr/bin/setpriv"), "setpriv is not installed")
         )
-        func ownership() throws {
+        func namespaces() throws {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
             let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
             _ = try daemon.connect().request("START mine 1h")
-            func asNobody(_ arguments: [String]) throws -> CommandResult {
-                try runCommand(
-                    "/usr/bin/setpriv",
-                    ["--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", daemon.socketPath] + arguments
-                )
+            _ = try daemon.connect().request("START otp:+4915112345678 1h")
+            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", daemon.socketPath]
+            func nobody(_ arguments: [String]) throws -> CommandResult {
+                try runCommand(asNobody[0], Array(asNobody.dropFirst()) + arguments)
             }
-            let cancel = try asNobody(["cancel", "mine"])
-            #expect(cancel.status == 1 && cancel.stderr.contains("(forbidden)"), "\(cancel.stderr)")
-            let replace = try asNobody(["start", "mine", "5", "--replace"])
-            #expect(replace.status == 1 && replace.stderr.contains("only its owner or root"))
-            #expect(try asNobody(["pause", "mine"]).status == 1)
-            let status = try asNobody(["status", "mine", "--json"])
-            #expect(status.status == 0 && status.stdout.contains(#""owner_uid":0"#))
-            // nobody's own countdown records nobody's uid; root may still change it.
-            #expect(try asNobody(["start", "theirs", "1h"]).status == 0)
-            let theirs = try #require(try daemon.connect().request("STATUS theirs").countdowns.first)
-            #expect(theirs.owner == 65534)
-            #expect(try daemon.connect().request("CANCEL theirs").countdown?.state == .cancelled)
+            // nobody follows everything it may see, from before anything of its own exists.
+            let watchOutput = directory.file("watch.out")
+            let file = open(watchOutput, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+            let watcher = try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + ["watch"], environment: ProcessInfo.processInfo.environment, stdout: file)
+            close(file)
+            defer {
+                watcher.signal(SIGKILL)
+                watcher.wait()
+            }
+            #expect(try nobody(["list"]).stdout == "no countdowns\n", "root's countdowns are invisible to nobody")
+            #expect(try nobody(["status", "mine"]).status == 3)
+            #expect(try nobody(["cancel", "mine"]).status == 3)
+            let crossing = try nobody(["cancel", "0/mine"])
+            #expect(crossing.status == 1 && crossing.stderr.contains("only root may address another user's countdowns"), "\(crossing.stderr)")
+            // Its own names, even the same ones: nothing to squat.
+            #expect(try nobody(["start", "mine", "5m"]).status == 0)
+            #expect(try nobody(["start", "otp:+4915199999999", "366d"]).status == 0)
+            #expect(try daemon.connect().request("START otp:+4915199999999 1m").countdown?.state == .running, "root's name is its own")
+            let mine = try nobody(["status", "mine", "--json"])
+            #expect(mine.stdout.contains(#""name":"mine""#) && mine.stdout.contains(#""owner_uid":65534"#), "\(mine.stdout)")
+            // Root sees everyone's, each other user's as uid/name, and can change them.
+            let list = try daemon.connect().request("LIST").countdowns.map { "\($0.name) \($0.owner ?? 0)" }
+            #expect(list == ["65534/mine 65534", "65534/otp:+4915199999999 65534", "mine 0", "otp:+4915112345678 0", "otp:+4915199999999 0"])
+            #expect(try daemon.connect().request("PAUSE 65534/mine").countdown?.state == .paused)
+            #expect(try nobody(["status", "mine", "--format", "{state}"]).stdout == "paused\n")
+            // The watcher saw its own countdowns, under their plain names, and nothing of root's.
+            try waitUntil(timeout: 10) { ((try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? "").contains(" paused mine ") }
+            let seen = try String(contentsOfFile: watchOutput, encoding: .utf8)
+            #expect(seen.contains(" started mine ") && seen.contains(" started otp:+4915199999999 "))
+            #expect(!seen.contains("otp:+4915112345678") && !seen.contains("65534/"), "\(seen)")
+            let lines = seen.split(separator: "\n")
+            #expect(lines.filter { $0.contains(" started ") }.count == 2, "root's starts are not shown: \(seen)")
+        }
+
+        @Test(
+            "per-user quotas: a user's countdowns and connections are capped; removing a finished countdown frees its slot; root is not capped",
+            .enabled(if: getuid() == 0, "needs root to run cdctl as another user (setpriv --reuid=nobody)"),
+            .enabled(if: toolExists("/usr/bin/setpriv"), "setpriv is not installed")
+        )
+        func perUserQuotas() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(
+                arguments: ["--socket-mode", "0666", "--max-countdowns-per-user", "3", "--max-connections-per-user", "2"], directory: directory
+            )
+            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", daemon.socketPath]
+            func nobody(_ arguments: [String]) throws -> CommandResult {
+                try runCommand(asNobody[0], Array(asNobody.dropFirst()) + arguments)
+            }
+            for name in ["a", "b", "c"] {
+                #expect(try nobody(["start", name, "1h"]).status == 0)
+            }
+            let over = try nobody(["start", "d", "1h"])
+            #expect(over.status == 1 && over.stderr.contains("uid 65534 already holds its maximum of 3 countdowns"), "\(over.stderr)")
+            for name in ["a", "b", "c", "d"] {
+                #expect(try daemon.connect().request("START \(name) 1h").countdown != nil, "root is not capped")
+            }
+            _ = try nobody(["cancel", "a"])
+            #expect(try nobody(["start", "d", "1h"]).status == 1, "a finished countdown counts until removed")
+            #expect(try nobody(["rm", "a"]).status == 0)
+            #expect(try nobody(["start", "d", "1h"]).status == 0, "removing it freed the slot")
+            // Two connections of nobody's stay open; the third is refused.
+            var holders: [ChildProcess] = []
+            defer { holders.forEach { $0.signal(SIGKILL); $0.wait() } }
+            for _ in 0..<2 {
+                holders.append(try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + ["watch"], environment: ProcessInfo.processInfo.environment))
+            }
+            // Both are connected when the daemon counts them (plus the connection asking).
+            try waitUntil(timeout: 10) {
+                try daemon.connect().request("STATS").stats.first { $0.key == "connections" }?.value == "3"
+            }
+            let refused = try nobody(["list"])
+            #expect(refused.status == 6 && refused.stderr.contains("--max-connections-per-user"), "\(refused.status) \(refused.stderr) \(refused.stdout)")
+            #expect(try daemon.connect().request("PING").outcome == .ok("pong"), "root still connects")
         }
 
         @Test("2,000 clients that hang up before reading the greeting, each followed by one that reads it")

@@ -13,8 +13,9 @@ import CountdownCore
 ///     2 event   seq u64, kind u8, state u8, owner u32, total_ms i64, event_remaining_ms i64,
 ///               late_ms i64, deadline_unix_ms i64, deadline_boot_ns i64, remaining_ns i64,
 ///               finished_unix_ms i64, name (u8 length + bytes)
-///               -- a lifecycle event and the countdown's whole state after it
-///     3 removed seq u64, total_ms i64, name (u8 length + bytes)
+///               -- a lifecycle event and the countdown's whole state after it; the name is
+///               -- the plain name in the owner's namespace
+///     3 removed seq u64, owner u32, total_ms i64, name (u8 length + bytes)
 ///               -- the countdown was forgotten (REMOVE, or the end of its retention)
 ///
 /// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
@@ -85,16 +86,16 @@ enum JournalFormat {
         append(state.deadlineBootNanoseconds ?? absent, to: &buffer)
         append(state.remainingNanoseconds, to: &buffer)
         append(state.finishedUnixMilliseconds ?? absent, to: &buffer)
-        // The state's late_ms follows the event's only when they differ (rare: a late done).
-        appendShortString(event.name, to: &buffer)
+        appendShortString(state.name, to: &buffer)
         append(state.lateMilliseconds ?? absent, to: &buffer)
     }
 
     static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
         buffer.append(RecordType.removed.rawValue)
         append(event.sequence, to: &buffer)
+        append(UInt64(event.owner), to: &buffer, width: 4)
         append(event.totalMilliseconds, to: &buffer)
-        appendShortString(event.name, to: &buffer)
+        appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
     }
 
     private static func append(_ value: Int64, to buffer: inout [UInt8]) {
@@ -211,8 +212,9 @@ enum JournalFormat {
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 scan.events.append(EventRecord(
                     event: CountdownEvent(
-                        sequence: sequence, kind: kinds[kindIndex], name: name,
-                        remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate)
+                        sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
+                        remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate),
+                        owner: owner
                     ),
                     state: StoredCountdown(
                         name: name, state: states[stateIndex], totalMilliseconds: total,
@@ -223,10 +225,14 @@ enum JournalFormat {
                 ))
             case .removed:
                 let sequence = try reader.u64()
+                let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                 let total = try reader.i64()
                 let name = try reader.shortString()
                 scan.events.append(EventRecord(
-                    event: CountdownEvent(sequence: sequence, kind: .removed, name: name, remainingMilliseconds: 0, totalMilliseconds: total),
+                    event: CountdownEvent(
+                        sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),
+                        remainingMilliseconds: 0, totalMilliseconds: total, owner: owner
+                    ),
                     state: nil
                 ))
             case nil:

@@ -22,9 +22,10 @@ struct StoredCountdown: Equatable, Sendable {
 ///
 /// Schema (version 2):
 ///
-///     countdowns(name PRIMARY KEY, state, total_ms, deadline_unix_ms, deadline_boot_ns,
-///                remaining_ns, finished_unix_ms, owner_uid, late_ms)
-///     events(seq PRIMARY KEY, kind, name, remaining_ms, total_ms, late_ms)  -- the replay ring
+///     countdowns(name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns,
+///                finished_unix_ms, owner_uid, late_ms, PRIMARY KEY (owner_uid, name))
+///                -- names are per owner: two users may both have `tea`
+///     events(seq PRIMARY KEY, kind, name, remaining_ms, total_ms, late_ms, owner_uid)  -- the replay ring
 ///     meta(key PRIMARY KEY, value)  -- schema_version, journal_generation (replay journals from
 ///                                   -- this one on), last_seq, events_kept_after, boot_id,
 ///                                   -- written_unix_ms
@@ -130,13 +131,14 @@ enum SnapshotFile {
 
     private static func readEvents(_ database: SQLiteDatabase) throws(SQLiteError) -> [CountdownEvent] {
         var events: [CountdownEvent] = []
-        let select = try database.prepare("SELECT seq, kind, name, remaining_ms, total_ms, late_ms FROM events ORDER BY seq")
+        let select = try database.prepare("SELECT seq, kind, name, remaining_ms, total_ms, late_ms, owner_uid FROM events ORDER BY seq")
         while try select.step() {
             guard let sequence = select.int(0), let kind = select.text(1).flatMap(EventKind.init(rawValue:)),
-                  let name = select.text(2), let remaining = select.int(3), let total = select.int(4) else { continue }
+                  let name = select.text(2), let remaining = select.int(3), let total = select.int(4),
+                  let owner = UInt32(exactly: select.int(6) ?? 0) else { continue }
             events.append(CountdownEvent(
-                sequence: UInt64(sequence), kind: kind, name: name,
-                remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: select.int(5)
+                sequence: UInt64(sequence), kind: kind, name: CountdownAddress.key(owner: owner, name: name),
+                remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: select.int(5), owner: owner
             ))
         }
         return events
@@ -181,7 +183,7 @@ enum SnapshotFile {
             try database.execute("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF")
             try database.execute("""
                 CREATE TABLE countdowns (
-                    name TEXT PRIMARY KEY NOT NULL,
+                    name TEXT NOT NULL,
                     state TEXT NOT NULL CHECK (state IN ('running', 'paused', 'done', 'cancelled')),
                     total_ms INTEGER NOT NULL CHECK (total_ms > 0),
                     deadline_unix_ms INTEGER,
@@ -189,11 +191,13 @@ enum SnapshotFile {
                     remaining_ns INTEGER NOT NULL DEFAULT 0,
                     finished_unix_ms INTEGER,
                     owner_uid INTEGER NOT NULL,
-                    late_ms INTEGER
+                    late_ms INTEGER,
+                    PRIMARY KEY (owner_uid, name)
                 ) WITHOUT ROWID;
                 CREATE TABLE events (
                     seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
-                    remaining_ms INTEGER NOT NULL, total_ms INTEGER NOT NULL, late_ms INTEGER
+                    remaining_ms INTEGER NOT NULL, total_ms INTEGER NOT NULL, late_ms INTEGER,
+                    owner_uid INTEGER NOT NULL DEFAULT 0
                 );
                 CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
                 """)
@@ -211,11 +215,12 @@ enum SnapshotFile {
                     insert.bind(9, row.lateMilliseconds)
                     try insert.run()
                 }
-                let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
                 for item in contents.events {
                     event.bind(1, Int64(bitPattern: item.sequence))
                     event.bind(2, item.kind.rawValue)
-                    event.bind(3, item.name)
+                    event.bind(3, CountdownAddress.display(item.name, owner: item.owner, to: item.owner))
+                    event.bind(7, Int64(item.owner))
                     event.bind(4, item.remainingMilliseconds)
                     event.bind(5, item.totalMilliseconds)
                     event.bind(6, item.lateMilliseconds)

@@ -178,7 +178,7 @@ final class StateJournal: @unchecked Sendable {
             eventsSinceSnapshot = eventsSinceSnapshot || !scan.events.isEmpty
         }
         recovered.countdowns.reserveCapacity(snapshotRows.count + latest.count)
-        for row in snapshotRows where latest.isEmpty || latest[row.name] == nil {
+        for row in snapshotRows where latest.isEmpty || latest[row.key] == nil {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: snapshotSameBoot))
         }
         for case let (row, sameBoot)? in latest.values {

@@ -1,10 +1,11 @@
 import CountdownCore
 
 extension StoredCountdown {
-    /// A countdown's durable state as kept on disk: deadlines on both clocks.
+    /// A countdown's durable state as kept on disk: deadlines on both clocks, the plain name
+    /// beside its owner (the daemon's key is rebuilt from the two).
     init(_ countdown: PersistedCountdown, clock: WallClockMapping) {
         self.init(
-            name: countdown.name,
+            name: CountdownAddress.display(countdown.name, owner: countdown.owner, to: countdown.owner),
             state: countdown.state,
             totalMilliseconds: countdown.totalMilliseconds,
             deadlineUnixMilliseconds: countdown.deadline.map(clock.unixMilliseconds(of:)),
@@ -15,6 +16,9 @@ extension StoredCountdown {
             lateMilliseconds: countdown.lateMilliseconds
         )
     }
+
+    /// The daemon's key for this countdown: its name in its owner's namespace.
+    var key: String { CountdownAddress.key(owner: owner, name: name) }
 
     /// The stored state on this run's clock. Within the boot that wrote it, the boot-clock
     /// deadline is exact and immune to wall-clock steps made while the daemon was down; after a
@@ -31,7 +35,7 @@ extension StoredCountdown {
             }
         }
         return PersistedCountdown(
-            name: name,
+            name: key,
             state: state,
             totalMilliseconds: totalMilliseconds,
             deadline: deadline,

@@ -1,0 +1,59 @@
+/// Names are per user: each uid has its own namespace, so two users can both have `tea` and
+/// nobody can squat another's name. A client addresses its own countdowns by plain name; root
+/// (uid 0) addresses anyone's as `<uid>/<name>` (`1000/tea`), and its own by plain name.
+///
+/// Inside the daemon a countdown is known by its **key**: the plain name for root's, and
+/// `<uid>/<name>` for everyone else's. `/` is not a name character, so keys never collide.
+/// Storage keeps the plain name and the owner; keys are rebuilt when state is restored.
+public enum CountdownAddress {
+    /// The key of `name` in `owner`'s namespace.
+    public static func key(owner: UInt32, name: String) -> String {
+        owner == 0 ? name : "\(owner)/\(name)"
+    }
+
+    /// The namespace and plain name of a key.
+    public static func split(_ key: String) -> (owner: UInt32, name: String) {
+        guard let slash = key.utf8.firstIndex(of: UInt8(ascii: "/")),
+              let owner = UInt32(Substring(key.utf8[..<slash])) else { return (0, key) }
+        return (owner, String(Substring(key.utf8[key.utf8.index(after: slash)...])))
+    }
+
+    /// How a key is shown to `viewer`: plain within its own namespace, `<uid>/<name>` to root
+    /// for everyone else's.
+    public static func display(_ key: String, owner: UInt32, to viewer: UInt32) -> String {
+        guard owner != 0, owner == viewer else { return key }
+        return split(key).name
+    }
+
+    /// Validates an address as a client may write it: a name, or `<uid>/<name>` (digits, a slash,
+    /// a name). Returns it as written; `resolve` turns it into a key.
+    /// - Throws: `bad-name`, saying which rule was broken.
+    public static func validate<Bytes: Collection<UInt8>>(bytes: Bytes) throws(ProtocolError) -> String {
+        guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")) else {
+            return try CountdownName.validate(bytes: bytes)
+        }
+        let uid = bytes[..<slash]
+        guard !uid.isEmpty, uid.count <= 10, uid.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              UInt32(String(decoding: uid, as: UTF8.self)) != nil else {
+            throw ProtocolError(
+                .badName,
+                "'\(ProtocolText.sanitized(bytes))' is not a name; another user's countdown is written <uid>/<name>, as in 1000/tea"
+            )
+        }
+        let name = try CountdownName.validate(bytes: bytes[bytes.index(after: slash)...])
+        return String(decoding: uid, as: UTF8.self) + "/" + name
+    }
+
+    /// The key an address names for a client of uid `requester`.
+    /// - Throws: `forbidden` when a non-root client names another user's countdown.
+    public static func resolve(_ address: String, requester: UInt32) throws(ProtocolError) -> (key: String, owner: UInt32) {
+        let (owner, name) = address.utf8.contains(UInt8(ascii: "/")) ? split(address) : (requester, address)
+        guard requester == 0 || owner == requester else {
+            throw ProtocolError(
+                .forbidden,
+                "'\(address)' is in uid \(owner)'s namespace; only root may address another user's countdowns"
+            )
+        }
+        return (key(owner: owner, name: name), owner)
+    }
+}
