@@ -176,6 +176,30 @@ extension Integration {
             #expect(seen["RESULT"] == "success")
             #expect(seen["EXIT_STATUS"] == "0")
             #expect(seen["SOCKET_STILL_ACTIVE"] == "active")
+            // The hardened unit's sandbox is real, and its state lives under a read-only home.
+            #expect(seen["SANDBOX_NET"] != nil && seen["SANDBOX_NET"] != seen["HOST_NET"], "a private network namespace")
+            #expect(seen["STATE_FILES"]?.contains("countdownd.db") == true, "the state directory is writable under ProtectHome=read-only: \(seen["STATE_FILES"] ?? "")")
+            #expect(seen["CDCTL_AFTER_RESTART"]?.contains("tea") == true && seen["CDCTL_AFTER_RESTART"]?.contains("running") == true)
+            // This manager is root's: "runs as root" is 0.3 of its score (see the next test).
+            let security = try #require(seen["SECURITY"].flatMap(Double.init), "\(seen["SECURITY"] ?? "no score")")
+            #expect(security <= 1.3, "exposure under the user manager: \(security)")
+        }
+
+        @Test(
+            "the per-user service's exposure score is 1.0 or lower for a regular user",
+            .enabled(if: toolExists("/usr/bin/systemd-analyze"), "systemd-analyze is not installed")
+        )
+        func userSecurityScore() throws {
+            let units = InstalledUnits()
+            let service = try #require(units.user.first { $0.hasSuffix(".service") })
+            // A user manager runs its units as its user; offline, User= stands in for that uid
+            // (any ordinary one: the analysis only asks whether it is root or nobody).
+            let text = try String(contentsOfFile: service, encoding: .utf8).replacingOccurrences(of: "[Service]\n", with: "[Service]\nUser=alice\n")
+            try text.write(toFile: service, atomically: true, encoding: .utf8)
+            let result = try runCommand("/usr/bin/systemd-analyze", ["security", "--offline=yes", service])
+            let match = try #require(result.stdout.firstMatch(of: #/Overall exposure level for countdownd.service: (\d+\.\d)/#), "\(result.stdout)")
+            let score = try #require(Double(match.1))
+            #expect(score <= 1.0, "exposure \(score)")
         }
     }
 }
