@@ -1,5 +1,6 @@
 import CountdownClient
 import CountdownCore
+import Foundation
 import Glibc
 
 /// Runs one `cdctl` invocation against the daemon.
@@ -41,7 +42,7 @@ public struct Cdctl {
 
     private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
         switch invocation.command {
-        case .start(let name, let milliseconds, let replace, let ifIdle, let wait):
+        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then):
             if wait {
                 try subscribe(connection, to: [name])
             }
@@ -63,6 +64,9 @@ public struct Cdctl {
                     console.out("\(name): already \(countdown.state.rawValue), left alone; " + timeLeft(countdown))
                 }
                 code = .success
+            }
+            if code == .success, let then {
+                code = launchThen(then, name: name)
             }
             guard code == .success, wait else { return code }
             return try waitForAll([name], on: connection, subscribed: true)
@@ -153,6 +157,21 @@ public struct Cdctl {
             return try stats(format: format, on: connection)
         case .help, .helpTopic, .version:
             return .success
+        }
+    }
+
+    /// Sets up `--then`, and says where it waits and where its output goes.
+    private func launchThen(_ command: String, name: String) -> ExitCode {
+        switch ThenAction.launch(command: command, name: name, socket: invocation.socketPath, environment: ProcessInfo.processInfo.environment) {
+        case .success(.unit(let unit)):
+            console.out("\(name): then runs '\(command)' when done, from \(unit) (journalctl --user -u \(unit); systemctl --user stop \(unit) to drop it)\n")
+            return .success
+        case .success(.detached(let pid)):
+            console.out("\(name): then runs '\(command)' when done, from process \(pid) (no user manager: it survives this terminal, not a logout; its output is discarded)\n")
+            return .success
+        case .failure(let error):
+            console.error("cdctl: the countdown runs, but --then could not be set up: \(error); run it yourself: cdctl wait \(name) && \(command)\n")
+            return .refused
         }
     }
 

@@ -22,8 +22,8 @@ public enum StatsFormat: Equatable, Sendable {
 
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
-    /// `start NAME [DURATION] [--replace | --if-idle] [--wait]`
-    case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool)
+    /// `start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]`
+    case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
     /// `list [--json | --format T] [--state STATE]`
@@ -83,10 +83,12 @@ public enum CdctlCommandLine {
         Usage: cdctl [--socket PATH] COMMAND [ARGS]
 
         Commands:
-          start NAME [DURATION] [--replace | --if-idle] [--wait]
+          start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]
                                  start a countdown (default 60s); --replace restarts a
                                  running one; --if-idle leaves a running one alone and
-                                 succeeds; --wait blocks until it finishes
+                                 succeeds; --wait blocks until it finishes; --then runs
+                                 COMMAND (a shell line) when it is done, from your user
+                                 manager, with no terminal kept open
           status [NAME] [--json | --format TEMPLATE] [--follow]
                                  show one countdown, or all; --follow prints again on
                                  every change (every second while running), for bars
@@ -142,6 +144,7 @@ public enum CdctlCommandLine {
         .init(["--if-idle"]),
         .init(["--replace"]),
         .init(["--wait"]),
+        .init(["--then"], takesValue: true),
         .init(["--since"], takesValue: true),
         .init(["--state"], takesValue: true),
         .init(["--prometheus"]),
@@ -184,8 +187,11 @@ public enum CdctlCommandLine {
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait", "if-idle"]
-            try expect(operands, 1...2, usage: "start NAME [DURATION] [--replace | --if-idle] [--wait]")
+            allowedFlags = ["replace", "wait", "if-idle", "then"]
+            try expect(operands, 1...2, usage: "start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]")
+            if let then = parsed.value("then"), then.allSatisfy({ $0 == " " }) {
+                throw UsageError("--then needs a command, such as --then 'notify-send \"tea is ready\"'")
+            }
             guard !(parsed.has("replace") && parsed.has("if-idle")) else {
                 throw UsageError("--replace and --if-idle exclude each other: one restarts a running countdown, the other leaves it alone")
             }
@@ -194,7 +200,8 @@ public enum CdctlCommandLine {
                 milliseconds: try operands.count > 1 ? duration(operands[1]) : nil,
                 replace: parsed.has("replace"),
                 ifIdle: parsed.has("if-idle"),
-                wait: parsed.has("wait")
+                wait: parsed.has("wait"),
+                then: parsed.value("then")
             )
         case "status":
             allowedFlags = ["json", "format", "follow"]
@@ -261,7 +268,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prometheus"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prometheus", "then"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

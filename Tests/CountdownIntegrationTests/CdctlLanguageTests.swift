@@ -130,5 +130,28 @@ extension Integration {
             #expect(follower.isRunning, "it keeps following")
             #expect(lines().contains { $0.contains("reconnecting") }, "it said why it reconnected")
         }
+
+        @Test(
+            "--then without a user manager: the command runs detached when the countdown is done, and not at all when it is cancelled",
+            .enabled(if: toolExists("/bin/sh"), "no /bin/sh")
+        )
+        func thenWithoutUserManager() throws {
+            let daemon = try DaemonProcess()
+            let noManager = daemon.directory.file("no-manager")
+            try FileManager.default.createDirectory(atPath: noManager, withIntermediateDirectories: true)
+            let environment = ["XDG_RUNTIME_DIR": noManager, "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(noManager)/none"]
+            let done = daemon.directory.file("done-ran"), cancelled = daemon.directory.file("cancelled-ran")
+            let started = try runCommand(TestBinaries.cdctl, ["--socket", daemon.socketPath, "start", "brew", "1500ms", "--then", "touch '\(done)'"], environment: environment)
+            #expect(started.status == 0 && started.stdout.contains("then runs 'touch") && started.stdout.contains("no user manager"), "\(started.stdout)\(started.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: done), "nothing runs before the countdown is done")
+            let other = try runCommand(TestBinaries.cdctl, ["--socket", daemon.socketPath, "start", "other", "1h", "--then", "touch '\(cancelled)'"], environment: environment)
+            let pid = try #require(other.stdout.firstMatch(of: #/from process (\d+)/#).flatMap { pid_t($0.1) })
+            _ = try cdctl(["cancel", "other"], socket: daemon.socketPath)
+            try waitUntil(timeout: 15) { FileManager.default.fileExists(atPath: done) }
+            // The waiter of the cancelled one ends without running its command.
+            try waitUntil(timeout: 10) { kill(pid, 0) != 0 }
+            #expect(!FileManager.default.fileExists(atPath: cancelled))
+            #expect(try runCommand(TestBinaries.cdctl, ["start", "x", "--then", "  "]).status == 2, "an empty --then is a usage error")
+        }
     }
 }

@@ -180,6 +180,10 @@ extension Integration {
             #expect(seen["SANDBOX_NET"] != nil && seen["SANDBOX_NET"] != seen["HOST_NET"], "a private network namespace")
             #expect(seen["STATE_FILES"]?.contains("countdownd.db") == true, "the state directory is writable under ProtectHome=read-only: \(seen["STATE_FILES"] ?? "")")
             #expect(seen["CDCTL_AFTER_RESTART"]?.contains("tea") == true && seen["CDCTL_AFTER_RESTART"]?.contains("running") == true)
+            // --then ran its command from a transient unit of the manager, after the countdown.
+            #expect(seen["THEN_OUTPUT"]?.contains("from run-") == true && seen["THEN_OUTPUT"]?.contains("journalctl --user -u") == true, "\(seen["THEN_OUTPUT"] ?? "")")
+            #expect(seen["THEN_EARLY"] == "no", "not before the countdown is done")
+            #expect(seen["THEN_RAN"] == "yes")
             // This manager is root's: "runs as root" is 0.3 of its score (see the next test).
             let security = try #require(seen["SECURITY"].flatMap(Double.init), "\(seen["SECURITY"] ?? "no score")")
             #expect(security <= 1.3, "exposure under the user manager: \(security)")

@@ -83,6 +83,13 @@ pid=$(systemctl --user show -p MainPID --value countdownd.service)
 echo "SANDBOX_NET=$(readlink /proc/$pid/ns/net 2>/dev/null)"
 echo "HOST_NET=$(readlink /proc/self/ns/net)"
 
+# --then: a transient unit of this manager waits for the countdown and runs the command.
+then_output=$("$bin_dir/cdctl" start brew 1500ms --then "touch '$BASE/then-ran'" 2>&1)
+echo "THEN_OUTPUT=$(echo "$then_output" | tail -1)"
+echo "THEN_EARLY=$([ -e "$BASE/then-ran" ] && echo yes || echo no)"
+for _ in $(seq 100); do [ -e "$BASE/then-ran" ] && break; sleep 0.1; done
+echo "THEN_RAN=$([ -e "$BASE/then-ran" ] && echo yes || echo no)"
+
 systemctl --user stop countdownd.service 2>/dev/null
 echo "SERVICE_STOPPED=$(systemctl --user is-active countdownd.service)"
 echo "RESULT=$(systemctl --user show -p Result --value countdownd.service)"
