@@ -30,6 +30,10 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
                 switch request {
                 case .start(let name, let ms, let replace):
                     WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, now: now, events: &events), clock: clock, to: &out)
+                case .startAt(let name, let unix, let replace):
+                    let ms = unix - clock.unixMilliseconds(of: now)
+                    WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, pinnedTo: unix, now: now, events: &events), clock: clock, to: &out)
+                    _ = engine.wallClockChanged(to: WallClockMapping(monotonic: now, unixMilliseconds: clock.unixMilliseconds + Int64(line.count)), now: now)
                 case .status(let name):
                     WireEncoder.appendCountdown(try engine.status(of: name, now: now), clock: clock, to: &out)
                 case .list:

@@ -209,7 +209,7 @@ def journal_deadlines(state):
                 fields = struct.unpack_from("<QBBIqqqqqqq", data, position + 1)
                 position += 1 + struct.calcsize("<QBBIqqqqqqq")
                 name = data[position + 1:position + 1 + data[position]].decode()
-                position += 1 + data[position] + 8
+                position += 1 + data[position] + 16  # name, then the state's late_ms and pinned_unix_ms
                 if fields[1] == 0:  # started
                     deadlines[name] = fields[8]
             offset = end

@@ -42,11 +42,11 @@ public struct Cdctl {
 
     private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
         switch invocation.command {
-        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then):
+        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at):
             if wait {
                 try subscribe(connection, to: [name])
             }
-            var line = "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
+            var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
             // --replace says whether it replaced anything.
             var replacing: CountdownInfo?
             if replace {
@@ -296,9 +296,15 @@ public struct Cdctl {
         "\(countdown.name): \(countdown.state.rawValue), " + timeLeft(countdown)
     }
 
-    /// `0:02:41 left of 0:03:00`, with its newline.
+    /// `0:02:41 left of 0:03:00`, with its newline; `…, until 09:30` for one to a time of day.
     private func timeLeft(_ countdown: CountdownInfo) -> String {
-        "\(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))\n"
+        var text = "\(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))"
+        if countdown.isPinned == true, let deadline = countdown.deadlineUnixMilliseconds {
+            let formatter = DateFormatter()
+            formatter.dateFormat = countdown.remainingMilliseconds < 86_400_000 ? "HH:mm" : "yyyy-MM-dd HH:mm"
+            text += ", until \(formatter.string(from: Date(timeIntervalSince1970: Double(deadline) / 1000)))"
+        }
+        return text + "\n"
     }
 
     /// Subscribes, optionally replaying what happened after event `since`.

@@ -1,4 +1,5 @@
 import CountdownCore
+import Foundation
 
 /// How `status` and `list` print countdowns.
 public enum OutputStyle: Equatable, Sendable {
@@ -22,8 +23,9 @@ public enum StatsFormat: Equatable, Sendable {
 
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
-    /// `start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]`
-    case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil)
+    /// `start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]`;
+    /// `atUnixMilliseconds` for a countdown to a wall-clock time.
+    case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
     /// `list [--json | --format T] [--state STATE]`
@@ -83,8 +85,12 @@ public enum CdctlCommandLine {
         Usage: cdctl [--socket PATH] COMMAND [ARGS]
 
         Commands:
-          start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]
-                                 start a countdown (default 60s); --replace restarts a
+          start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait]
+                [--then COMMAND]
+                                 start a countdown (default 60s), or one until a time of
+                                 day (--at 09:30, 'tomorrow 09:30', '2026-12-24 18:00',
+                                 'now + 3 min'; it follows the wall clock if that is
+                                 set); --replace restarts a
                                  running one; --if-idle leaves a running one alone and
                                  succeeds; --wait blocks until it finishes; --then runs
                                  COMMAND (a shell line) when it is done, from your user
@@ -145,6 +151,7 @@ public enum CdctlCommandLine {
         .init(["--replace"]),
         .init(["--wait"]),
         .init(["--then"], takesValue: true),
+        .init(["--at"], takesValue: true),
         .init(["--since"], takesValue: true),
         .init(["--state"], takesValue: true),
         .init(["--prometheus"]),
@@ -187,7 +194,18 @@ public enum CdctlCommandLine {
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait", "if-idle", "then"]
+            allowedFlags = ["replace", "wait", "if-idle", "then", "at"]
+            var at: Int64?
+            if let text = parsed.value("at") {
+                guard operands.count == 1 else {
+                    throw UsageError("give a DURATION or --at TIME, not both")
+                }
+                do {
+                    at = try LocalTime.parse(text, now: Date(), timeZone: .current)
+                } catch {
+                    throw UsageError("bad --at: \(error)")
+                }
+            }
             try expect(operands, 1...2, usage: "start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]")
             if let then = parsed.value("then"), then.allSatisfy({ $0 == " " }) {
                 throw UsageError("--then needs a command, such as --then 'notify-send \"tea is ready\"'")
@@ -201,7 +219,8 @@ public enum CdctlCommandLine {
                 replace: parsed.has("replace"),
                 ifIdle: parsed.has("if-idle"),
                 wait: parsed.has("wait"),
-                then: parsed.value("then")
+                then: parsed.value("then"),
+                atUnixMilliseconds: at
             )
         case "status":
             allowedFlags = ["json", "format", "follow"]
@@ -268,7 +287,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prometheus", "then"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prometheus", "then", "at"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

@@ -42,7 +42,13 @@ public struct CountdownEngine {
         var generation: UInt32
         /// Set for a `done` that was delivered late because the daemon was not running.
         var lateMilliseconds: Int64?
+        /// A countdown to a wall-clock time: that time in Unix ms, or `notPinned`. (A sentinel,
+        /// not an optional: a million records are 8 bytes smaller each.)
+        var pinned: Int64 = CountdownEngine.notPinned
     }
+
+    /// `Record.pinned` of a plain duration countdown.
+    static let notPinned = Int64.min
 
     /// The configuration in force.
     public let configuration: EngineConfiguration
@@ -167,7 +173,8 @@ public struct CountdownEngine {
             finishedAt: persisted.finishedAt ?? now,
             owner: persisted.owner,
             generation: 0,
-            lateMilliseconds: persisted.lateMilliseconds
+            lateMilliseconds: persisted.lateMilliseconds,
+            pinned: persisted.pinnedUnixMilliseconds ?? Self.notPinned
         )
         if record.state == .running && record.deadline <= now {
             record.state = .done
@@ -210,6 +217,7 @@ public struct CountdownEngine {
         milliseconds: Int64,
         replace: Bool = false,
         requester: UInt32,
+        pinnedTo pinnedUnixMilliseconds: Int64? = nil,
         now: Instant,
         events: inout [CountdownEvent]
     ) throws(ProtocolError) -> CountdownSnapshot {
@@ -262,7 +270,8 @@ public struct CountdownEngine {
             finishedAt: now,
             owner: requester,
             generation: generation,
-            lateMilliseconds: nil
+            lateMilliseconds: nil,
+            pinned: pinnedUnixMilliseconds ?? Self.notPinned
         )
         records[Int(slot)] = record
         runningCount += 1
@@ -308,6 +317,8 @@ public struct CountdownEngine {
         try authorize(requester, toChange: old, verb: "pause")
         var record = old
         record.state = .paused
+        // A paused countdown keeps its time left: it is no longer tied to a time of day.
+        record.pinned = Self.notPinned
         record.remainingNanoseconds = record.deadline.nanoseconds(since: now)
         record.generation &+= 1
         records[Int(slot)] = record
@@ -366,6 +377,9 @@ public struct CountdownEngine {
         record.totalMilliseconds += milliseconds
         if record.state == .running {
             record.deadline = record.deadline.advanced(byMilliseconds: milliseconds)
+            if record.pinned != Self.notPinned {
+                record.pinned += milliseconds
+            }
             record.generation &+= 1
         } else {
             record.remainingNanoseconds += milliseconds * 1_000_000
@@ -378,6 +392,31 @@ public struct CountdownEngine {
             dropStaleTop()
         }
         return result
+    }
+
+    // MARK: - Wall clock
+
+    /// The wall clock was set (NTP, `date -s`): countdowns to a time of day (`START … AT`) move
+    /// their deadlines to where that time now is on the monotonic clock; plain durations do not
+    /// move. One whose time has now passed is due at once.
+    /// - Returns: how many countdowns moved.
+    @discardableResult
+    public mutating func wallClockChanged(to clock: WallClockMapping, now: Instant) -> Int {
+        var moved = 0
+        for index in 0..<records.count {
+            guard var record = records[index], record.state == .running, record.pinned != Self.notPinned else { continue }
+            let deadline = clock.instant(ofUnixMilliseconds: record.pinned)
+            guard deadline != record.deadline else { continue }
+            record.deadline = deadline
+            // A time of day moved further away: the total grows, so progress stays within 100 %.
+            record.totalMilliseconds = max(record.totalMilliseconds, deadline.nanoseconds(since: now).ceilingMillisecondsOfNanoseconds)
+            record.generation &+= 1
+            records[index] = record
+            push(nextEntry(slot: Int32(index), record: record, now: now))
+            moved += 1
+        }
+        dropStaleTop()
+        return moved
     }
 
     // MARK: - Undo
@@ -420,7 +459,8 @@ public struct CountdownEngine {
             finishedAt: persisted.finishedAt ?? now,
             owner: persisted.owner,
             generation: generation,
-            lateMilliseconds: persisted.lateMilliseconds
+            lateMilliseconds: persisted.lateMilliseconds,
+            pinned: persisted.pinnedUnixMilliseconds ?? Self.notPinned
         )
         records[Int(slot)] = record
         switch record.state {
@@ -521,7 +561,8 @@ public struct CountdownEngine {
                 remainingMilliseconds: record.deadline.nanoseconds(since: now).ceilingMillisecondsOfNanoseconds,
                 totalMilliseconds: record.totalMilliseconds,
                 deadline: record.deadline,
-                owner: record.owner
+                owner: record.owner,
+                pinnedUnixMilliseconds: record.pinned == Self.notPinned ? nil : record.pinned
             )
         case .paused, .cancelled:
             return CountdownSnapshot(

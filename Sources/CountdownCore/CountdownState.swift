@@ -32,6 +32,8 @@ public struct CountdownSnapshot: Sendable, Equatable {
     public var owner: UInt32
     /// For a countdown that finished while the daemon was not running: how late its `done` came.
     public var lateMilliseconds: Int64?
+    /// For a running countdown to a wall-clock time: that time, in Unix milliseconds.
+    public var pinnedUnixMilliseconds: Int64?
 
     /// Creates a snapshot.
     public init(
@@ -41,8 +43,10 @@ public struct CountdownSnapshot: Sendable, Equatable {
         totalMilliseconds: Int64,
         deadline: Instant?,
         owner: UInt32,
-        lateMilliseconds: Int64? = nil
+        lateMilliseconds: Int64? = nil,
+        pinnedUnixMilliseconds: Int64? = nil
     ) {
+        self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
         self.name = name
         self.state = state
         self.remainingMilliseconds = remainingMilliseconds

@@ -20,12 +20,17 @@ public struct PersistedCountdown: Equatable, Sendable {
     public var owner: UInt32
     /// How late its `done` was delivered, when the daemon was not running at the deadline.
     public var lateMilliseconds: Int64?
+    /// For a countdown to a wall-clock time (`START … AT`): that time, in Unix milliseconds. Its
+    /// deadline follows the wall clock when it is set; `nil` for a plain duration.
+    public var pinnedUnixMilliseconds: Int64?
 
     /// Creates a persisted countdown.
     public init(
         name: String, state: CountdownState, totalMilliseconds: Int64, deadline: Instant?,
-        remainingNanoseconds: Int64, finishedAt: Instant?, owner: UInt32, lateMilliseconds: Int64? = nil
+        remainingNanoseconds: Int64, finishedAt: Instant?, owner: UInt32, lateMilliseconds: Int64? = nil,
+        pinnedUnixMilliseconds: Int64? = nil
     ) {
+        self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
         self.name = name
         self.state = state
         self.totalMilliseconds = totalMilliseconds
@@ -56,7 +61,8 @@ extension CountdownEngine.Record {
             remainingNanoseconds: state == .running || state == .done ? 0 : remainingNanoseconds,
             finishedAt: state.isActive ? nil : finishedAt,
             owner: owner,
-            lateMilliseconds: lateMilliseconds
+            lateMilliseconds: lateMilliseconds,
+            pinnedUnixMilliseconds: state == .running && pinned != CountdownEngine.notPinned ? pinned : nil
         )
     }
 }

@@ -2,6 +2,8 @@
 public enum Request: Equatable, Sendable {
     /// `START <name> [<duration>] [REPLACE]`; the duration defaults to 60 s.
     case start(name: String, milliseconds: Int64, replace: Bool)
+    /// `START <name> AT <time> [REPLACE]`: until a wall-clock time (Unix ms), and pinned to it.
+    case startAt(name: String, unixMilliseconds: Int64, replace: Bool)
     /// `STATUS <name>`
     case status(name: String)
     /// `LIST`
@@ -30,7 +32,7 @@ public enum Request: Equatable, Sendable {
     /// Whether the request changes countdowns, and so must be durable before its reply is sent.
     public var isMutation: Bool {
         switch self {
-        case .start, .cancel, .pause, .resume, .extend, .remove: return true
+        case .start, .startAt, .cancel, .pause, .resume, .extend, .remove: return true
         case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return false
         }
     }
@@ -90,10 +92,27 @@ public enum RequestParser {
         let arguments = fields.dropFirst()
 
         if keyword(verb, is: "START") {
-            guard (1...3).contains(arguments.count) else {
-                throw usage("START <name> [<duration>] [REPLACE]", got: arguments.count)
+            guard (1...4).contains(arguments.count) else {
+                throw usage("START <name> [<duration> | AT <time>] [REPLACE]", got: arguments.count)
             }
             let name = try CountdownAddress.validate(bytes: arguments[arguments.startIndex])
+            let rest = Array(arguments.dropFirst())
+            if let first = rest.first, keyword(first, is: "AT") {
+                guard rest.count >= 2 else {
+                    throw ProtocolError(.badRequest, "AT needs a time: \(WallClockTime.acceptedForms); usage: START <name> AT <time> [REPLACE]")
+                }
+                let time = try WallClockTime.parse(bytes: rest[1])
+                guard rest.count == 2 || (rest.count == 3 && keyword(rest[2], is: "REPLACE")) else {
+                    throw ProtocolError(
+                        .badRequest,
+                        "unexpected '\(ProtocolText.sanitized(rest[rest.count - 1]))' after the time; the only option is REPLACE"
+                    )
+                }
+                return .startAt(name: name, unixMilliseconds: time, replace: rest.count == 3)
+            }
+            guard arguments.count <= 3 else {
+                throw usage("START <name> [<duration>] [REPLACE]", got: arguments.count)
+            }
             var milliseconds = CountdownDuration.defaultMilliseconds
             var replace = false
             for (offset, field) in arguments.dropFirst().enumerated() {

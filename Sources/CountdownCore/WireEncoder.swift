@@ -98,6 +98,9 @@ public enum WireEncoder {
         appendDeadline(snapshot, clock: clock, to: &out)
         out.append(UInt8(ascii: " "))
         appendDecimal(Int64(snapshot.owner), to: &out)
+        if snapshot.pinnedUnixMilliseconds != nil {
+            append(" at", to: &out)
+        }
         out.append(UInt8(ascii: "\n"))
     }
 
@@ -133,11 +136,20 @@ public enum WireEncoder {
         if let late = snapshot.lateMilliseconds {
             out.append(UInt8(ascii: " "))
             appendDecimal(late, to: &out)
+        } else if snapshot.pinnedUnixMilliseconds != nil {
+            append(" -", to: &out)
+        }
+        if snapshot.pinnedUnixMilliseconds != nil {
+            // A countdown to a wall-clock time: `at` (a plain duration has no such field).
+            append(" at", to: &out)
         }
     }
 
     private static func appendDeadline(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
-        if let deadline = snapshot.deadline {
+        if let pinned = snapshot.pinnedUnixMilliseconds {
+            // The time asked for, exactly, whatever the clocks' mapping rounds to.
+            appendDecimal(pinned, to: &out)
+        } else if let deadline = snapshot.deadline {
             appendDecimal(clock.unixMilliseconds(of: deadline), to: &out)
         } else {
             out.append(UInt8(ascii: "-"))

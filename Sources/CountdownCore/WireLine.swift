@@ -14,12 +14,17 @@ public struct CountdownInfo: Sendable, Equatable, Codable {
     public var owner: UInt32?
     /// How late its `done` was delivered, when it finished while the daemon was not running.
     public var lateMilliseconds: Int64?
+    /// `true` for a countdown to a wall-clock time (`START … AT`), whose deadline follows the
+    /// wall clock; absent for a plain duration. In JSON: `"at": true`.
+    public var isPinned: Bool?
 
     /// Creates a countdown description.
     public init(
         name: String, state: CountdownState, remainingMilliseconds: Int64, totalMilliseconds: Int64,
-        deadlineUnixMilliseconds: Int64? = nil, owner: UInt32? = nil, lateMilliseconds: Int64? = nil
+        deadlineUnixMilliseconds: Int64? = nil, owner: UInt32? = nil, lateMilliseconds: Int64? = nil,
+        isPinned: Bool = false
     ) {
+        self.isPinned = isPinned ? true : nil
         self.name = name
         self.state = state
         self.remainingMilliseconds = remainingMilliseconds
@@ -36,6 +41,7 @@ public struct CountdownInfo: Sendable, Equatable, Codable {
         case deadlineUnixMilliseconds = "deadline_unix_ms"
         case owner = "owner_uid"
         case lateMilliseconds = "late_ms"
+        case isPinned = "at"
     }
 }
 
@@ -60,6 +66,8 @@ public struct EventInfo: Sendable, Equatable, Codable {
     public var state: CountdownState?
     /// For `snapshot` of a running countdown: its wall-clock deadline.
     public var deadlineUnixMilliseconds: Int64?
+    /// For `snapshot`: `true` when it counts down to a wall-clock time.
+    public var isPinned: Bool?
 
     /// Creates an event description.
     public init(
@@ -83,6 +91,7 @@ public struct EventInfo: Sendable, Equatable, Codable {
         case totalMilliseconds = "total_ms"
         case lateMilliseconds = "late_ms"
         case deadlineUnixMilliseconds = "deadline_unix_ms"
+        case isPinned = "at"
     }
 }
 
@@ -145,7 +154,8 @@ public enum WireLine: Sendable, Equatable {
             totalMilliseconds: total,
             deadlineUnixMilliseconds: Int64(f[4]),
             owner: f.count > 5 ? UInt32(f[5]) : nil,
-            lateMilliseconds: f.count > 6 ? Int64(f[6]) : nil
+            lateMilliseconds: f.count > 6 ? Int64(f[6]) : nil,
+            isPinned: f.count > 7 && f[7] == "at"
         )
     }
 
@@ -158,6 +168,7 @@ public enum WireLine: Sendable, Equatable {
         if kind == .snapshot {
             event.state = f.count > 5 ? CountdownState(rawValue: f[5]) : nil
             event.deadlineUnixMilliseconds = f.count > 6 ? Int64(f[6]) : nil
+            event.isPinned = f.count > 8 && f[8] == "at" ? true : nil
         } else if kind == .done, f.count > 5 {
             event.lateMilliseconds = Int64(f[5])
         }

@@ -142,6 +142,17 @@ extension Daemon {
             recordUndo(key)
             let snapshot = try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, now: now, events: &events)
             WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
+        case .startAt(let address, let unixMilliseconds, let replace):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            let milliseconds = unixMilliseconds - clock.unixMilliseconds(of: now)
+            guard milliseconds > 0 else {
+                throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
+            }
+            recordUndo(key)
+            let snapshot = try engine.start(
+                key, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events
+            )
+            WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
         case .status(let address):
             let snapshot = try engine.status(of: try CountdownAddress.resolve(address, requester: uid).key, now: now)
             WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)

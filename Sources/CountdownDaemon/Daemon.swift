@@ -42,6 +42,7 @@ public final class Daemon: @unchecked Sendable {
     var batch = BatchRecord()
     let service: ServiceManager
     var timer: WakeupTimer?
+    var wallClock: WallClockWatcher?
     var poller: EventPoller?
     var isStopping = false
 
@@ -103,6 +104,7 @@ public final class Daemon: @unchecked Sendable {
         let poller = try EventPoller(queue: queue)
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
+        wallClock = try WallClockWatcher(poller: poller) { [unowned self] in wallClockStepped() }
         service.handleSignals { [unowned self] signalNumber in stop(signal: signalNumber) }
         try listener.startAccepting(with: poller) { [unowned self] in
             clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
@@ -171,6 +173,15 @@ public final class Daemon: @unchecked Sendable {
         engine.advance(to: now, events: &events)
         batch.timeEvents.append(contentsOf: events)
         publish(events)
+    }
+
+    /// The wall clock was set: countdowns to a time of day follow it (plain durations, on the
+    /// boot clock, do not move). The batch's end re-arms the timer for the new schedule.
+    private func wallClockStepped() {
+        let now = SystemClock.now()
+        let moved = engine.wallClockChanged(to: SystemClock.mapping(at: now), now: now)
+        logger.log(.notice, "the wall clock was set\(moved > 0 ? "; \(moved) countdowns to a time of day follow it" : "")")
+        advanceTime(to: now)
     }
 
     private func timerFired() {

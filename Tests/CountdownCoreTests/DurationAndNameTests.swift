@@ -108,3 +108,70 @@ struct CountdownAddressTests {
         #expect((try? CountdownAddress.validate(bytes: Array("1000/tea".utf8))) == "1000/tea")
     }
 }
+
+@Suite("Wall-clock times for START … AT")
+struct WallClockTimeTests {
+    @Test("Unix milliseconds and RFC 3339 with an offset", arguments: [
+        ("1798135200000", Int64(1_798_135_200_000)),
+        ("2026-12-24T18:00:00Z", 1_798_135_200_000),
+        ("2026-12-24T19:00+01:00", 1_798_135_200_000),
+        ("2026-12-24t18:00:00.250z", 1_798_135_200_250),
+        ("2026-12-24 13:00:00-05:00", 1_798_135_200_000),
+        ("1970-01-01T00:00:00Z", 0),
+        ("2024-02-29T12:00:00Z", 1_709_208_000_000),
+    ] as [(String, Int64)])
+    func accepted(text: String, unix: Int64) throws {
+        #expect(try WallClockTime.parse(bytes: Array(text.utf8)) == unix)
+    }
+
+    @Test("malformed times are bad-duration", arguments: [
+        "", "tomorrow", "2026-12-24T18:00", "2026-13-01T00:00Z", "2026-02-30T00:00Z", "2025-02-29T00:00Z",
+        "2026-12-24T24:00Z", "2026-12-24T18:00+25:00", "2026-12-24T18:00Zextra", "12:00Z", "-5",
+    ])
+    func rejected(text: String) {
+        #expect(throws: ProtocolError.self, "\(text)") { try WallClockTime.parse(bytes: Array(text.utf8)) }
+    }
+
+    @Test("START … AT parses, with REPLACE; other words after the time are bad requests")
+    func parser() throws {
+        #expect(try RequestParser.parse(Array("START standup AT 1798135200000".utf8)) == .startAt(name: "standup", unixMilliseconds: 1_798_135_200_000, replace: false))
+        #expect(try RequestParser.parse(Array("start x at 2026-12-24T18:00:00Z replace".utf8)) == .startAt(name: "x", unixMilliseconds: 1_798_135_200_000, replace: true))
+        #expect(throws: ProtocolError.self) { try RequestParser.parse(Array("START x AT".utf8)) }
+        #expect(throws: ProtocolError.self) { try RequestParser.parse(Array("START x AT 1798135200000 NOW".utf8)) }
+    }
+}
+
+@Suite("Engine: countdowns to a wall-clock time")
+struct EnginePinnedTests {
+    @Test("a wall-clock step moves a countdown to a time of day, not a plain one; pause unpins it; extend moves its time")
+    func pinned() throws {
+        var clock = ManualClock()
+        // At instant 0 the wall clock reads 1,000,000 ms.
+        let before = WallClockMapping(monotonic: .zero, unixMilliseconds: 1_000_000)
+        try clock.perform { engine, now, events throws(ProtocolError) in
+            try engine.start("standup", milliseconds: 60_000, requester: 0, pinnedTo: 1_060_000, now: now, events: &events)
+        }
+        try clock.start("tea", 60_000)
+        #expect(clock.engine.persistentState(of: "standup")?.pinnedUnixMilliseconds == 1_060_000)
+        #expect(try clock.engine.status(of: "standup", now: clock.now).pinnedUnixMilliseconds == 1_060_000)
+        // The wall clock is set 20 s ahead: 09:30 is now 20 s nearer on the monotonic clock.
+        let after = WallClockMapping(monotonic: .zero, unixMilliseconds: before.unixMilliseconds + 20_000)
+        #expect(clock.engine.wallClockChanged(to: after, now: clock.now) == 1)
+        #expect(try clock.engine.status(of: "standup", now: clock.now).remainingMilliseconds == 40_000)
+        #expect(try clock.engine.status(of: "tea", now: clock.now).remainingMilliseconds == 60_000, "a duration does not move")
+        clock.advance(byMilliseconds: 40_000)
+        #expect(clock.events(of: "standup").last?.1 == .done)
+        #expect(clock.events(of: "tea").last?.1 == .tick)
+        // Set back: a time that moved further away raises the total, never above 100 %.
+        try clock.perform { engine, now, events throws(ProtocolError) in
+            try engine.start("later", milliseconds: 10_000, requester: 0, pinnedTo: 1_070_000, now: now, events: &events)
+        }
+        #expect(clock.engine.wallClockChanged(to: WallClockMapping(monotonic: .zero, unixMilliseconds: 1_000_000), now: clock.now) == 1)
+        let later = try clock.engine.status(of: "later", now: clock.now)
+        #expect(later.remainingMilliseconds == 30_000 && later.totalMilliseconds == 30_000)
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.extend("later", by: 5000, requester: 0, now: now, events: &events) }
+        #expect(clock.engine.persistentState(of: "later")?.pinnedUnixMilliseconds == 1_075_000)
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("later", requester: 0, now: now, events: &events) }
+        #expect(clock.engine.persistentState(of: "later")?.pinnedUnixMilliseconds == nil, "a paused countdown keeps its time left, not a time of day")
+    }
+}

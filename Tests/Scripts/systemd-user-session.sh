@@ -23,12 +23,14 @@ if [ "${3:-}" != "--body" ]; then
     # state directory writable. (A user unit's StateDirectory= is in $XDG_STATE_HOME from
     # systemd 254 on, in $XDG_CONFIG_HOME before.)
     home=$(mktemp -d -p "$HOME" .countdownd-test.XXXXXX)
-    mkdir -p "$base/runtime" "$home/config/systemd/user" "$home/state"
+    mkdir -p "$base/runtime" "$base/bin" "$home/config/systemd/user" "$home/state"
     chmod 700 "$base/runtime"
+    # The binaries as installed, outside /tmp (the build may be there, hidden by PrivateTmp=).
+    cp "$bin_dir/countdownd" "$bin_dir/cdctl" "$base/bin/"
     for unit in countdownd.service countdownd.socket; do
-        sed "s|@BINDIR@|$bin_dir|g" "$unit_src/$unit" > "$home/config/systemd/user/$unit"
+        sed "s|@BINDIR@|$base/bin|g" "$unit_src/$unit" > "$home/config/systemd/user/$unit"
     done
-    BASE="$base" TEST_HOME="$home" bash "$0" "$bin_dir" "$unit_src" --body
+    BASE="$base" TEST_HOME="$home" bash "$0" "$base/bin" "$unit_src" --body
     status=$?
     umount /run/systemd
     rm -rf "$fake" "$base" "$home"

@@ -12,7 +12,8 @@ import CountdownCore
 ///               -- the first frame of every journal file
 ///     2 event   seq u64, kind u8, state u8, owner u32, total_ms i64, event_remaining_ms i64,
 ///               late_ms i64, deadline_unix_ms i64, deadline_boot_ns i64, remaining_ns i64,
-///               finished_unix_ms i64, name (u8 length + bytes)
+///               finished_unix_ms i64, name (u8 length + bytes), state late_ms i64,
+///               pinned_unix_ms i64
 ///               -- a lifecycle event and the countdown's whole state after it; the name is
 ///               -- the plain name in the owner's namespace
 ///     3 removed seq u64, owner u32, total_ms i64, name (u8 length + bytes)
@@ -88,6 +89,7 @@ enum JournalFormat {
         append(state.finishedUnixMilliseconds ?? absent, to: &buffer)
         appendShortString(state.name, to: &buffer)
         append(state.lateMilliseconds ?? absent, to: &buffer)
+        append(state.pinnedUnixMilliseconds ?? absent, to: &buffer)
     }
 
     static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
@@ -209,6 +211,7 @@ enum JournalFormat {
                 let finished = try reader.i64()
                 let name = try reader.shortString()
                 let stateLate = try reader.i64()
+                let pinned = try reader.i64()
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 scan.events.append(EventRecord(
                     event: CountdownEvent(
@@ -220,7 +223,7 @@ enum JournalFormat {
                         name: name, state: states[stateIndex], totalMilliseconds: total,
                         deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
-                        owner: owner, lateMilliseconds: present(stateLate)
+                        owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned)
                     )
                 ))
             case .removed:

@@ -14,6 +14,8 @@ struct StoredCountdown: Equatable, Sendable {
     var finishedUnixMilliseconds: Int64?
     var owner: UInt32
     var lateMilliseconds: Int64?
+    /// Running to a wall-clock time: that time (the deadline follows the wall clock).
+    var pinnedUnixMilliseconds: Int64? = nil
 }
 
 /// The snapshot: every countdown and the recent events at one moment, in SQLite, so the state can
@@ -23,7 +25,8 @@ struct StoredCountdown: Equatable, Sendable {
 /// Schema (version 2):
 ///
 ///     countdowns(name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns,
-///                finished_unix_ms, owner_uid, late_ms, PRIMARY KEY (owner_uid, name))
+///                finished_unix_ms, owner_uid, late_ms, pinned_unix_ms, PRIMARY KEY (owner_uid, name))
+///                -- pinned_unix_ms: set for a countdown to a wall-clock time (START … AT)
 ///                -- names are per owner: two users may both have `tea`
 ///     events(seq PRIMARY KEY, kind, name, remaining_ms, total_ms, late_ms, owner_uid)  -- the replay ring
 ///     meta(key PRIMARY KEY, value)  -- schema_version, journal_generation (replay journals from
@@ -82,7 +85,7 @@ enum SnapshotFile {
             contents.bootID = try meta("boot_id")
             contents.journalGeneration = UInt64(try meta("journal_generation") ?? "0") ?? 0
             contents.eventsKeptAfter = UInt64(try meta("events_kept_after") ?? "") ?? contents.lastSequence
-            contents.rows = try readRows(database, into: &contents)
+            contents.rows = try readRows(database, into: &contents, hasPinned: version != "1")
             if version == "1" {
                 try applyVersion1Watermark(database, to: &contents)
             } else {
@@ -94,10 +97,11 @@ enum SnapshotFile {
         }
     }
 
-    private static func readRows(_ database: SQLiteDatabase, into contents: inout Contents) throws(SQLiteError) -> [StoredCountdown] {
+    private static func readRows(_ database: SQLiteDatabase, into contents: inout Contents, hasPinned: Bool) throws(SQLiteError) -> [StoredCountdown] {
         var rows: [StoredCountdown] = []
         let select = try database.prepare("""
-            SELECT name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns, finished_unix_ms, owner_uid, late_ms
+            SELECT name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns, finished_unix_ms, owner_uid, late_ms,
+                \(hasPinned ? "pinned_unix_ms" : "NULL")
             FROM countdowns
             """)
         while try select.step() {
@@ -115,7 +119,7 @@ enum SnapshotFile {
                 name: name, state: state, totalMilliseconds: total,
                 deadlineUnixMilliseconds: select.int(3), deadlineBootNanoseconds: select.int(4),
                 remainingNanoseconds: select.int(5) ?? 0, finishedUnixMilliseconds: select.int(6),
-                owner: ownerUID, lateMilliseconds: select.int(8)
+                owner: ownerUID, lateMilliseconds: select.int(8), pinnedUnixMilliseconds: select.int(9)
             ))
         }
         return rows
@@ -192,6 +196,7 @@ enum SnapshotFile {
                     finished_unix_ms INTEGER,
                     owner_uid INTEGER NOT NULL,
                     late_ms INTEGER,
+                    pinned_unix_ms INTEGER,
                     PRIMARY KEY (owner_uid, name)
                 ) WITHOUT ROWID;
                 CREATE TABLE events (
@@ -202,7 +207,7 @@ enum SnapshotFile {
                 CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
                 """)
             try database.transaction { () throws(SQLiteError) in
-                let insert = try database.prepare("INSERT OR REPLACE INTO countdowns VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+                let insert = try database.prepare("INSERT OR REPLACE INTO countdowns VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
                 for row in contents.rows {
                     insert.bind(1, row.name)
                     insert.bind(2, row.state.rawValue)
@@ -213,6 +218,7 @@ enum SnapshotFile {
                     insert.bind(7, row.finishedUnixMilliseconds)
                     insert.bind(8, Int64(row.owner))
                     insert.bind(9, row.lateMilliseconds)
+                    insert.bind(10, row.pinnedUnixMilliseconds)
                     try insert.run()
                 }
                 let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")

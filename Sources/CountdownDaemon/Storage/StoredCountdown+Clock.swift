@@ -13,7 +13,8 @@ extension StoredCountdown {
             remainingNanoseconds: countdown.remainingNanoseconds,
             finishedUnixMilliseconds: countdown.finishedAt.map(clock.unixMilliseconds(of:)),
             owner: countdown.owner,
-            lateMilliseconds: countdown.lateMilliseconds
+            lateMilliseconds: countdown.lateMilliseconds,
+            pinnedUnixMilliseconds: countdown.pinnedUnixMilliseconds
         )
     }
 
@@ -27,7 +28,10 @@ extension StoredCountdown {
     func persisted(clock: WallClockMapping, sameBoot: Bool) -> PersistedCountdown {
         var deadline: Instant?
         if state == .running {
-            if sameBoot, let boot = deadlineBootNanoseconds {
+            if let pinned = pinnedUnixMilliseconds {
+                // A countdown to a time of day: wherever that time now is.
+                deadline = clock.instant(ofUnixMilliseconds: pinned)
+            } else if sameBoot, let boot = deadlineBootNanoseconds {
                 deadline = Instant(nanoseconds: boot)
             } else {
                 // A running row always has a wall-clock deadline; without one it is due now.
@@ -42,7 +46,8 @@ extension StoredCountdown {
             remainingNanoseconds: remainingNanoseconds,
             finishedAt: finishedUnixMilliseconds.map(clock.instant(ofUnixMilliseconds:)),
             owner: owner,
-            lateMilliseconds: lateMilliseconds
+            lateMilliseconds: lateMilliseconds,
+            pinnedUnixMilliseconds: state == .running ? pinnedUnixMilliseconds : nil
         )
     }
 }

@@ -1,0 +1,40 @@
+import CountdownCLI
+import Foundation
+import Testing
+
+@Suite("cdctl --at: times of day as people write them")
+struct LocalTimeTests {
+    /// 2026-11-30 10:00:00 UTC.
+    let now = Date(timeIntervalSince1970: 1_796_032_800)
+    let utc = TimeZone(identifier: "UTC")!  // A fixed, known zone: always present.
+    let berlin = TimeZone(identifier: "Europe/Berlin")
+
+    @Test("a time of day means the next one; today, tomorrow, dates and now + duration")
+    func forms() throws {
+        let hour: Int64 = 3_600_000
+        let base: Int64 = 1_796_032_800_000
+        #expect(try LocalTime.parse("10:30", now: now, timeZone: utc) == base + hour / 2)
+        #expect(try LocalTime.parse("09:30", now: now, timeZone: utc) == base + 23 * hour + hour / 2, "passed today: tomorrow")
+        #expect(try LocalTime.parse("tomorrow 09:30", now: now, timeZone: utc) == base + 23 * hour + hour / 2)
+        #expect(try LocalTime.parse("today 17:00:30", now: now, timeZone: utc) == base + 7 * hour + 30_000)
+        #expect(try LocalTime.parse("2026-12-24 18:00", now: now, timeZone: utc) == 1_798_135_200_000)
+        #expect(try LocalTime.parse("2026-12-24T18:00", now: now, timeZone: utc) == 1_798_135_200_000)
+        #expect(try LocalTime.parse("2026-12-24T18:00+01:00", now: now, timeZone: utc) == 1_798_135_200_000 - hour)
+        #expect(try LocalTime.parse("now + 3 min", now: now, timeZone: utc) == base + 180_000)
+        #expect(try LocalTime.parse("now+90s", now: now, timeZone: utc) == base + 90_000)
+        if let berlin {
+            // Local time: 18:00 in Berlin (UTC+1 in December) is 17:00 UTC.
+            #expect(try LocalTime.parse("2026-12-24 18:00", now: now, timeZone: berlin) == 1_798_135_200_000 - hour)
+        }
+    }
+
+    @Test("what is not a time says which forms are", arguments: ["25:00", "tomorrow", "9", "now - 3 min", "soon", "2026-13-01 10:00", "yesterday 10:00"])
+    func rejected(text: String) {
+        do {
+            _ = try LocalTime.parse(text, now: now, timeZone: utc)
+            Issue.record("'\(text)' was accepted")
+        } catch {
+            #expect(error.description.contains("09:30") || error.description.contains("now + 3 min"), "\(error)")
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Glibc
+import Testing
+
+extension Integration {
+    @Suite("Countdowns to a wall-clock time: START … AT, cdctl --at, storage, a real clock step")
+    struct WallClockTests {
+        @Test("START … AT: the deadline is the time asked for, the line says at, it survives SIGKILL; a past time is refused")
+        func startAt() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let c = try daemon.connect()
+            let target = Int64(unixNowMilliseconds()) + 3_600_000
+            try c.send("START standup AT \(target)\n")
+            let line = try #require(try c.readLine(timeout: 5))
+            #expect(line.hasPrefix("OK standup running ") && line.hasSuffix(" \(target) 0 - at"), "\(line)")
+            // Tomorrow, to the second, in RFC 3339.
+            let tomorrow = (Int64(unixNowMilliseconds()) / 1000 + 86_400) * 1000
+            let rfcText = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(tomorrow) / 1000))
+            let rfc = try c.request("START party AT \(rfcText)")
+            #expect(rfc.countdown?.deadlineUnixMilliseconds == tomorrow && rfc.countdown?.isPinned == true, "\(rfcText): \(rfc)")
+            guard case .error(.badDuration?, _, let message) = try c.request("START past AT 2020-01-01T00:00:00Z").outcome else {
+                Issue.record("a time in the past was accepted")
+                return
+            }
+            #expect(message.contains("not in the future"))
+            #expect(try c.request("START plain 1h").countdown?.isPinned == nil, "a plain duration is not marked")
+            daemon.crash()
+            daemon = try DaemonProcess(directory: directory)
+            let standup = try #require(try daemon.connect().request("STATUS standup").countdowns.first)
+            #expect(standup.isPinned == true && standup.deadlineUnixMilliseconds == target)
+        }
+
+        @Test("cdctl start --at: 'now + 2s' is done on time; a time of day shows until when; --json says at")
+        func cdctlAt() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            let begun = monotonicNow()
+            let waited = try cdctl(["start", "soon", "--at", "now + 2s", "--wait"], socket: s)
+            #expect(waited.status == 0, "\(waited.stderr)")
+            #expect(monotonicNow() - begun >= 1.5, "it waited for the time")
+            let later = try cdctl(["start", "later", "--at", "tomorrow 09:30"], socket: s)
+            #expect(later.status == 0 && later.stdout.contains(", until "), "\(later.stdout)")
+            let json = try cdctl(["status", "later", "--json"], socket: s).stdout
+            #expect(json.contains(#""at":true"#), "\(json)")
+            let both = try runCommand(TestBinaries.cdctl, ["--socket", s, "start", "x", "5m", "--at", "09:30"])
+            #expect(both.status == 2 && both.stderr.contains("not both"))
+        }
+
+        @Test(
+            "a real wall-clock step moves a countdown to a time of day and leaves a plain one alone",
+            .enabled(if: getuid() == 0, "setting the clock needs root"),
+            .enabled(
+                if: ProcessInfo.processInfo.environment["CI"] == "true" || ProcessInfo.processInfo.environment["COUNTDOWND_TEST_CLOCK_STEP"] == "1",
+                "steps this machine's wall clock by 10 s and back: runs in CI (CI=true) or with COUNTDOWND_TEST_CLOCK_STEP=1"
+            )
+        )
+        func clockStep() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            let target = Int64(unixNowMilliseconds()) + 60_000
+            _ = try c.request("START pinned AT \(target)")
+            _ = try c.request("START plain 60s")
+            func remaining(_ name: String) throws -> Int64 {
+                try #require(try c.request("STATUS \(name)").countdowns.first?.remainingMilliseconds)
+            }
+            func step(by seconds: Int) {
+                var now = timespec()
+                clock_gettime(CLOCK_REALTIME, &now)
+                now.tv_sec += seconds
+                clock_settime(CLOCK_REALTIME, &now)
+            }
+            step(by: 10)
+            defer { step(by: -10) }
+            try waitUntil(timeout: 5) { try remaining("pinned") <= 51_000 }
+            #expect(try remaining("plain") > 55_000, "a plain duration ignores the wall clock")
+            #expect(daemon.stderrText.contains("the wall clock was set; 1 countdowns to a time of day follow it"))
+            step(by: -10)
+            try waitUntil(timeout: 5) { try remaining("pinned") > 55_000 }
+            step(by: 10)  // Undone by the deferred step back.
+        }
+    }
+}
