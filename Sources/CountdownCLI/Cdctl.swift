@@ -127,6 +127,11 @@ public struct Cdctl {
             if console.isTerminal && !json && since == nil {
                 var display = LiveWatch(connection: connection, console: console, names: names)
                 display.colorAllowed = invocation.colorAllowed
+                display.reconnect = {
+                    guard let fresh = reconnect(reason: nil, purpose: "keep watching", quiet: true),
+                          (try? subscribe(fresh, to: names)) != nil else { return nil }
+                    return fresh
+                }
                 return try display.run()
             }
             // One line per event, for as long as it takes: across a daemon restart too, resuming
@@ -442,8 +447,10 @@ public struct Cdctl {
     static let reconnectWindow = 30.0
 
     /// Tries to connect again for up to `reconnectWindow` seconds, backing off from 50 ms to 1 s.
-    private func reconnect(reason: String?, purpose: String) -> CountdownConnection? {
-        console.error("cdctl: countdownd went away\(reason.map { " (\($0))" } ?? ""); reconnecting to \(purpose)\n")
+    private func reconnect(reason: String?, purpose: String, quiet: Bool = false) -> CountdownConnection? {
+        if !quiet {
+            console.error("cdctl: countdownd went away\(reason.map { " (\($0))" } ?? ""); reconnecting to \(purpose)\n")
+        }
         let deadline = monotonicSeconds() + Self.reconnectWindow
         var pause: UInt32 = 50_000
         while true {

@@ -23,17 +23,20 @@ struct LiveWatch {
         }
     }
 
-    let connection: CountdownConnection
+    var connection: CountdownConnection
     let console: Console
     let names: [String]
+    /// Connects and subscribes again after the daemon went away (a restart), or gives up with
+    /// `nil`; the display then carries on from the new snapshots.
+    var reconnect: () -> CountdownConnection? = { nil }
 
     /// How long a finished countdown stays on screen.
     static let finishedLinger = 3.0
     /// Redraws per second.
     static let framesPerSecond = 10.0
 
-    /// Runs until the daemon closes the connection (or Ctrl-C, which restores the terminal).
-    func run() throws(ClientError) -> ExitCode {
+    /// Runs until Ctrl-C (which restores the terminal), or until the daemon is gone for good.
+    mutating func run() throws(ClientError) -> ExitCode {
         installTerminalRestore()
         console.out("\u{1B}[?25l")  // Hide the cursor while drawing.
         defer { console.out("\u{1B}[?25h") }
@@ -56,9 +59,20 @@ struct LiveWatch {
                 let waitMs = Int32(max(0, (nextFrame - monotonicSeconds()) * 1000))
                 if poll(&poller, 1, waitMs) <= 0 { continue }
             }
-            guard let event = try connection.nextEvent(timeout: 0.5) else {
-                console.out("countdownd closed the connection\n")
-                return .unavailable
+            let next: EventInfo?
+            do throws(ClientError) {
+                next = try connection.nextEvent(timeout: 0.5)
+            } catch .timedOut {
+                continue
+            }
+            guard let event = next else {
+                // A restart: the countdowns survive it; draw again from the new snapshots.
+                guard let fresh = reconnect() else {
+                    console.out("countdownd closed the connection\n")
+                    return .unavailable
+                }
+                connection = fresh
+                continue
             }
             let arrived = monotonicSeconds()
             var row = rows[event.name] ?? Row(name: event.name, state: .running, remainingAtEvent: 0, total: 0, eventTime: arrived)

@@ -164,6 +164,34 @@ extension Integration {
         }
 
         @Test(
+            "zsh completion, typed in a real zsh on a terminal (tmux): a name with ':' completes whole",
+            .enabled(if: toolExists("/usr/bin/zsh") && toolExists("/usr/bin/tmux"), "zsh or tmux is not installed")
+        )
+        func zshNameCompletion() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "otp:+4915112345678", "1h"], socket: daemon.socketPath)
+            let tmux = Tmux(socket: daemon.directory.file("tmux.sock"))
+            // zsh reads .zshrc from ZDOTDIR.
+            try """
+                fpath=('\(packageRoot)/completions' $fpath)
+                autoload -Uz compinit && compinit -u
+                PATH='\(TestBinaries.directory)':$PATH
+                export COUNTDOWND_SOCKET='\(daemon.socketPath)'
+                PROMPT='%% '
+                """.write(toFile: daemon.directory.file(".zshrc"), atomically: true, encoding: .utf8)
+            try tmux.run(["new-session", "-d", "-s", tmux.session, "-x", "120", "-y", "10", "env", "ZDOTDIR=\(daemon.directory.path)", "TERM=xterm-256color", "/usr/bin/zsh", "-i"])
+            defer { _ = try? tmux.run(["kill-server"]) }
+            // The prompt (capture-pane drops its trailing blank).
+            _ = try tmux.waitForScreen(timeout: 10) { $0.split(separator: "\n").contains { $0.hasPrefix("%") } }
+            // Type, see it echoed (the line editor is ready), then ask for completion.
+            try tmux.run(["send-keys", "-t", tmux.session, "cdctl cancel otp:"])
+            _ = try tmux.waitForScreen(timeout: 10) { $0.contains("cdctl cancel otp:") }
+            try tmux.run(["send-keys", "-t", tmux.session, "Tab"])
+            let screen = try tmux.waitForScreen(timeout: 10) { $0.contains("otp:+4915112345678") }
+            #expect(screen.contains("cdctl cancel otp:+4915112345678"), "\(screen)")
+        }
+
+        @Test(
             "the zsh completion parses",
             .enabled(if: toolExists("/usr/bin/zsh"), "zsh is not installed, so _cdctl cannot be checked here")
         )

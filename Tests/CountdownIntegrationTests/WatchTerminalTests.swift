@@ -79,5 +79,25 @@ extension Integration {
             #expect(try tmux.value("#{cursor_flag}") == "1", "the cursor is visible again")
             #expect(try tmux.value("#{pane_dead}") == "0")
         }
+
+        @Test(
+            "the live display rides through a daemon restart and redraws from the new snapshots",
+            .enabled(if: toolExists("/usr/bin/tmux"), "tmux is not installed")
+        )
+        func liveDisplayAcrossRestart() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "bread", "1h"], socket: daemon.socketPath)
+            let tmux = Tmux(socket: daemon.directory.file("tmux.sock"))
+            let script = "'\(TestBinaries.cdctl)' --socket '\(daemon.socketPath)' watch; echo \"watch exited $?\"; exec sleep 60"
+            try tmux.run(["new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "10", "env", "TERM=xterm-256color", "/bin/sh", "-c", script])
+            defer { _ = try? tmux.run(["kill-server"]) }
+            _ = try tmux.waitForScreen(timeout: 10) { $0.contains("bread") && $0.contains("running") }
+            #expect(daemon.terminate() == 0)
+            let second = try DaemonProcess(directory: daemon.directory)
+            _ = try cdctl(["pause", "bread"], socket: second.socketPath)
+            let screen = try tmux.waitForScreen(timeout: 15) { $0.contains("bread") && $0.contains("paused") }
+            #expect(!screen.contains("watch exited"), "it kept watching")
+            #expect(!screen.contains("reconnecting"), "nothing printed over the display")
+        }
     }
 }
