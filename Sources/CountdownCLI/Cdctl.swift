@@ -377,6 +377,7 @@ public struct Cdctl {
             ("CANCEL it first", "cdctl cancel \(target) first"),
             ("SUBSCRIBE without SINCE for the current state", "cdctl watch without --since shows the current state"),
             ("SUBSCRIBE with no names follows all", "cdctl watch with no names follows all"),
+            ("REMOVE finished ones", "cdctl rm finished ones"),
         ]
         var text = message
         for (protocolPhrase, cdctlPhrase) in phrases {

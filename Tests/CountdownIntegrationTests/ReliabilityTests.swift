@@ -247,6 +247,7 @@ extension Integration {
             }
             let over = try nobody(["start", "d", "1h"])
             #expect(over.status == 1 && over.stderr.contains("uid 65534 already holds its maximum of 3 countdowns"), "\(over.stderr)")
+            #expect(over.stderr.contains("cdctl rm finished ones"), "the next cdctl command, not a protocol verb: \(over.stderr)")
             for name in ["a", "b", "c", "d"] {
                 #expect(try daemon.connect().request("START \(name) 1h").countdown != nil, "root is not capped")
             }
