@@ -39,7 +39,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var logLevel = LogLevel.info
     /// The least time between two `STATUS=` updates to systemd, in milliseconds (0: every change).
     public var statusIntervalMilliseconds = 250
-    /// Where the state database lives.
+    /// Where the journal, the snapshot and the lock live.
     public var stateDirectory: String
     /// How hard storage works to keep an acknowledged change.
     public var durability = Durability.process
