@@ -27,27 +27,74 @@ public struct EngineConfiguration: Sendable, Equatable {
 /// O(log n) in the number of running countdowns. Nothing scans all countdowns per tick.
 public struct CountdownEngine {
     /// One countdown's stored state. Everything shown to users is derived from it.
+    ///
+    /// Packed: of the deadline, the finish time, the time left, the pinned wall-clock time and
+    /// the lateness, no state needs more than two, so two words hold them (a million records
+    /// are 32 bytes smaller each). Which field means what depends on `state`:
+    ///
+    /// | state | `instantField` | `numberField` |
+    /// |---|---|---|
+    /// | running | deadline | pinned wall-clock time (Unix ms) or `notPinned` |
+    /// | paused | (unused) | nanoseconds left |
+    /// | cancelled | when it finished | nanoseconds left when cancelled |
+    /// | done | when it finished | how late its `done` came (ms) or `notPinned` |
+    ///
+    /// Set `state` before the fields that depend on it.
     struct Record: Sendable {
         var name: String
         var state: CountdownState
         var totalMilliseconds: Int64
-        /// Valid while running.
-        var deadline: Instant
-        /// Valid while paused.
-        var remainingNanoseconds: Int64
-        /// Valid once done or cancelled: when it finished, which starts the retention period.
-        var finishedAt: Instant
+        private var instantField: Int64
+        private var numberField: Int64
         var owner: UInt32
         /// Bumped on every change of schedule; heap entries with an older generation are stale.
         var generation: UInt32
-        /// Set for a `done` that was delivered late because the daemon was not running.
-        var lateMilliseconds: Int64?
-        /// A countdown to a wall-clock time: that time in Unix ms, or `notPinned`. (A sentinel,
-        /// not an optional: a million records are 8 bytes smaller each.)
-        var pinned: Int64 = CountdownEngine.notPinned
+
+        init(
+            name: String, state: CountdownState, totalMilliseconds: Int64, deadline: Instant, remainingNanoseconds: Int64,
+            finishedAt: Instant, owner: UInt32, generation: UInt32, lateMilliseconds: Int64?, pinned: Int64 = CountdownEngine.notPinned
+        ) {
+            self.name = name
+            self.state = state
+            self.totalMilliseconds = totalMilliseconds
+            self.owner = owner
+            self.generation = generation
+            switch state {
+            case .running: (instantField, numberField) = (deadline.nanoseconds, pinned)
+            case .paused: (instantField, numberField) = (0, remainingNanoseconds)
+            case .cancelled: (instantField, numberField) = (finishedAt.nanoseconds, remainingNanoseconds)
+            case .done: (instantField, numberField) = (finishedAt.nanoseconds, lateMilliseconds ?? CountdownEngine.notPinned)
+            }
+        }
+
+        /// Running: the deadline.
+        var deadline: Instant {
+            get { Instant(nanoseconds: instantField) }
+            set { instantField = newValue.nanoseconds }
+        }
+        /// Done or cancelled: when it finished, which starts the retention period.
+        var finishedAt: Instant {
+            get { Instant(nanoseconds: instantField) }
+            set { instantField = newValue.nanoseconds }
+        }
+        /// Paused or cancelled: nanoseconds left.
+        var remainingNanoseconds: Int64 {
+            get { numberField }
+            set { numberField = newValue }
+        }
+        /// Running: the wall-clock time it counts down to (Unix ms), or `notPinned`.
+        var pinned: Int64 {
+            get { state == .running ? numberField : CountdownEngine.notPinned }
+            set { numberField = newValue }
+        }
+        /// Done: how late its `done` came, when the daemon was not running at the deadline.
+        var lateMilliseconds: Int64? {
+            get { state == .done && numberField != CountdownEngine.notPinned ? numberField : nil }
+            set { numberField = newValue ?? CountdownEngine.notPinned }
+        }
     }
 
-    /// `Record.pinned` of a plain duration countdown.
+    /// `Record.pinned` of a plain duration countdown (and `lateMilliseconds` of a timely `done`).
     static let notPinned = Int64.min
 
     /// The configuration in force.
@@ -345,6 +392,7 @@ public struct CountdownEngine {
         var record = old
         record.state = .running
         record.deadline = now.advanced(byNanoseconds: record.remainingNanoseconds)
+        record.pinned = Self.notPinned
         record.generation &+= 1
         records[Int(slot)] = record
         pausedCount -= 1
@@ -655,10 +703,9 @@ public struct CountdownEngine {
             runningCount -= 1
             // Retention runs from the nominal deadline, not from a late wake-up.
             finish(&record, as: .done, at: record.deadline)
-            if left < -1_000_000_000 && record.lateMilliseconds == nil {
-                // Not a timer's jitter but a gap in the daemon's life; say how late it is.
-                record.lateMilliseconds = (-left) / 1_000_000
-            }
+            // More than a second: not a timer's jitter but a gap in the daemon's life (or a
+            // suspended machine); say how late it is.
+            record.lateMilliseconds = left < -1_000_000_000 ? (-left) / 1_000_000 : nil
             records[Int(slot)] = record
             emit(.done, record, remaining: 0, into: &events)
             events[events.count - 1].due = record.deadline
