@@ -81,8 +81,9 @@ public enum CountdownDuration {
                 return nil
             }
             sawUnit = true
-            // value <= tooLong and scale <= 86,400,000 keep this product far below Int64.max.
-            total = min(total + value * scale, tooLong)
+            // value <= tooLong, but a week's scale times that passes Int64.max: clamp, never trap.
+            let (product, overflow) = value.multipliedReportingOverflow(by: scale)
+            total = overflow ? tooLong : min(total + min(product, tooLong), tooLong)
         }
         return total
     }

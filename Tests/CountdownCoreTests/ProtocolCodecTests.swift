@@ -45,7 +45,7 @@ struct ProtocolCodecTests {
         ("EXTEND a", .badRequest), ("CANCEL", .badRequest), ("QUIT now", .badRequest), ("UNSUBSCRIBE a", .badRequest), ("SUBSCRIBE SINCE x", .badRequest), ("SUBSCRIBE a SINCE -1", .badRequest), ("SUBSCRIBE SINCE 99999999999999999999999", .badRequest),
         ("START a/b 5", .badName), ("STATUS é", .badName), ("SUBSCRIBE ok bad\u{1}", .badName), ("START \u{7F} 5", .badName),
         ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),
-        ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration),
+        ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration), ("START a 999999999999999w", .badDuration),
     ] as [(String, ErrorCode)])
     func malformed(line: String, code: ErrorCode) {
         do {
