@@ -115,10 +115,15 @@ public struct CountdownEngine {
     public private(set) var runningCount = 0
     /// How many countdowns are paused.
     public private(set) var pausedCount = 0
-    /// Whether ticks are scheduled and emitted. Lifecycle events are, always. The daemon turns
-    /// ticks off while nobody is subscribed: 100,000 unobserved countdowns would otherwise cost
+    /// Whether ticks are scheduled and emitted for every countdown (someone follows them all).
+    /// Lifecycle events are, always. Otherwise only countdowns someone follows tick: by key
+    /// (`watch`) or by owner (`watchOwner`). 100,000 unobserved countdowns would otherwise cost
     /// 100,000 scheduler operations a second for nothing.
     public private(set) var ticksEnabled = true
+    /// Keys someone follows, with how many followers each.
+    private var watchedKeys: [String: Int] = [:]
+    /// Owners all of whose countdowns someone follows, with how many followers each.
+    private var watchedOwners: [UInt32: Int] = [:]
 
     /// Creates an empty engine.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
@@ -185,12 +190,59 @@ public struct CountdownEngine {
         guard enabled else { return }
         for index in 0..<records.count {
             guard var record = records[index], record.state == .running else { continue }
-            // The entry for the deadline becomes stale; the next tick takes its place.
+            // Its entry for the deadline becomes stale; its next tick takes its place (a followed
+            // one ticks already, and is rescheduled the same).
             record.generation &+= 1
             records[index] = record
             push(nextEntry(slot: Int32(index), record: record, now: now))
         }
         dropStaleTop()
+    }
+
+    /// Whether a countdown ticks: everything is followed, or its owner's countdowns are, or it is.
+    /// The lookups are skipped while nobody follows by key or owner (the common server case).
+    private func wantsTicks(_ record: Record) -> Bool {
+        ticksEnabled
+            || (!watchedOwners.isEmpty && watchedOwners[record.owner] != nil)
+            || (!watchedKeys.isEmpty && watchedKeys[record.name] != nil)
+    }
+
+    /// Someone follows the countdown with this key (which may not exist yet): it ticks. O(log n).
+    public mutating func watch(_ key: String, now: Instant) {
+        watchedKeys[key, default: 0] += 1
+        guard watchedKeys[key] == 1, !ticksEnabled, let slot = slot(named: key), var record = records[Int(slot)],
+              record.state == .running, watchedOwners[record.owner] == nil else { return }
+        // Its entry for the deadline becomes stale; its next tick takes its place.
+        record.generation &+= 1
+        records[Int(slot)] = record
+        push(nextEntry(slot: slot, record: record, now: now))
+        dropStaleTop()
+    }
+
+    /// One follower of `key` fewer. When none is left, it stops ticking after its next wake-up.
+    public mutating func unwatch(_ key: String) {
+        guard let count = watchedKeys[key] else { return }
+        watchedKeys[key] = count > 1 ? count - 1 : nil
+    }
+
+    /// Someone follows every countdown of `owner`: they tick. O(n) the first time.
+    public mutating func watchOwner(_ owner: UInt32, now: Instant) {
+        watchedOwners[owner, default: 0] += 1
+        guard watchedOwners[owner] == 1, !ticksEnabled else { return }
+        for index in 0..<records.count {
+            guard var record = records[index], record.state == .running, record.owner == owner,
+                  watchedKeys.isEmpty || watchedKeys[record.name] == nil else { continue }
+            record.generation &+= 1
+            records[index] = record
+            push(nextEntry(slot: Int32(index), record: record, now: now))
+        }
+        dropStaleTop()
+    }
+
+    /// One follower of `owner`'s countdowns fewer.
+    public mutating func unwatchOwner(_ owner: UInt32) {
+        guard let count = watchedOwners[owner] else { return }
+        watchedOwners[owner] = count > 1 ? count - 1 : nil
     }
 
     // MARK: - Restoring
@@ -711,7 +763,7 @@ public struct CountdownEngine {
             events[events.count - 1].due = record.deadline
             return purgeEntry(slot: slot, record: record)
         }
-        if ticksEnabled {
+        if wantsTicks(old) {
             let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
             emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
             events[events.count - 1].due = old.deadline.advanced(byNanoseconds: -wholeSecondsLeft * 1_000_000_000)
@@ -730,7 +782,7 @@ public struct CountdownEngine {
     private func nextEntry(slot: Int32, record: Record, now: Instant) -> TimerHeap.Entry {
         let left = record.deadline.nanoseconds(since: now)
         var due = record.deadline.nanoseconds
-        if left > 0 && ticksEnabled {
+        if left > 0 && wantsTicks(record) {
             let k = (left + 999_999_999) / 1_000_000_000 - 1
             if k >= 1 {
                 due -= k * 1_000_000_000

@@ -20,12 +20,6 @@ extension Daemon {
         fanOut.deliver(events, batch: batch.number)
     }
 
-    /// Ticks are computed only while someone is subscribed (see `CountdownEngine.ticksEnabled`).
-    func updateTickInterest() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        engine.setTicksEnabled(fanOut.wantsTicks, now: SystemClock.now())
-    }
-
     /// Logs a lifecycle event once it is released (after its commit): one line, with fields.
     func logLifecycle(_ event: CountdownEvent) {
         guard logger.threshold >= .info else { return }

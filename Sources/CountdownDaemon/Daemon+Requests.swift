@@ -193,7 +193,6 @@ extension Daemon {
             // Checked before subscribing, so a refused replay changes nothing.
             let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, keys: filter, viewer: uid) }
             try fanOut.subscribe(connection, to: keys)
-            updateTickInterest()
             let following = keys.isEmpty || connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
             WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)", to: &replyBuffer)
             if let replay {
@@ -209,7 +208,6 @@ extension Daemon {
             }
         case .unsubscribe:
             fanOut.unsubscribe(connection)
-            updateTickInterest()
             WireEncoder.appendOK("unsubscribed", to: &replyBuffer)
         case .ping:
             WireEncoder.appendOK("pong", to: &replyBuffer)

@@ -97,10 +97,17 @@ public final class Daemon: @unchecked Sendable {
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         clients.listener = listener
         clients.connectionLimit = connectionLimit()
-        clients.onClose = { [unowned self] connection in
-            fanOut.unsubscribe(connection)
-            updateTickInterest()
-        }
+        clients.onClose = { [unowned self] connection in fanOut.unsubscribe(connection) }
+        // Ticks only where someone looks: the fan-out tells the engine who follows what.
+        fanOut.tickInterest = EventFanOut.TickInterest(
+            everything: { [unowned self] on in engine.setTicksEnabled(on, now: SystemClock.now()) },
+            owner: { [unowned self] owner, on in
+                if on { engine.watchOwner(owner, now: SystemClock.now()) } else { engine.unwatchOwner(owner) }
+            },
+            key: { [unowned self] key, on in
+                if on { engine.watch(key, now: SystemClock.now()) } else { engine.unwatch(key) }
+            }
+        )
         let poller = try EventPoller(queue: queue)
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }

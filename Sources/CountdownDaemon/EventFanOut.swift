@@ -27,6 +27,15 @@ final class EventFanOut {
     /// Connections subscribed to anything (all, or some names).
     private(set) var subscriberCount = 0
 
+    /// Who wants ticks, as the engine learns it: every countdown (root follows all), a user's
+    /// (that user follows all of theirs), or one key. Set by the daemon.
+    struct TickInterest {
+        var everything: (Bool) -> Void = { _ in }
+        var owner: (UInt32, Bool) -> Void = { _, _ in }
+        var key: (String, Bool) -> Void = { _, _ in }
+    }
+    var tickInterest = TickInterest()
+
     init(queue: DispatchQueue, clients: ClientTable, configuration: DaemonConfiguration) {
         self.queue = queue
         self.clients = clients
@@ -34,21 +43,22 @@ final class EventFanOut {
         outputHardLimit = configuration.outputHardLimit
     }
 
-    /// Whether anyone wants ticks (see `CountdownEngine.ticksEnabled`).
-    var wantsTicks: Bool { subscriberCount > 0 }
 
     /// Adds names to a connection's subscription; no names subscribes it to everything.
     /// - Throws: `limit` when the connection would follow more names than allowed.
     func subscribe(_ connection: Connection, to names: [String]) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
         if names.isEmpty {
+            if connection.subscription == .all { return }  // Already: nothing changes.
             unsubscribe(connection)
             subscriberCount += 1
             connection.subscription = .all
             if connection.peerUID == 0 {
                 allSubscribers[connection.id] = connection
+                tickInterest.everything(true)
             } else {
                 ownerSubscribers[connection.peerUID, default: [:]][connection.id] = connection
+                tickInterest.owner(connection.peerUID, true)
             }
             return
         }
@@ -70,6 +80,7 @@ final class EventFanOut {
         }
         for name in wanted.subtracting(followed) {
             nameSubscribers[name, default: [:]][connection.id] = connection
+            tickInterest.key(name, true)
         }
         if connection.subscription == .none {
             subscriberCount += 1
@@ -89,13 +100,18 @@ final class EventFanOut {
         case .none:
             return
         case .all:
-            allSubscribers[connection.id] = nil
-            ownerSubscribers[connection.peerUID]?[connection.id] = nil
+            if allSubscribers.removeValue(forKey: connection.id) != nil {
+                tickInterest.everything(!allSubscribers.isEmpty)
+            }
+            if ownerSubscribers[connection.peerUID]?.removeValue(forKey: connection.id) != nil {
+                tickInterest.owner(connection.peerUID, false)
+            }
             if ownerSubscribers[connection.peerUID]?.isEmpty == true {
                 ownerSubscribers[connection.peerUID] = nil
             }
         case .names(let names):
             for name in names {
+                tickInterest.key(name, false)
                 nameSubscribers[name]?[connection.id] = nil
                 if nameSubscribers[name]?.isEmpty == true {
                     nameSubscribers[name] = nil

@@ -189,3 +189,41 @@ struct EngineQuotaTests {
         try clock.start("1000/d", 60_000, uid: 1000)
     }
 }
+
+@Suite("Engine: ticks only where someone looks")
+struct EngineTickInterestTests {
+    @Test("with nobody following everything, only a followed key, or a followed owner's countdowns, tick; counted, not timed")
+    func followedOnly() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        for index in 0..<1000 {
+            try clock.start("1000/c\(index)", 60_000, uid: 1000)
+        }
+        try clock.start("2000/mine", 60_000, uid: 2000)
+        // A status bar follows one countdown before it even exists.
+        clock.engine.watch("pomodoro", now: clock.now)
+        try clock.start("pomodoro", 60_000, uid: 0)
+        clock.clearLog()
+        clock.advance(byMilliseconds: 10_000)
+        let ticks = clock.log.filter { $0.event.kind == .tick }
+        #expect(ticks.count == 10 && ticks.allSatisfy { $0.event.name == "pomodoro" }, "\(ticks.count) ticks")
+        #expect(clock.engine.scheduledEntryCount <= 1002 + 1024, "one wake-up each, not one a second")
+        // A user who follows all of theirs: their countdowns tick too, nobody else's.
+        clock.engine.watchOwner(2000, now: clock.now)
+        clock.clearLog()
+        clock.advance(byMilliseconds: 5000)
+        #expect(Set(clock.log.filter { $0.event.kind == .tick }.map(\.event.name)) == ["pomodoro", "2000/mine"])
+        // Nobody follows any more: the ticks stop after each one's next wake-up.
+        clock.engine.unwatch("pomodoro")
+        clock.engine.unwatchOwner(2000)
+        clock.advance(byMilliseconds: 1000)
+        clock.clearLog()
+        clock.advance(byMilliseconds: 10_000)
+        #expect(clock.log.filter { $0.event.kind == .tick }.isEmpty)
+        // Everything followed: all tick again.
+        clock.engine.setTicksEnabled(true, now: clock.now)
+        clock.clearLog()
+        clock.advance(byMilliseconds: 1000)
+        #expect(clock.log.filter { $0.event.kind == .tick }.count == 1002)
+    }
+}

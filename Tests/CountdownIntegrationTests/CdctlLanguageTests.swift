@@ -153,5 +153,19 @@ extension Integration {
             #expect(!FileManager.default.fileExists(atPath: cancelled))
             #expect(try runCommand(TestBinaries.cdctl, ["start", "x", "--then", "  "]).status == 2, "an empty --then is a usage error")
         }
+
+        @Test("a subscriber to one name among 1,000 running countdowns makes only that one tick (counted by STATS)")
+        func ticksOnlyWhereWatched() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            try c.send((0..<1000).map { "START c\($0) 1h\n" }.joined() + "START pomodoro 1h\n")
+            for _ in 0...1000 { _ = try c.readReply() }
+            let bar = try daemon.connect()
+            _ = try bar.request("SUBSCRIBE pomodoro")
+            _ = try bar.waitForEvent { $0.kind == .tick }
+            _ = try bar.waitForEvent { $0.kind == .tick }
+            let ticks = try #require(try c.request("STATS").stats.first { $0.key == "events_tick" }.flatMap { Int($0.value) })
+            #expect(ticks >= 2 && ticks <= 4, "\(ticks) ticks emitted: only the followed countdown ticks")
+        }
     }
 }
