@@ -67,6 +67,22 @@ public struct CountdownEngine {
             }
         }
 
+        /// A record from its durable state; instants it lacks default to `now`.
+        init(_ persisted: PersistedCountdown, generation: UInt32, now: Instant) {
+            self.init(
+                name: persisted.name,
+                state: persisted.state,
+                totalMilliseconds: persisted.totalMilliseconds,
+                deadline: persisted.deadline ?? now,
+                remainingNanoseconds: persisted.remainingNanoseconds,
+                finishedAt: persisted.finishedAt ?? now,
+                owner: persisted.owner,
+                generation: generation,
+                lateMilliseconds: persisted.lateMilliseconds,
+                pinned: persisted.pinnedUnixMilliseconds ?? CountdownEngine.notPinned
+            )
+        }
+
         /// Running: the deadline.
         var deadline: Instant {
             get { Instant(nanoseconds: instantField) }
@@ -263,18 +279,7 @@ public struct CountdownEngine {
     @discardableResult
     public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
         guard slot(named: persisted.name) == nil, persisted.totalMilliseconds > 0 else { return false }
-        var record = Record(
-            name: persisted.name,
-            state: persisted.state,
-            totalMilliseconds: persisted.totalMilliseconds,
-            deadline: persisted.deadline ?? now,
-            remainingNanoseconds: persisted.remainingNanoseconds,
-            finishedAt: persisted.finishedAt ?? now,
-            owner: persisted.owner,
-            generation: 0,
-            lateMilliseconds: persisted.lateMilliseconds,
-            pinned: persisted.pinnedUnixMilliseconds ?? Self.notPinned
-        )
+        var record = Record(persisted, generation: 0, now: now)
         if record.state == .running && record.deadline <= now {
             record.state = .done
             record.finishedAt = record.deadline
@@ -286,20 +291,10 @@ public struct CountdownEngine {
         let slot = allocateSlot()
         slotsByName.insert(hash: NameIndex.hash(record.name), slot: slot)
         countsByOwner[record.owner, default: 0] += 1
-        records[Int(slot)] = record
-        switch record.state {
-        case .running:
-            runningCount += 1
-            scheduleNext(slot: slot, now: now)
-        case .paused:
-            pausedCount += 1
-        case .done, .cancelled:
-            if persisted.state == .running {
-                emit(.done, record, remaining: 0, into: &events)
-            }
-            schedulePurge(slot: slot, record: record)
+        if record.state == .done && persisted.state == .running {
+            emit(.done, record, remaining: 0, into: &events)
         }
-        dropStaleTop()
+        place(record, in: slot, now: now)
         return true
     }
 
@@ -548,20 +543,12 @@ public struct CountdownEngine {
             slotsByName.insert(hash: hash, slot: slot)
             countsByOwner[previous.owner, default: 0] += 1
         }
-        // Both branches above return unless `previous` is set.
-        let persisted = previous!
-        let record = Record(
-            name: persisted.name,
-            state: persisted.state,
-            totalMilliseconds: persisted.totalMilliseconds,
-            deadline: persisted.deadline ?? now,
-            remainingNanoseconds: persisted.remainingNanoseconds,
-            finishedAt: persisted.finishedAt ?? now,
-            owner: persisted.owner,
-            generation: generation,
-            lateMilliseconds: persisted.lateMilliseconds,
-            pinned: persisted.pinnedUnixMilliseconds ?? Self.notPinned
-        )
+        guard let previous else { return }  // Both branches above return without one.
+        place(Record(previous, generation: generation, now: now), in: slot, now: now)
+    }
+
+    /// Puts a restored or reverted record into its slot, counted and scheduled for its state.
+    private mutating func place(_ record: Record, in slot: Int32, now: Instant) {
         records[Int(slot)] = record
         switch record.state {
         case .running:

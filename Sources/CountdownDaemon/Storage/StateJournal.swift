@@ -392,11 +392,9 @@ final class StateJournal: @unchecked Sendable {
         let events = ring.events, keptAfter = ring.keptAfter
         let started = SystemClock.now()
         snapshotQueue.async { [self] in
-            var contents = SnapshotFile.Contents(
-                lastSequence: image.lastSequence, bootID: bootID, journalGeneration: covered,
-                events: events, eventsKeptAfter: keptAfter
+            let contents = SnapshotFile.Contents(
+                image, events: events, eventsKeptAfter: keptAfter, bootID: bootID, journalGeneration: covered, clock: clock
             )
-            image.forEach { contents.rows.append(StoredCountdown($0, clock: clock)) }
             let result: Result<Void, StorageError>
             do throws(StorageError) {
                 try SnapshotFile.write(contents, directory: directory)
@@ -416,11 +414,10 @@ final class StateJournal: @unchecked Sendable {
     func snapshotAtStop(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
-        var contents = SnapshotFile.Contents(
-            lastSequence: image.lastSequence, bootID: SystemClock.bootID, journalGeneration: generation + 1,
-            events: ring.events, eventsKeptAfter: ring.keptAfter
+        let contents = SnapshotFile.Contents(
+            image, events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: SystemClock.bootID,
+            journalGeneration: generation + 1, clock: clock
         )
-        image.forEach { contents.rows.append(StoredCountdown($0, clock: clock)) }
         do throws(StorageError) {
             try SnapshotFile.write(contents, directory: directory)
             if let files = try? journalFiles() {
@@ -456,5 +453,20 @@ final class StateJournal: @unchecked Sendable {
             logger.log(.warning, "cannot write a snapshot: \(error); the journal keeps everything meanwhile, trying again in \(health == .awaitingSnapshot ? "a second" : "a minute")")
             nextSnapshotAttempt = SystemClock.now().advanced(byMilliseconds: health == .awaitingSnapshot ? 1000 : 60_000)
         }
+    }
+}
+
+extension SnapshotFile.Contents {
+    /// A snapshot of the engine's durable image and the replay ring's events, continued by the
+    /// journal files from `journalGeneration` on.
+    init(
+        _ image: CountdownEngine.DurableImage, events: [CountdownEvent], eventsKeptAfter: UInt64,
+        bootID: String?, journalGeneration: UInt64, clock: WallClockMapping
+    ) {
+        self.init(
+            lastSequence: image.lastSequence, bootID: bootID, journalGeneration: journalGeneration,
+            events: events, eventsKeptAfter: eventsKeptAfter
+        )
+        image.forEach { rows.append(StoredCountdown($0, clock: clock)) }
     }
 }
