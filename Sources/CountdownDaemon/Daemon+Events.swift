@@ -16,7 +16,6 @@ extension Daemon {
             journal.note(event, state: engine.persistentState(of: event.name), clock: mapping)
             batch.lifecycleEvents.append(event)
         }
-        statistics.count(events)
         fanOut.deliver(events, batch: batch.number)
     }
 

@@ -236,7 +236,7 @@ public final class Daemon: @unchecked Sendable {
             undoBatch(because: error)
             service.startRetrying { [unowned self] in retryStorage() }
         }
-        statistics.recordLateness(of: batch.timeEvents, writtenAt: SystemClock.now())
+        statistics.recordTimeEvents(batch.timeEvents, writtenAt: SystemClock.now())
         phase = .flushing
         clients.flushTouched()  // The only place output is written while running.
         phase = .idle
@@ -249,6 +249,7 @@ public final class Daemon: @unchecked Sendable {
     /// (Under normal operation they are durable by now; while storage fails, time's events are
     /// released anyway, as nothing can be refused to time.)
     func release(_ lifecycle: [CountdownEvent]) {
+        statistics.count(lifecycle)
         for event in lifecycle {
             ring.append(event)
             logLifecycle(event)

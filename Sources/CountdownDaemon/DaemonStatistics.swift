@@ -16,16 +16,20 @@ struct DaemonStatistics {
         self.startedAt = startedAt
     }
 
-    /// Counts the events of a batch.
+    /// Counts released events (a change undone after a failed commit never is).
     mutating func count(_ events: [CountdownEvent]) {
         for event in events {
             eventsByKind[event.kind, default: 0] += 1
         }
     }
 
-    /// Records how late the batch's timed events leave, written out at `now`.
-    mutating func recordLateness(of events: [CountdownEvent], writtenAt now: Instant) {
+    /// Counts a batch's ticks (its lifecycle events are counted when released) and records how
+    /// late its timed events leave, written out at `now`.
+    mutating func recordTimeEvents(_ events: [CountdownEvent], writtenAt now: Instant) {
         for event in events {
+            if event.kind == .tick {
+                eventsByKind[.tick, default: 0] += 1
+            }
             guard let due = event.due else { continue }
             if event.kind == .done {
                 doneLateness.record(nanoseconds: now.nanoseconds(since: due))

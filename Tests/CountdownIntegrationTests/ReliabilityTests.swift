@@ -189,35 +189,32 @@ extension Integration {
             let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
             _ = try daemon.connect().request("START mine 1h")
             _ = try daemon.connect().request("START otp:+4915112345678 1h")
-            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", daemon.socketPath]
-            func nobody(_ arguments: [String]) throws -> CommandResult {
-                try runCommand(asNobody[0], Array(asNobody.dropFirst()) + arguments)
-            }
+            let nobody = CdctlAsNobody(socket: daemon.socketPath)
             // nobody follows everything it may see, from before anything of its own exists.
             let watchOutput = directory.file("watch.out")
             let file = open(watchOutput, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-            let watcher = try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + ["watch"], environment: ProcessInfo.processInfo.environment, stdout: file)
+            let watcher = try nobody.spawn(["watch"], stdout: file)
             close(file)
             defer {
                 watcher.signal(SIGKILL)
                 watcher.wait()
             }
-            #expect(try nobody(["list"]).stdout == "no countdowns\n", "root's countdowns are invisible to nobody")
-            #expect(try nobody(["status", "mine"]).status == 3)
-            #expect(try nobody(["cancel", "mine"]).status == 3)
-            let crossing = try nobody(["cancel", "0/mine"])
+            #expect(try nobody.run(["list"]).stdout == "no countdowns\n", "root's countdowns are invisible to nobody")
+            #expect(try nobody.run(["status", "mine"]).status == 3)
+            #expect(try nobody.run(["cancel", "mine"]).status == 3)
+            let crossing = try nobody.run(["cancel", "0/mine"])
             #expect(crossing.status == 1 && crossing.stderr.contains("only root may address another user's countdowns"), "\(crossing.stderr)")
             // Its own names, even the same ones: nothing to squat.
-            #expect(try nobody(["start", "mine", "5m"]).status == 0)
-            #expect(try nobody(["start", "otp:+4915199999999", "366d"]).status == 0)
+            #expect(try nobody.run(["start", "mine", "5m"]).status == 0)
+            #expect(try nobody.run(["start", "otp:+4915199999999", "366d"]).status == 0)
             #expect(try daemon.connect().request("START otp:+4915199999999 1m").countdown?.state == .running, "root's name is its own")
-            let mine = try nobody(["status", "mine", "--json"])
+            let mine = try nobody.run(["status", "mine", "--json"])
             #expect(mine.stdout.contains(#""name":"mine""#) && mine.stdout.contains(#""owner_uid":65534"#), "\(mine.stdout)")
             // Root sees everyone's, each other user's as uid/name, and can change them.
             let list = try daemon.connect().request("LIST").countdowns.map { "\($0.name) \($0.owner ?? 0)" }
             #expect(list == ["65534/mine 65534", "65534/otp:+4915199999999 65534", "mine 0", "otp:+4915112345678 0", "otp:+4915199999999 0"])
             #expect(try daemon.connect().request("PAUSE 65534/mine").countdown?.state == .paused)
-            #expect(try nobody(["status", "mine", "--format", "{state}"]).stdout == "paused\n")
+            #expect(try nobody.run(["status", "mine", "--format", "{state}"]).stdout == "paused\n")
             // The watcher saw its own countdowns, under their plain names, and nothing of root's.
             try waitUntil(timeout: 10) { ((try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? "").contains(" paused mine ") }
             let seen = try String(contentsOfFile: watchOutput, encoding: .utf8)
@@ -238,34 +235,31 @@ extension Integration {
             let daemon = try DaemonProcess(
                 arguments: ["--socket-mode", "0666", "--max-countdowns-per-user", "3", "--max-connections-per-user", "2"], directory: directory
             )
-            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", daemon.socketPath]
-            func nobody(_ arguments: [String]) throws -> CommandResult {
-                try runCommand(asNobody[0], Array(asNobody.dropFirst()) + arguments)
-            }
+            let nobody = CdctlAsNobody(socket: daemon.socketPath)
             for name in ["a", "b", "c"] {
-                #expect(try nobody(["start", name, "1h"]).status == 0)
+                #expect(try nobody.run(["start", name, "1h"]).status == 0)
             }
-            let over = try nobody(["start", "d", "1h"])
+            let over = try nobody.run(["start", "d", "1h"])
             #expect(over.status == 1 && over.stderr.contains("uid 65534 already holds its maximum of 3 countdowns"), "\(over.stderr)")
             #expect(over.stderr.contains("cdctl rm finished ones"), "the next cdctl command, not a protocol verb: \(over.stderr)")
             for name in ["a", "b", "c", "d"] {
                 #expect(try daemon.connect().request("START \(name) 1h").countdown != nil, "root is not capped")
             }
-            _ = try nobody(["cancel", "a"])
-            #expect(try nobody(["start", "d", "1h"]).status == 1, "a finished countdown counts until removed")
-            #expect(try nobody(["rm", "a"]).status == 0)
-            #expect(try nobody(["start", "d", "1h"]).status == 0, "removing it freed the slot")
+            _ = try nobody.run(["cancel", "a"])
+            #expect(try nobody.run(["start", "d", "1h"]).status == 1, "a finished countdown counts until removed")
+            #expect(try nobody.run(["rm", "a"]).status == 0)
+            #expect(try nobody.run(["start", "d", "1h"]).status == 0, "removing it freed the slot")
             // Two connections of nobody's stay open; the third is refused.
             var holders: [ChildProcess] = []
             defer { holders.forEach { $0.signal(SIGKILL); $0.wait() } }
             for _ in 0..<2 {
-                holders.append(try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + ["watch"], environment: ProcessInfo.processInfo.environment))
+                holders.append(try nobody.spawn(["watch"]))
             }
             // Both are connected when the daemon counts them (plus the connection asking).
             try waitUntil(timeout: 10) {
                 try daemon.connect().request("STATS").stats.first { $0.key == "connections" }?.value == "3"
             }
-            let refused = try nobody(["list"])
+            let refused = try nobody.run(["list"])
             #expect(refused.status == 6 && refused.stderr.contains("--max-connections-per-user"), "\(refused.status) \(refused.stderr) \(refused.stdout)")
             #expect(try daemon.connect().request("PING").outcome == .ok("pong"), "root still connects")
         }
@@ -355,5 +349,24 @@ extension Integration {
             clients.removeLast()
             try waitUntil(timeout: 10) { (try? daemon.connect()) != nil }
         }
+    }
+}
+
+/// The real `cdctl` run as uid nobody (through setpriv), against a daemon's socket.
+struct CdctlAsNobody {
+    let socket: String
+
+    private var command: [String] {
+        ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", TestBinaries.cdctl, "--socket", socket]
+    }
+
+    /// Runs cdctl to completion.
+    func run(_ arguments: [String]) throws -> CommandResult {
+        try runCommand(command[0], Array(command.dropFirst()) + arguments)
+    }
+
+    /// Starts cdctl and leaves it running (for `watch`).
+    func spawn(_ arguments: [String], stdout: Int32? = nil) throws -> ChildProcess {
+        try ChildProcess(command[0], Array(command.dropFirst()) + arguments, environment: ProcessInfo.processInfo.environment, stdout: stdout)
     }
 }

@@ -93,6 +93,9 @@ extension Integration {
             #expect(monotonicNow() - before < 1.0, "PING took \(monotonicNow() - before) s while storage was failing")
             #expect(try c.request("STATUS otp:0").countdowns.first?.state == .running)
             #expect(daemon.stderrText.contains("storage failed"))
+            // STATS counts what happened: the starts that were undone are not among them.
+            let started = try c.request("STATS").stats.first { $0.key == "events_started" }?.value
+            #expect(started == "\(acknowledged.count)", "events_started \(started ?? "-") for \(acknowledged.count) acknowledged")
 
             daemon.crash()
             daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
