@@ -36,8 +36,14 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
                     _ = engine.wallClockChanged(to: WallClockMapping(monotonic: now, unixMilliseconds: clock.unixMilliseconds + Int64(line.count)), now: now)
                 case .status(let name):
                     WireEncoder.appendCountdown(try engine.status(of: name, now: now), clock: clock, to: &out)
-                case .list:
-                    for snapshot in engine.list(now: now) { WireEncoder.appendCountdown(snapshot, clock: clock, to: &out) }
+                case .list(let states, let prefix):
+                    // In small slices, as the daemon does across batches.
+                    var listing = engine.listing(ListFilter(viewer: uid, states: states, prefix: prefix), frozen: true, now: now)
+                    while !listing.isFinished {
+                        for snapshot in engine.nextSlice(of: &listing, limit: 3, now: now) {
+                            WireEncoder.appendCountdown(snapshot, clock: clock, to: &out)
+                        }
+                    }
                 case .cancel(let name):
                     WireEncoder.appendOK(try engine.cancel(name, requester: uid, now: now, events: &events), clock: clock, to: &out)
                 case .pause(let name):
@@ -50,7 +56,7 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
                     WireEncoder.appendOK(try engine.remove(name, requester: uid, now: now, events: &events), clock: clock, to: &out)
                 case .stats:
                     WireEncoder.appendStat("running", "\(engine.runningCount)", to: &out)
-                case .subscribe(let names, _):
+                case .subscribe(let names, _, _):
                     for snapshot in engine.activeSnapshots(matching: names.isEmpty ? nil : Set(names), now: now) {
                         WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &out)
                     }

@@ -27,7 +27,7 @@ _cdctl() {
         case $word in
             --socket) socket=${words[i+1]}; ((i++)) ;;
             --socket=*) socket=${word#--socket=} ;;
-            --format|--since|--state) ((i++)) ;;
+            --format|--since|--state|--prefix|--events) ((i++)) ;;
             -*) ;;
             *) if [[ -z $command ]]; then command=$word; else ((operands++)); fi ;;
         esac
@@ -36,7 +36,8 @@ _cdctl() {
     case $prev in
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --format) COMPREPLY=($(compgen -W "'{name} {remaining}' '{name} {bar} {remaining}' '{remaining_s}'" -- "$cur")); return ;;
-        --since) return ;;
+        --since|--prefix) return ;;
+        --events) COMPREPLY=($(compgen -W "lifecycle all started tick paused resumed extended done cancelled snapshot removed" -- "$cur")); return ;;
         --state) COMPREPLY=($(compgen -W "running paused done cancelled" -- "$cur")); return ;;
     esac
 
@@ -54,8 +55,8 @@ _cdctl() {
     case $command in
         start) options="--replace --if-idle --wait" ;;
         status) options="--json --format --follow" ;;
-        list) options="--json --format --state" ;;
-        watch) options="--json --since" ;;
+        list) options="--json --format --state --prefix" ;;
+        watch) options="--json --since --events" ;;
         stats) options="--json --prometheus" ;;
     esac
     if [[ $cur == -* ]]; then

@@ -35,7 +35,7 @@ function __cdctl_wants_name
             continue
         end
         switch $token
-            case --socket --format --since --state
+            case --socket --format --since --state --prefix --events
                 set skip 1
             case '-*'
             case '*'
@@ -58,6 +58,7 @@ end
 
 complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend toggle rm watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
 complete -c cdctl -n "__fish_seen_subcommand_from list" -l state -x -a 'running paused done cancelled' -d 'only this state'
+complete -c cdctl -n "__fish_seen_subcommand_from list" -l prefix -x -d 'only names starting with'
 complete -c cdctl -n "__fish_seen_subcommand_from stats" -l json -d 'JSON output'
 complete -c cdctl -n "__fish_seen_subcommand_from stats" -l prometheus -d 'Prometheus text format'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l replace -d 'restart a running one'
@@ -65,5 +66,6 @@ complete -c cdctl -n "__fish_seen_subcommand_from start" -l if-idle -d 'leave a 
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l wait -d 'block until done'
 complete -c cdctl -n "__fish_seen_subcommand_from status list watch" -l json -d 'JSON output'
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l since -r -d 'replay after event number'
+complete -c cdctl -n "__fish_seen_subcommand_from watch" -l events -x -a 'lifecycle all started tick paused resumed extended done cancelled snapshot removed' -d 'only these kinds'
 complete -c cdctl -n "__fish_seen_subcommand_from status list" -l format -r -d 'template'
 complete -c cdctl -n "__fish_seen_subcommand_from status" -l follow -d 'print on every change'

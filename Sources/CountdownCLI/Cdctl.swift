@@ -44,7 +44,7 @@ public struct Cdctl {
         switch invocation.command {
         case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at):
             if wait {
-                try subscribe(connection, to: [name])
+                try subscribe(connection, to: [name], events: "lifecycle")
             }
             var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
             // --replace says whether it replaced anything.
@@ -106,25 +106,22 @@ public struct Cdctl {
             }
             console.out(render(reply.countdowns, style: style, single: true))
             return .success
-        case .status(nil, let style, false), .list(let style, nil):
-            return try list(style: style, state: nil, on: connection)
-        case .list(let style, let state):
-            return try list(style: style, state: state, on: connection)
+        case .status(nil, let style, false):
+            return try list(style: style, state: nil, prefix: nil, on: connection)
+        case .list(let style, let state, let prefix):
+            return try list(style: style, state: state, prefix: prefix, on: connection)
         case .completeNames:
             let reply = try connection.request("LIST")
             console.out(reply.countdowns.map { $0.name + "\n" }.joined())
             return .success
-        case .watch(let names, let json, let since):
-            if let since {
-                // A replay is a log of lines, not a live display.
-                let reply = try connection.request((["SUBSCRIBE"] + names + ["SINCE", "\(since)"]).joined(separator: " "))
-                if case .error = reply.outcome {
-                    return report(reply, on: connection, name: nil)
-                }
-            } else {
-                try subscribe(connection, to: names)
+        case .watch(let names, let json, let since, let events):
+            let options = (events.map { ["EVENTS", $0] } ?? []) + (since.map { ["SINCE", "\($0)"] } ?? [])
+            // Sent as is, so a refused SINCE or EVENTS is reported in the daemon's words.
+            let reply = try connection.request((["SUBSCRIBE"] + names + options).joined(separator: " "))
+            if case .error = reply.outcome {
+                return report(reply, on: connection, name: nil)
             }
-            if console.isTerminal && !json && since == nil {
+            if console.isTerminal && !json && since == nil && events == nil {
                 var display = LiveWatch(connection: connection, console: console, names: names)
                 display.colorAllowed = invocation.colorAllowed
                 display.reconnect = {
@@ -150,10 +147,10 @@ public struct Cdctl {
                 current = next
                 var resumed = false
                 if let since = lastSequence {
-                    resumed = try subscribe(current, to: names, since: since) != nil
+                    resumed = try subscribe(current, to: names, since: since, events: events) != nil
                 }
                 if !resumed {
-                    lastSequence = try subscribe(current, to: names)
+                    lastSequence = try subscribe(current, to: names, events: events)
                 }
             }
         case .wait(let names):
@@ -181,14 +178,18 @@ public struct Cdctl {
     }
 
     /// `list`: every countdown, or those in `state`.
-    private func list(style: OutputStyle, state: CountdownState?, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
-        let reply = try connection.request("LIST")
+    /// Filtered by the daemon (`LIST STATE … PREFIX …`), sorted by name here: the daemon sends
+    /// countdowns in its own order, so that a million never hold it up.
+    private func list(style: OutputStyle, state: CountdownState?, prefix: String?, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
+        let options = (state.map { ["STATE", $0.rawValue] } ?? []) + (prefix.map { ["PREFIX", $0] } ?? [])
+        let reply = try connection.request((["LIST"] + options).joined(separator: " "))
         if case .error = reply.outcome {
             return report(reply, on: connection, name: nil)
         }
-        let countdowns = state.map { state in reply.countdowns.filter { $0.state == state } } ?? reply.countdowns
+        let countdowns = reply.countdowns.sorted { $0.name < $1.name }
         if case .table = style, countdowns.isEmpty {
-            console.out(state.map { "no \($0.rawValue) countdowns\n" } ?? "no countdowns\n")
+            let which = [state?.rawValue, prefix.map { "'\($0)…'" }].compactMap { $0 }.joined(separator: " ")
+            console.out(which.isEmpty ? "no countdowns\n" : "no \(which) countdowns\n")
         } else {
             console.out(render(countdowns, style: style, single: false))
         }
@@ -316,8 +317,13 @@ public struct Cdctl {
     /// - Returns: the number of the last event as of the subscription (from `OK subscribed … seq N`),
     ///   or `nil` when a replay was refused as too old (`ERR gone`).
     @discardableResult
-    private func subscribe(_ connection: CountdownConnection, to names: [String], since: UInt64? = nil) throws(ClientError) -> UInt64? {
-        let reply = try connection.request((["SUBSCRIBE"] + names + (since.map { ["SINCE", "\($0)"] } ?? [])).joined(separator: " "))
+    /// `events` limits the kinds received (`SUBSCRIBE … EVENTS`): `wait` takes no ticks, so the
+    /// countdowns it waits for cost the daemon nothing per second.
+    private func subscribe(
+        _ connection: CountdownConnection, to names: [String], since: UInt64? = nil, events: String? = nil
+    ) throws(ClientError) -> UInt64? {
+        let options = (events.map { ["EVENTS", $0] } ?? []) + (since.map { ["SINCE", "\($0)"] } ?? [])
+        let reply = try connection.request((["SUBSCRIBE"] + names + options).joined(separator: " "))
         switch reply.outcome {
         case .ok(let text):
             let words = text.split(separator: " ")
@@ -401,10 +407,10 @@ public struct Cdctl {
             var replayed = false
             if needsSubscription {
                 // Subscribe before asking, so an event between the two is not missed.
-                if let since = lastSequence, try subscribe(connection, to: outstanding.sorted(), since: since) != nil {
+                if let since = lastSequence, try subscribe(connection, to: outstanding.sorted(), since: since, events: "lifecycle") != nil {
                     replayed = true
                 } else {
-                    lastSequence = try subscribe(connection, to: outstanding.sorted())
+                    lastSequence = try subscribe(connection, to: outstanding.sorted(), events: "lifecycle")
                 }
             }
             if !replayed {

@@ -28,8 +28,8 @@ public enum CdctlCommand: Equatable, Sendable {
     case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
-    /// `list [--json | --format T] [--state STATE]`
-    case list(style: OutputStyle, state: CountdownState?)
+    /// `list [--json | --format T] [--state STATE] [--prefix PREFIX]`
+    case list(style: OutputStyle, state: CountdownState?, prefix: String? = nil)
     /// `cancel NAME`
     case cancel(name: String)
     /// `pause NAME`
@@ -42,8 +42,8 @@ public enum CdctlCommand: Equatable, Sendable {
     case toggle(name: String)
     /// `rm NAME`: forget a finished countdown now instead of after its retention.
     case remove(name: String)
-    /// `watch [NAME…] [--json] [--since SEQ]`
-    case watch(names: [String], json: Bool, since: UInt64?)
+    /// `watch [NAME…] [--json] [--since SEQ] [--events KINDS]`
+    case watch(names: [String], json: Bool, since: UInt64?, events: String? = nil)
     /// `wait NAME…`
     case wait(names: [String])
     /// `stats [--json | --prometheus]`
@@ -98,9 +98,10 @@ public enum CdctlCommandLine {
           status [NAME] [--json | --format TEMPLATE] [--follow]
                                  show one countdown, or all; --follow prints again on
                                  every change (every second while running), for bars
-          list [--json | --format TEMPLATE] [--state STATE]
+          list [--json | --format TEMPLATE] [--state STATE] [--prefix PREFIX]
                                  show all countdowns, or those running, paused,
-                                 done or cancelled
+                                 done or cancelled, or those whose names start
+                                 with PREFIX (sorted by name)
           cancel NAME            cancel a running or paused countdown
           pause NAME             pause a running countdown
           resume NAME            resume a paused countdown
@@ -108,10 +109,12 @@ public enum CdctlCommandLine {
           toggle NAME            pause a running countdown, resume a paused one
           rm NAME                forget a finished countdown now (it frees the name's
                                  slot; finished ones are otherwise kept 10 minutes)
-          watch [NAME...] [--json] [--since SEQ]
+          watch [NAME...] [--json] [--since SEQ] [--events KINDS]
                                  follow countdowns: a live display on a terminal,
                                  one line per event otherwise; --since first replays
-                                 the lifecycle events after event number SEQ
+                                 the lifecycle events after event number SEQ;
+                                 --events only these kinds, one line each (such as
+                                 lifecycle, or done,cancelled: no ticks)
           wait NAME...           block until every NAME finishes (survives a daemon
                                  restart: reconnects for up to 30 s)
           stats [--json | --prometheus]
@@ -154,6 +157,8 @@ public enum CdctlCommandLine {
         .init(["--at"], takesValue: true),
         .init(["--since"], takesValue: true),
         .init(["--state"], takesValue: true),
+        .init(["--prefix"], takesValue: true),
+        .init(["--events"], takesValue: true),
         .init(["--prometheus"]),
         .init(["--no-color"]),
         .init(["--help", "-h"]),
@@ -227,8 +232,8 @@ public enum CdctlCommandLine {
             try expect(operands, 0...1, usage: "status [NAME] [--json | --format TEMPLATE] [--follow]")
             command = .status(name: try operands.first.map(name), style: style, follow: parsed.has("follow"))
         case "list", "ls":
-            allowedFlags = ["json", "format", "state"]
-            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE] [--state STATE]")
+            allowedFlags = ["json", "format", "state", "prefix"]
+            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE] [--state STATE] [--prefix PREFIX]")
             var state: CountdownState?
             if let text = parsed.value("state") {
                 guard let value = CountdownState(rawValue: text) else {
@@ -236,7 +241,15 @@ public enum CdctlCommandLine {
                 }
                 state = value
             }
-            command = .list(style: style, state: state)
+            var prefix: String?
+            if let text = parsed.value("prefix") {
+                // Any start of a valid name is a valid name once a character is added.
+                guard !text.isEmpty, (try? CountdownAddress.validate(bytes: Array((text + "a").utf8))) != nil else {
+                    throw UsageError("--prefix '\(text)' cannot start a name; names are \(CountdownName.allowedCharactersDescription)")
+                }
+                prefix = text
+            }
+            command = .list(style: style, state: state, prefix: prefix)
         case "cancel", "pause", "resume":
             allowedFlags = []
             try expect(operands, 1...1, usage: "\(verb) NAME")
@@ -255,7 +268,7 @@ public enum CdctlCommandLine {
             try expect(operands, 1...1, usage: "rm NAME")
             command = .remove(name: try name(operands[0]))
         case "watch":
-            allowedFlags = ["json", "since"]
+            allowedFlags = ["json", "since", "events"]
             var since: UInt64?
             if let text = parsed.value("since") {
                 guard let value = UInt64(text) else {
@@ -263,7 +276,14 @@ public enum CdctlCommandLine {
                 }
                 since = value
             }
-            command = .watch(names: try operands.map(name), json: json, since: since)
+            var events: String?
+            if let text = parsed.value("events") {
+                guard (try? EventKindSet.parse(bytes: Array(text.utf8))) != nil else {
+                    throw UsageError("--events '\(text)' is not a list of event kinds; use a comma-separated list of: \(EventKindSet.spellings.joined(separator: " "))")
+                }
+                events = text
+            }
+            command = .watch(names: try operands.map(name), json: json, since: since, events: events)
         case "wait":
             allowedFlags = []
             try expect(operands, 1...Int.max, usage: "wait NAME...")
@@ -287,7 +307,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prometheus", "then", "at"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

@@ -126,3 +126,68 @@ public struct CountdownEvent: Sendable, Equatable {
         self.lateMilliseconds = lateMilliseconds
     }
 }
+
+/// A set of event kinds: what a subscriber asked to receive (`SUBSCRIBE … EVENTS <kinds>`).
+public struct EventKindSet: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt16
+
+    /// Creates a set from its bits (one per `EventKind`, in declaration order).
+    public init(rawValue: UInt16) {
+        self.rawValue = rawValue
+    }
+
+    /// The set holding one kind.
+    public init(_ kind: EventKind) {
+        // The index of a case among 9 fits in 16 bits; `allCases` contains every case.
+        rawValue = 1 << UInt16(EventKind.allCases.firstIndex(of: kind) ?? 0)
+    }
+
+    /// Every kind: what a subscriber gets without `EVENTS`.
+    public static let all = EventKindSet(EventKind.allCases.map { EventKindSet($0) })
+    /// The changes: every kind but `tick` and `snapshot`.
+    public static let lifecycle = EventKindSet(EventKind.allCases.filter(\.isLifecycle).map { EventKindSet($0) })
+
+    /// Whether `kind` is in the set.
+    public func includes(_ kind: EventKind) -> Bool {
+        contains(EventKindSet(kind))
+    }
+
+    /// The spellings `parse` accepts, for messages and completion.
+    public static let spellings = ["all", "lifecycle"] + EventKind.allCases.map(\.rawValue)
+
+    /// Parses a comma-separated list of kinds and groups (`lifecycle`, `all`), case-insensitively:
+    /// `done,cancelled`, `lifecycle,tick`.
+    /// - Throws: `bad-request` naming the word it does not know and the ones it does.
+    public static func parse<Bytes: Collection<UInt8>>(bytes: Bytes) throws(ProtocolError) -> EventKindSet {
+        var kinds: EventKindSet = []
+        for word in bytes.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
+            let spelled = String(decoding: word, as: UTF8.self).lowercased()
+            switch spelled {
+            case "all": kinds.formUnion(.all)
+            case "lifecycle": kinds.formUnion(.lifecycle)
+            default:
+                guard let kind = EventKind(rawValue: spelled) else {
+                    throw ProtocolError(
+                        .badRequest,
+                        "unknown event kind '\(ProtocolText.sanitized(word))'; EVENTS takes a comma-separated list of: \(spellings.joined(separator: " "))"
+                    )
+                }
+                kinds.insert(EventKindSet(kind))
+            }
+        }
+        return kinds
+    }
+
+    /// The set in the words `parse` reads (`all`, `lifecycle`, or kinds), for replies.
+    public var description: String {
+        if self == .all { return "all" }
+        var words: [String] = []
+        var rest = self
+        if rest.isSuperset(of: .lifecycle) {
+            words.append("lifecycle")
+            rest.subtract(.lifecycle)
+        }
+        words += EventKind.allCases.filter { rest.includes($0) }.map(\.rawValue)
+        return words.joined(separator: ",")
+    }
+}

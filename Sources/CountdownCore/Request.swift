@@ -6,8 +6,8 @@ public enum Request: Equatable, Sendable {
     case startAt(name: String, unixMilliseconds: Int64, replace: Bool)
     /// `STATUS <name>`
     case status(name: String)
-    /// `LIST`
-    case list
+    /// `LIST [STATE <state>[,<state>…]] [PREFIX <prefix>]`: no states means every state.
+    case list(states: Set<CountdownState>, prefix: String)
     /// `CANCEL <name>`
     case cancel(name: String)
     /// `PAUSE <name>`
@@ -18,8 +18,9 @@ public enum Request: Equatable, Sendable {
     case extend(name: String, milliseconds: Int64)
     /// `REMOVE <name>`: forget a finished countdown now.
     case remove(name: String)
-    /// `SUBSCRIBE [<name> …]`; no names means every countdown, present and future.
-    case subscribe(names: [String], since: UInt64?)
+    /// `SUBSCRIBE [<name> …] [EVENTS <kinds>] [SINCE <seq>]`; no names means every countdown,
+    /// present and future; no `EVENTS` means every kind.
+    case subscribe(names: [String], kinds: EventKindSet, since: UInt64?)
     /// `UNSUBSCRIBE`
     case unsubscribe
     /// `PING`
@@ -133,8 +134,7 @@ public enum RequestParser {
             return .status(name: try oneName(arguments, usage: "STATUS <name>"))
         }
         if keyword(verb, is: "LIST") {
-            try noArguments(arguments, usage: "LIST")
-            return .list
+            return try listRequest(Array(arguments))
         }
         if keyword(verb, is: "CANCEL") {
             return .cancel(name: try oneName(arguments, usage: "CANCEL <name>"))
@@ -168,18 +168,26 @@ public enum RequestParser {
                 guard let sequence = Self.sequenceNumber(fields[fields.count - 1]) else {
                     throw ProtocolError(
                         .badRequest,
-                        "SINCE takes an event number (the seq of the last event you saw, 0 for everything kept); usage: SUBSCRIBE [<name> ...] [SINCE <seq>]"
+                        "SINCE takes an event number (the seq of the last event you saw, 0 for everything kept); usage: \(subscribeUsage)"
                     )
                 }
                 since = sequence
                 fields.removeLast(2)
+            }
+            // `EVENTS <kinds>` just before (a name spelled EVENTS is the keyword there).
+            var kinds = EventKindSet.all
+            if fields.count >= 2, keyword(fields[fields.count - 2], is: "EVENTS") {
+                kinds = try EventKindSet.parse(bytes: fields[fields.count - 1])
+                fields.removeLast(2)
+            } else if let last = fields.last, keyword(last, is: "EVENTS") {
+                throw ProtocolError(.badRequest, "EVENTS needs kinds, such as lifecycle or done,cancelled; usage: \(subscribeUsage)")
             }
             var names: [String] = []
             names.reserveCapacity(fields.count)
             for field in fields {
                 names.append(try CountdownAddress.validate(bytes: field))
             }
-            return .subscribe(names: names, since: since)
+            return .subscribe(names: names, kinds: kinds, since: since)
         }
         if keyword(verb, is: "UNSUBSCRIBE") {
             try noArguments(arguments, usage: "UNSUBSCRIBE")
@@ -197,6 +205,57 @@ public enum RequestParser {
             .unknownCommand,
             "unknown command '\(ProtocolText.sanitized(verb))'; known: \(verbs.joined(separator: " "))"
         )
+    }
+
+    static let subscribeUsage = "SUBSCRIBE [<name> ...] [EVENTS <kind>[,<kind>...]] [SINCE <seq>]"
+    static let listUsage = "LIST [STATE <state>[,<state>...]] [PREFIX <prefix>]"
+
+    /// `LIST`'s options, in any order, each at most once.
+    private static func listRequest<Field: Collection<UInt8>>(_ arguments: [Field]) throws(ProtocolError) -> Request {
+        var states: Set<CountdownState>?
+        var prefix: String?
+        var index = 0
+        while index < arguments.count {
+            let option = arguments[index]
+            guard index + 1 < arguments.count else {
+                throw ProtocolError(.badRequest, "'\(ProtocolText.sanitized(option))' needs a value; usage: \(listUsage)")
+            }
+            let value = arguments[index + 1]
+            if keyword(option, is: "STATE"), states == nil {
+                var chosen = Set<CountdownState>()
+                for word in value.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: false) {
+                    guard let state = CountdownState(rawValue: String(decoding: word, as: UTF8.self).lowercased()) else {
+                        throw ProtocolError(
+                            .badRequest,
+                            "unknown state '\(ProtocolText.sanitized(word))'; STATE takes a comma-separated list of: \(CountdownState.allCases.map(\.rawValue).joined(separator: " "))"
+                        )
+                    }
+                    chosen.insert(state)
+                }
+                states = chosen
+            } else if keyword(option, is: "PREFIX"), prefix == nil {
+                prefix = try namePrefix(value)
+            } else {
+                throw ProtocolError(.badRequest, "unexpected '\(ProtocolText.sanitized(option))'; usage: \(listUsage)")
+            }
+            index += 2
+        }
+        return .list(states: states ?? [], prefix: prefix ?? "")
+    }
+
+    /// The start of a name, or of an address (`1000/`, `1000/te`): name characters, and for root
+    /// a uid and a slash first.
+    private static func namePrefix<Field: Collection<UInt8>>(_ field: Field) throws(ProtocolError) -> String {
+        // Any start of a valid address becomes a valid address once a name character is added.
+        do throws(ProtocolError) {
+            _ = try CountdownAddress.validate(bytes: Array(field) + [UInt8(ascii: "a")])
+        } catch {
+            throw ProtocolError(
+                .badName,
+                "'\(ProtocolText.sanitized(field))' cannot start a name: names are \(CountdownName.allowedCharactersDescription) (root may write <uid>/ first)"
+            )
+        }
+        return String(decoding: field, as: UTF8.self)
     }
 
     /// Whether `field` spells `upperCaseKeyword`, ignoring ASCII case.

@@ -35,6 +35,8 @@ final class ClientTable: @unchecked Sendable {
     /// Connections served first in the next batch: they used their share of this one with lines
     /// still framed, or they just left backpressure.
     private var carried: [Int: Connection] = [:]
+    /// Connections with a listing in progress (`Connection.listing`), continued batch by batch.
+    private var listings: [Int: Connection] = [:]
     private var nextConnectionID = 1
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     private var scratch: [UInt8] = []
@@ -176,7 +178,7 @@ final class ClientTable: @unchecked Sendable {
     func endTurn(_ connection: Connection, linesLeft: Bool) {
         if connection.output.byteCount >= configuration.readPauseThreshold {
             connection.pauseReading()
-        } else if linesLeft && !connection.isClosing {
+        } else if linesLeft && !connection.isClosing && connection.listing == nil {
             carried[connection.id] = connection
         }
         touched[connection.id] = connection
@@ -186,7 +188,7 @@ final class ClientTable: @unchecked Sendable {
     /// those that left backpressure.
     func takeCarriedOver() -> [Connection] {
         defer { carried.removeAll(keepingCapacity: true) }
-        return carried.values.filter { !$0.isClosed }.map { connection in
+        return carried.values.filter { !$0.isClosed && $0.listing == nil }.map { connection in
             connection.resumeReading()
             return connection
         }
@@ -194,6 +196,25 @@ final class ClientTable: @unchecked Sendable {
 
     /// Whether connections wait to be served in the next batch.
     var hasCarriedOver: Bool { !carried.isEmpty }
+
+    // MARK: - Listings
+
+    /// The connections whose listing is in progress.
+    var listingConnections: Dictionary<Int, Connection>.Values { listings.values }
+
+    /// A listing started on `connection`: it is not read until the listing ends (its requests
+    /// are answered in order, after it), and it is not closed while the listing goes on.
+    func beginListing(_ connection: Connection) {
+        listings[connection.id] = connection
+        connection.pauseReading()
+        carried[connection.id] = nil
+    }
+
+    /// The listing on `connection` ended: its framed requests are served in the next batch.
+    func endListing(_ connection: Connection) {
+        listings[connection.id] = nil
+        carried[connection.id] = connection
+    }
 
     // MARK: - Output
 
@@ -230,7 +251,9 @@ final class ClientTable: @unchecked Sendable {
         switch connection.output.write(to: connection.descriptor, scratch: &scratch) {
         case .drained:
             connection.stopWaitingForWritable()
-            if connection.isClosing {
+            if connection.listing != nil {
+                return  // Continued by the next batch (`hasListingWithRoom`).
+            } else if connection.isClosing {
                 close(connection)
             } else if connection.isReadingPaused {
                 // Its framed lines are served first in the next batch, never during a flush: a
@@ -254,6 +277,7 @@ final class ClientTable: @unchecked Sendable {
         }
         touched[connection.id] = nil
         carried[connection.id] = nil
+        listings[connection.id] = nil
         connection.close()
     }
 

@@ -29,6 +29,11 @@ final class Connection {
     var output: OutputQueue
     /// What this connection receives events for.
     var subscription = Subscription.none
+    /// Which kinds of events it receives (`SUBSCRIBE … EVENTS`).
+    var eventKinds = EventKindSet.all
+    /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
+    /// it is unfinished, the connection's further requests wait.
+    var listing: ListingInProgress?
     /// No more requests are read: after `QUIT`, or once the peer closed its sending side.
     /// The connection closes as soon as its output is written.
     private(set) var isClosing = false

@@ -19,11 +19,13 @@ extension Daemon {
     func readable(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         precondition(phase == .serving, "requests are read only while a batch is serving")
-        guard !connection.isClosed, !connection.isReadingPaused else { return }
+        // While a listing is produced, its connection's next requests wait (they come after it).
+        guard !connection.isClosed, !connection.isReadingPaused, connection.listing == nil else { return }
         let now = SystemClock.now()
         var budget = batchIsOutOfTime ? 0 : Self.requestsPerPass
         budget -= handleLines(of: connection, now: now, limit: budget)
-        reading: while budget > 0 && !connection.isClosing && connection.output.byteCount < configuration.readPauseThreshold {
+        reading: while budget > 0 && !connection.isClosing && connection.listing == nil
+            && connection.output.byteCount < configuration.readPauseThreshold {
             switch clients.read(connection) {
             case .read(_, let socketEmptied):
                 budget -= handleLines(of: connection, now: now, limit: budget)
@@ -31,6 +33,8 @@ extension Daemon {
             case .endOfInput:
                 // The peer closed its sending side: answer what it sent, then close.
                 handleLines(of: connection, now: now)
+                // A listing holds the rest back; the end of input is read again after it.
+                if connection.listing != nil { break reading }
                 if connection.framer.hasPartialLine {
                     logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
                 }
@@ -62,8 +66,8 @@ extension Daemon {
         // and what they change can be undone without touching what time did.
         advanceTime(to: now)
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
-        while handled < limit, !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold,
-              let frame = connection.framer.nextFrame() {
+        while handled < limit, !connection.isClosing, connection.listing == nil,
+              connection.output.byteCount < configuration.readPauseThreshold, let frame = connection.framer.nextFrame() {
             handled += 1
             if timeBounded && handled % 16 == 0 && batchIsOutOfTime {
                 // This line is handled; the rest wait for the next batch.
@@ -157,13 +161,10 @@ extension Daemon {
             let snapshot = try engine.status(of: try CountdownAddress.resolve(address, requester: uid).key, now: now)
             WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
             WireEncoder.appendOK(count: 1, to: &replyBuffer)
-        case .list:
-            var count = 0
-            for snapshot in engine.list(now: now) where uid == 0 || snapshot.owner == uid {
-                WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
-                count += 1
-            }
-            WireEncoder.appendOK(count: count, to: &replyBuffer)
+        case .list(let states, let prefix):
+            // In slices across batches, every countdown as of now (`CountdownListing`).
+            let filter = ListFilter(viewer: uid, states: states, prefix: prefix)
+            beginListing(engine.listing(filter, frozen: true, now: now), purpose: .list, on: connection, clock: clock, now: now)
         case .cancel(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             recordUndo(key)
@@ -184,7 +185,7 @@ extension Daemon {
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             recordUndo(key)
             WireEncoder.appendOK(shown(try engine.remove(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
-        case .subscribe(let addresses, let since):
+        case .subscribe(let addresses, let kinds, let since):
             var keys: [String] = []
             for address in addresses {
                 keys.append(try CountdownAddress.resolve(address, requester: uid).key)
@@ -192,16 +193,21 @@ extension Daemon {
             let filter: Set<String>? = keys.isEmpty ? nil : Set(keys)
             // Checked before subscribing, so a refused replay changes nothing.
             let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, keys: filter, viewer: uid) }
-            try fanOut.subscribe(connection, to: keys)
+            try fanOut.subscribe(connection, to: keys, kinds: kinds)
             let following = keys.isEmpty || connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
-            WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)", to: &replyBuffer)
+            let only = kinds == .all ? "" : " events \(kinds.description)"
+            WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)\(only)", to: &replyBuffer)
             if let replay {
                 // What was missed, in order; live events follow with no gap and no repeat.
-                for event in replay {
+                for event in replay where kinds.includes(event.kind) {
                     WireEncoder.appendEvent(event, name: CountdownAddress.display(event.name, owner: event.owner, to: uid), to: &replyBuffer)
                 }
-            } else {
-                // The current state right after the OK, so a status bar draws its first frame at once.
+            } else if kinds.includes(.snapshot), keys.isEmpty {
+                // The current state right after the OK, so a status bar draws its first frame at
+                // once; for everything, in slices (there may be a million).
+                let everyActive = ListFilter(viewer: uid, states: [.running, .paused])
+                beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
+            } else if kinds.includes(.snapshot) {
                 for snapshot in engine.activeSnapshots(matching: filter, now: now) where uid == 0 || snapshot.owner == uid {
                     WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, shown(snapshot), clock: clock, to: &replyBuffer)
                 }

@@ -211,10 +211,11 @@ public final class Daemon: @unchecked Sendable {
         for connection in clients.takeCarriedOver() {
             readable(connection)
         }
+        continueListings(now: SystemClock.now())
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
-        return clients.hasCarriedOver
+        return clients.hasCarriedOver || hasListingWithRoom
     }
 
     func beginBatch() {
@@ -278,9 +279,16 @@ public final class Daemon: @unchecked Sendable {
         publish(timeEvents)
         let clock = SystemClock.mapping(at: now)
         for (connection, item) in items where !connection.isClosed && rolledBack.contains(connection.id) {
+            if case .listingSlice(let saved) = item {
+                batch.items.append((connection, item))
+                continueListing(from: saved, on: connection, now: now)
+                continue
+            }
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch item {
+            case .listingSlice:
+                continue  // Produced again above.
             case .failed(let error):
                 WireEncoder.appendError(error, to: &replyBuffer)
             case .request(let request):
@@ -338,6 +346,8 @@ struct BatchRecord {
         case request(Request)
         /// A line that failed before it became a request (parse error, too long).
         case failed(ProtocolError)
+        /// A slice of a listing, produced from this state of it.
+        case listingSlice(ListingInProgress)
     }
 
     /// Numbers batches, so output queues know which marks are current.

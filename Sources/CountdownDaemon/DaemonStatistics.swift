@@ -52,6 +52,7 @@ extension Daemon {
             ("finished", "\(engine.finishedCount)"),
             ("connections", "\(clients.count)"),
             ("subscribers", "\(fanOut.subscriberCount)"),
+            ("listings_in_progress", "\(clients.listingConnections.count)"),
             ("last_seq", "\(engine.lastSequence)"),
         ]
         for kind in EventKind.allCases where kind != .snapshot {

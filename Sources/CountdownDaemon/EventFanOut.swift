@@ -44,43 +44,44 @@ final class EventFanOut {
     }
 
 
-    /// Adds names to a connection's subscription; no names subscribes it to everything.
+    /// Adds names to a connection's subscription (no names subscribes it to everything) and sets
+    /// the kinds of events it receives, for all it follows. Only a subscriber that takes ticks
+    /// makes the countdowns it follows tick.
     /// - Throws: `limit` when the connection would follow more names than allowed.
-    func subscribe(_ connection: Connection, to names: [String]) throws(ProtocolError) {
+    func subscribe(_ connection: Connection, to names: [String], kinds: EventKindSet) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        if names.isEmpty {
-            if connection.subscription == .all { return }  // Already: nothing changes.
-            unsubscribe(connection)
-            subscriberCount += 1
-            connection.subscription = .all
-            if connection.peerUID == 0 {
-                allSubscribers[connection.id] = connection
-                tickInterest.everything(true)
-            } else {
-                ownerSubscribers[connection.peerUID, default: [:]][connection.id] = connection
-                tickInterest.owner(connection.peerUID, true)
-            }
-            return
-        }
-        var followed: Set<String>
-        switch connection.subscription {
-        case .all:
-            return  // Already receives everything.
-        case .none:
-            followed = []
-        case .names(let existing):
-            followed = existing
-        }
+        var followed: Set<String> = []
+        if case .names(let existing) = connection.subscription { followed = existing }
         let wanted = followed.union(names)
-        guard wanted.count <= maximumNamesPerConnection else {
+        if !names.isEmpty && connection.subscription != .all && wanted.count > maximumNamesPerConnection {
             throw ProtocolError(
                 .limit,
                 "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all"
             )
         }
+        // New kinds apply to what it already follows too: its ticks start or stop there.
+        if connection.eventKinds.includes(.tick) != kinds.includes(.tick) {
+            setTickInterest(of: connection, kinds.includes(.tick))
+        }
+        connection.eventKinds = kinds
+        if names.isEmpty {
+            if connection.subscription == .all { return }  // Already: nothing more changes.
+            unsubscribe(connection)
+            connection.eventKinds = kinds
+            subscriberCount += 1
+            connection.subscription = .all
+            if connection.peerUID == 0 {
+                allSubscribers[connection.id] = connection
+            } else {
+                ownerSubscribers[connection.peerUID, default: [:]][connection.id] = connection
+            }
+            if kinds.includes(.tick) { setTickInterest(of: connection, true) }
+            return
+        }
+        if connection.subscription == .all { return }  // Already receives everything.
         for name in wanted.subtracting(followed) {
             nameSubscribers[name, default: [:]][connection.id] = connection
-            tickInterest.key(name, true)
+            if kinds.includes(.tick) { tickInterest.key(name, true) }
         }
         if connection.subscription == .none {
             subscriberCount += 1
@@ -96,22 +97,19 @@ final class EventFanOut {
 
     /// Stops all events to a connection.
     func unsubscribe(_ connection: Connection) {
+        guard connection.subscription != .none else { return }
+        if connection.eventKinds.includes(.tick) { setTickInterest(of: connection, false) }
         switch connection.subscription {
         case .none:
             return
         case .all:
-            if allSubscribers.removeValue(forKey: connection.id) != nil {
-                tickInterest.everything(!allSubscribers.isEmpty)
-            }
-            if ownerSubscribers[connection.peerUID]?.removeValue(forKey: connection.id) != nil {
-                tickInterest.owner(connection.peerUID, false)
-            }
+            allSubscribers[connection.id] = nil
+            ownerSubscribers[connection.peerUID]?[connection.id] = nil
             if ownerSubscribers[connection.peerUID]?.isEmpty == true {
                 ownerSubscribers[connection.peerUID] = nil
             }
         case .names(let names):
             for name in names {
-                tickInterest.key(name, false)
                 nameSubscribers[name]?[connection.id] = nil
                 if nameSubscribers[name]?.isEmpty == true {
                     nameSubscribers[name] = nil
@@ -119,7 +117,31 @@ final class EventFanOut {
             }
         }
         connection.subscription = .none
+        connection.eventKinds = .all
         subscriberCount -= 1
+    }
+
+    /// Root's connections that follow everything and take ticks: while there is one, every
+    /// countdown ticks.
+    private var tickingAllSubscribers = 0
+
+    /// Tells the engine that what `connection` follows is (or is no longer) watched for ticks.
+    /// A connection holds tick interest while it follows something and takes ticks; this is
+    /// called exactly when that starts or stops, so the engine's counts stay balanced.
+    private func setTickInterest(of connection: Connection, _ on: Bool) {
+        switch connection.subscription {
+        case .none:
+            return
+        case .all where connection.peerUID == 0:
+            tickingAllSubscribers += on ? 1 : -1
+            tickInterest.everything(tickingAllSubscribers > 0)
+        case .all:
+            tickInterest.owner(connection.peerUID, on)
+        case .names(let names):
+            for name in names {
+                tickInterest.key(name, on)
+            }
+        }
     }
 
     /// Queues each event on every subscriber that follows it, as output of `batch`.
@@ -140,24 +162,24 @@ final class EventFanOut {
             }
             let tickName = event.kind == .tick ? event.name : nil
             for connection in allSubscribers.values {
-                append(eventBuffer, tickName: tickName, to: connection, batch: batch)
+                append(eventBuffer, kind: event.kind, tickName: tickName, to: connection, batch: batch)
             }
             if let byOwner {
                 for connection in byOwner.values {
-                    append(ownerEventBuffer, tickName: tickName, to: connection, batch: batch)
+                    append(ownerEventBuffer, kind: event.kind, tickName: tickName, to: connection, batch: batch)
                 }
             }
             if let byName {
                 for connection in byName.values {
                     let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
-                    append(line, tickName: tickName, to: connection, batch: batch)
+                    append(line, kind: event.kind, tickName: tickName, to: connection, batch: batch)
                 }
             }
         }
     }
 
-    private func append(_ line: [UInt8], tickName: String?, to connection: Connection, batch: Int) {
-        guard !connection.isClosing else { return }
+    private func append(_ line: [UInt8], kind: EventKind, tickName: String?, to connection: Connection, batch: Int) {
+        guard !connection.isClosing, connection.eventKinds.includes(kind) else { return }
         clients.touch(connection, batch: batch)
         connection.output.appendEvent(line, tickName: tickName)
         if connection.output.byteCount > outputHardLimit {

@@ -41,6 +41,10 @@ struct CommandLineTests {
         #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
         #expect(try cdctl(["list", "--json"]).command == .list(style: .json, state: nil))
         #expect(try cdctl(["list", "--state", "running"]).command == .list(style: .table, state: .running))
+        #expect(try cdctl(["list", "--prefix", "otp:"]).command == .list(style: .table, state: nil, prefix: "otp:"))
+        #expect(throws: UsageError.self) { try cdctl(["list", "--prefix", "a b"]) }
+        #expect(try cdctl(["watch", "--events", "done,cancelled"]).command == .watch(names: [], json: false, since: nil, events: "done,cancelled"))
+        #expect(throws: UsageError.self) { try cdctl(["watch", "--events", "dun"]) }
         #expect(throws: UsageError.self) { try cdctl(["list", "--state", "sleeping"]) }
         #expect(try cdctl(["toggle", "tea"]).command == .toggle(name: "tea"))
         #expect(try cdctl(["rm", "tea"]).command == .remove(name: "tea"))

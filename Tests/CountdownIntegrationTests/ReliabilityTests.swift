@@ -211,7 +211,7 @@ extension Integration {
             let mine = try nobody.run(["status", "mine", "--json"])
             #expect(mine.stdout.contains(#""name":"mine""#) && mine.stdout.contains(#""owner_uid":65534"#), "\(mine.stdout)")
             // Root sees everyone's, each other user's as uid/name, and can change them.
-            let list = try daemon.connect().request("LIST").countdowns.map { "\($0.name) \($0.owner ?? 0)" }
+            let list = try daemon.connect().request("LIST").countdowns.map { "\($0.name) \($0.owner ?? 0)" }.sorted()
             #expect(list == ["65534/mine 65534", "65534/otp:+4915199999999 65534", "mine 0", "otp:+4915112345678 0", "otp:+4915199999999 0"])
             #expect(try daemon.connect().request("PAUSE 65534/mine").countdown?.state == .paused)
             #expect(try nobody.run(["status", "mine", "--format", "{state}"]).stdout == "paused\n")

@@ -208,7 +208,7 @@ extension Integration {
                 chmod(state + "/" + file, 0o444)
             }
             let second = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, launcher: asNobody)
-            let list = try second.connect().request("LIST").countdowns
+            let list = try second.connect().request("LIST").countdowns.sorted { $0.name < $1.name }
             #expect(list.map(\.name) == ["a", "b"] && list.map(\.state) == [.running, .paused])
             #expect(!second.stderrText.contains("damaged"))
             #expect(try second.connect().request("START c 1h").countdown?.state == .running)

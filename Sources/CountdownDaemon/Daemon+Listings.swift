@@ -1,0 +1,93 @@
+import CountdownCore
+import Dispatch
+
+/// A reply of many lines in progress on one connection: a `LIST`, or the snapshots a new
+/// subscriber to everything is sent after its `OK`.
+struct ListingInProgress {
+    /// What the lines are.
+    enum Purpose {
+        /// `COUNTDOWN` lines, then `OK <count>`.
+        case list
+        /// `EVENT snapshot` lines (the `OK` came first).
+        case snapshots
+    }
+
+    var listing: CountdownListing
+    let purpose: Purpose
+    /// The wall clock as the listing started, for the wall-clock fields of its lines.
+    let clock: WallClockMapping
+}
+
+extension Daemon {
+    /// The most lines one slice of a listing produces: about half a millisecond of work, after
+    /// which other clients and due events get their turn.
+    static let linesPerListingSlice = 1024
+
+    /// A listing is continued while less than this is waiting to be written to its connection:
+    /// a client that reads slowly holds a few hundred KiB in the daemon, never the whole reply.
+    static let listingOutputThreshold = 256 * 1024
+
+    /// Starts a sliced reply on `connection`, producing its first slice now (into `replyBuffer`,
+    /// as part of the request's reply). Its further requests wait until it is finished.
+    func beginListing(_ listing: CountdownListing, purpose: ListingInProgress.Purpose, on connection: Connection, clock: WallClockMapping, now: Instant) {
+        var progress = ListingInProgress(listing: listing, purpose: purpose, clock: clock)
+        produceSlice(of: &progress, for: connection.peerUID, now: now)
+        if progress.listing.isFinished {
+            return
+        }
+        connection.listing = progress
+        clients.beginListing(connection)
+    }
+
+    /// Produces the next slice of every listing whose connection has room for it, as part of the
+    /// current batch. Run once per batch.
+    func continueListings(now: Instant) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for connection in clients.listingConnections where connection.output.byteCount < Self.listingOutputThreshold {
+            guard let saved = connection.listing else { continue }
+            // If the batch's commit fails, the slice is taken back and produced again from here.
+            batch.items.append((connection, .listingSlice(saved)))
+            continueListing(from: saved, on: connection, now: now)
+        }
+    }
+
+    /// Produces one slice of `progress` on `connection` and queues it; the listing ends (and the
+    /// connection's waiting requests are served next batch) when it was the last.
+    func continueListing(from progress: ListingInProgress, on connection: Connection, now: Instant) {
+        var progress = progress
+        replyBuffer.removeAll(keepingCapacity: true)
+        advanceTime(to: now)
+        produceSlice(of: &progress, for: connection.peerUID, now: now)
+        appendReply(to: connection)
+        if progress.listing.isFinished {
+            connection.listing = nil
+            clients.endListing(connection)
+        } else {
+            connection.listing = progress
+        }
+    }
+
+    /// Whether some listing can go on at once (its connection has room): then the next batch
+    /// comes without waiting for the poller.
+    var hasListingWithRoom: Bool {
+        clients.listingConnections.contains { $0.output.byteCount < Self.listingOutputThreshold }
+    }
+
+    /// Encodes the next slice into `replyBuffer`, and the final `OK` of a finished `LIST`.
+    private func produceSlice(of progress: inout ListingInProgress, for viewer: UInt32, now: Instant) {
+        let slice = engine.nextSlice(of: &progress.listing, limit: Self.linesPerListingSlice, now: now)
+        for snapshot in slice {
+            var shown = snapshot
+            shown.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: viewer)
+            switch progress.purpose {
+            case .list:
+                WireEncoder.appendCountdown(shown, clock: progress.clock, to: &replyBuffer)
+            case .snapshots:
+                WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, shown, clock: progress.clock, to: &replyBuffer)
+            }
+        }
+        if progress.listing.isFinished && progress.purpose == .list {
+            WireEncoder.appendOK(count: progress.listing.producedCount, to: &replyBuffer)
+        }
+    }
+}

@@ -1,0 +1,127 @@
+import CountdownCore
+import Testing
+
+@Suite("Listings: slices, frozen and live consistency, filters; event kind sets")
+struct EngineListingTests {
+    /// Every slice of `listing`, `limit` at a time, with `between` run after each slice.
+    private func drain(
+        _ listing: inout CountdownListing, in clock: inout ManualClock, limit: Int,
+        between: (inout ManualClock) throws -> Void = { _ in }
+    ) rethrows -> [[CountdownSnapshot]] {
+        var slices: [[CountdownSnapshot]] = []
+        while !listing.isFinished {
+            slices.append(clock.engine.nextSlice(of: &listing, limit: limit, now: clock.now))
+            try between(&clock)
+        }
+        return slices
+    }
+
+    @Test("a frozen listing shows every countdown as of its start, in bounded slices, whatever changes meanwhile")
+    func frozenUnderMutation() throws {
+        var clock = ManualClock()
+        for index in 0..<10_000 {
+            try clock.start("c\(index)", 60_000, uid: 0)
+        }
+        var listing = clock.engine.listing(ListFilter(viewer: 0), frozen: true, now: clock.now)
+        var round = 0
+        let slices = try drain(&listing, in: &clock, limit: 1000) { clock in
+            // Between slices: cancel one already listed and one not yet, start new ones, and let time pass.
+            round += 1
+            try clock.perform { e, now, ev throws(ProtocolError) in try e.cancel("c\(round)", requester: 0, now: now, events: &ev) }
+            try clock.perform { e, now, ev throws(ProtocolError) in try e.cancel("c\(9_999 - round)", requester: 0, now: now, events: &ev) }
+            try clock.start("new\(round)", 5000, uid: 0)
+            clock.advance(byMilliseconds: 700)
+        }
+        #expect(slices.allSatisfy { $0.count <= 1000 })
+        #expect(slices.count >= 10)
+        let listed = Array(slices.joined())
+        #expect(listed.count == 10_000)
+        #expect(listing.producedCount == 10_000)
+        #expect(Set(listed.map(\.name)).count == 10_000, "no countdown twice")
+        #expect(listed.allSatisfy { $0.state == .running && $0.remainingMilliseconds == 60_000 }, "all as of the start: none cancelled, no time passed")
+        #expect(!listed.contains { $0.name.hasPrefix("new") })
+        #expect(clock.engine.count == 10_000 + round)
+    }
+
+    @Test("a live listing shows each countdown as it is when its slice is produced")
+    func liveListing() throws {
+        var clock = ManualClock()
+        for index in 0..<3000 {
+            try clock.start("c\(index)", 60_000, uid: 0)
+        }
+        var listing = clock.engine.listing(ListFilter(viewer: 0, states: [.running, .paused]), frozen: false, now: clock.now)
+        let first = clock.engine.nextSlice(of: &listing, limit: 1000, now: clock.now)
+        clock.advance(byMilliseconds: 2000)
+        try clock.perform { e, now, ev throws(ProtocolError) in try e.cancel("c2999", requester: 0, now: now, events: &ev) }
+        let rest = Array(try drain(&listing, in: &clock, limit: 1000).joined())
+        #expect(first.allSatisfy { $0.remainingMilliseconds == 60_000 })
+        #expect(rest.allSatisfy { $0.remainingMilliseconds == 58_000 })
+        #expect(rest.count == 1999, "the cancelled one is no longer active")
+    }
+
+    @Test("filters: a user sees only its own namespace; states; a name prefix as the viewer writes it")
+    func filters() throws {
+        var clock = ManualClock()
+        try clock.start("1000/otp:1", 60_000, uid: 1000)
+        try clock.start("1000/otp:2", 1000, uid: 1000)
+        try clock.start("1000/tea", 60_000, uid: 1000)
+        try clock.start("1001/otp:9", 60_000, uid: 1001)
+        try clock.start("otp:root", 60_000, uid: 0)
+        clock.advance(byMilliseconds: 1000)
+        func names(_ filter: ListFilter) -> [String] {
+            var listing = clock.engine.listing(filter, frozen: true, now: clock.now)
+            var names: [String] = []
+            while !listing.isFinished {
+                names += clock.engine.nextSlice(of: &listing, limit: 2, now: clock.now).map(\.name)
+            }
+            return names.sorted()
+        }
+        #expect(names(ListFilter(viewer: 1000)) == ["1000/otp:1", "1000/otp:2", "1000/tea"])
+        #expect(names(ListFilter(viewer: 1000, prefix: "otp:")) == ["1000/otp:1", "1000/otp:2"])
+        #expect(names(ListFilter(viewer: 1000, states: [.done])) == ["1000/otp:2"])
+        #expect(names(ListFilter(viewer: 1000, states: [.running], prefix: "otp")) == ["1000/otp:1"])
+        #expect(names(ListFilter(viewer: 0, prefix: "otp")) == ["otp:root"])
+        #expect(names(ListFilter(viewer: 0, prefix: "1001/")) == ["1001/otp:9"])
+        #expect(names(ListFilter(viewer: 0)).count == 5)
+        #expect(names(ListFilter(viewer: 1002)).isEmpty)
+    }
+
+    @Test("a slice that finds few matches stops after looking at a bounded number of slots")
+    func sparseFilterIsBounded() throws {
+        var clock = ManualClock()
+        for index in 0..<5000 {
+            try clock.start("c\(index)", 60_000, uid: 0)
+        }
+        try clock.start("needle", 60_000, uid: 0)
+        var listing = clock.engine.listing(ListFilter(viewer: 0, prefix: "needle"), frozen: true, now: clock.now)
+        var slices = 0
+        var found: [String] = []
+        while !listing.isFinished {
+            found += clock.engine.nextSlice(of: &listing, limit: 10, now: clock.now).map(\.name)
+            slices += 1
+        }
+        #expect(found == ["needle"])
+        #expect(slices >= 5001 / 80, "each slice looked at no more than 8 × 10 slots")
+    }
+
+    @Test("event kind sets: parsed from kinds and groups, case-insensitively; unknown words refused")
+    func eventKinds() throws {
+        let lifecycle = try EventKindSet.parse(bytes: Array("lifecycle".utf8))
+        #expect(!lifecycle.includes(.tick) && !lifecycle.includes(.snapshot))
+        #expect(lifecycle.includes(.done) && lifecycle.includes(.removed) && lifecycle.includes(.started))
+        #expect(try EventKindSet.parse(bytes: Array("Done,CANCELLED".utf8)) == [EventKindSet(.done), EventKindSet(.cancelled)])
+        #expect(try EventKindSet.parse(bytes: Array("all".utf8)) == .all)
+        #expect(try EventKindSet.parse(bytes: Array("lifecycle,tick".utf8)).description == "lifecycle,tick")
+        #expect(EventKindSet.all.description == "all")
+        #expect(throws: ProtocolError.self) { try EventKindSet.parse(bytes: Array("ticks".utf8)) }
+        #expect(throws: ProtocolError.self) { try EventKindSet.parse(bytes: Array("".utf8)) }
+    }
+}
+
+@Suite("Engine memory layout")
+struct EngineLayoutTests {
+    @Test("a countdown's record is 48 bytes: state and generation share a word")
+    func recordSize() {
+        #expect(CountdownEngine.bytesPerRecord == 48)
+    }
+}

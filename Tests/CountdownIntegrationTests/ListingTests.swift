@@ -1,0 +1,153 @@
+import CountdownClient
+import CountdownCore
+import Foundation
+import Testing
+
+extension Integration {
+    @Suite("Big replies in slices, filters, event kinds")
+    struct ListingTests {
+        /// The value of one `STATS` key.
+        private func stat(_ key: String, on connection: CountdownConnection) throws -> Int? {
+            try connection.request("STATS").stats.first { $0.key == key }.flatMap { Int($0.value) }
+        }
+
+        /// Starts `count` countdowns `c0`… of `duration`, pipelined.
+        private func startMany(_ count: Int, duration: String = "1h", on connection: CountdownConnection) throws {
+            var offset = 0
+            while offset < count {
+                let end = min(count, offset + 2000)
+                try connection.send((offset..<end).map { "START c\($0) \(duration)\n" }.joined())
+                for _ in offset..<end {
+                    #expect(try connection.readReply().countdown?.state == .running)
+                }
+                offset = end
+            }
+        }
+
+        @Test("a LIST of 30,000 is produced in slices while its reader is slow; others are served meanwhile; it shows the state as of the LIST")
+        func listInSlicesUnderMutation() throws {
+            let daemon = try DaemonProcess()
+            let control = try daemon.connect()
+            try startMany(30_000, on: control)
+            let reader = try daemon.connect()
+            try reader.send("LIST\n")  // And not read for now: the daemon keeps the listing going slice by slice.
+            try waitUntil(timeout: 10) { (try? stat("listings_in_progress", on: control)) == 1 }
+            // Meanwhile: other clients' changes and reads are answered.
+            for index in [0, 1, 29_999] {
+                #expect(try control.request("CANCEL c\(index)").countdown?.state == .cancelled)
+            }
+            #expect(try control.request("START new 1h").countdown?.state == .running)
+            let pingStart = monotonicNow()
+            #expect(try control.request("PING").outcome == .ok("pong"))
+            #expect(monotonicNow() - pingStart < 1, "a bystander's PING waits for no listing")
+            #expect(try stat("listings_in_progress", on: control) == 1, "the LIST is still unfinished: it was not produced whole")
+            // The reader reads now: every countdown as it was when its LIST was handled.
+            let listed = try reader.readReply(timeout: 30)
+            #expect(listed.outcome == .ok("30000"))
+            #expect(listed.countdowns.count == 30_000)
+            #expect(Set(listed.countdowns.map(\.name)).count == 30_000, "no countdown twice")
+            #expect(!listed.countdowns.contains { $0.name == "new" }, "started after the LIST")
+            #expect(listed.countdowns.allSatisfy { $0.state == .running }, "cancelled after the LIST")
+            #expect(try stat("listings_in_progress", on: control) == 0)
+            // The reader's next request is answered after its LIST, and sees the changes.
+            let again = try reader.request("LIST STATE cancelled")
+            #expect(again.countdowns.map(\.name).sorted() == ["c0", "c1", "c29999"])
+        }
+
+        @Test("LIST STATE and PREFIX filter in the daemon; cdctl list --prefix sorts by name; bad filters are explained")
+        func listFilters() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            for line in ["START otp:+49151 1h", "START otp:+49170 1h", "START tea 1h", "START egg 100ms", "PAUSE otp:+49170"] {
+                _ = try c.request(line)
+            }
+            _ = try c.request("SUBSCRIBE egg")
+            _ = try c.waitForEvent { $0.name == "egg" && $0.kind == .done }
+            #expect(try c.request("LIST PREFIX otp:").countdowns.map(\.name).sorted() == ["otp:+49151", "otp:+49170"])
+            #expect(try c.request("LIST STATE running,done").countdowns.map(\.name).sorted() == ["egg", "otp:+49151", "tea"])
+            #expect(try c.request("list prefix otp: state paused").countdowns.map(\.name) == ["otp:+49170"])
+            #expect(try c.request("LIST PREFIX zzz").outcome == .ok("0"))
+            guard case .error(_, let code, let message) = try c.request("LIST STATE over").outcome else {
+                Issue.record("an unknown state is refused")
+                return
+            }
+            #expect(code == "bad-request" && message.contains("running paused done cancelled"), "\(message)")
+            let cli = try cdctl(["list", "--prefix", "otp:", "--format", "{name}"], socket: daemon.socketPath)
+            #expect(cli.status == 0 && cli.stdout == "otp:+49151\notp:+49170\n", "\(cli.stdout)\(cli.stderr)")
+            let none = try cdctl(["list", "--prefix", "zzz", "--state", "paused"], socket: daemon.socketPath)
+            #expect(none.stdout == "no paused 'zzz…' countdowns\n", "\(none.stdout)")
+        }
+
+        @Test("SUBSCRIBE … EVENTS: only the kinds asked for; a subscriber without ticks makes nothing tick (counted by STATS)")
+        func eventKindFilters() throws {
+            let daemon = try DaemonProcess()
+            let control = try daemon.connect()
+            try startMany(200, on: control)
+            let server = try daemon.connect()
+            #expect(try server.request("SUBSCRIBE EVENTS done,cancelled").outcome == .ok("subscribed all seq 200 events done,cancelled"))
+            let lifecycle = try daemon.connect()
+            #expect(try lifecycle.request("SUBSCRIBE EVENTS lifecycle").outcome == .ok("subscribed all seq 200 events lifecycle"))
+            _ = try control.request("CANCEL c7")
+            _ = try control.request("START short 1500ms")
+            let cancelled = try server.waitForEvent { _ in true }
+            #expect(cancelled.kind == .cancelled && cancelled.name == "c7")
+            let done = try server.waitForEvent { _ in true }
+            #expect(done.kind == .done && done.name == "short", "no started, no snapshot, no tick in between: \(done)")
+            var kinds: [EventKind] = []
+            while kinds.last != .done {
+                kinds.append(try lifecycle.waitForEvent { _ in true }.kind)
+            }
+            #expect(kinds == [.cancelled, .started, .done])
+            // 1.5 s passed with 200 running countdowns and subscribers to all of them, but none takes ticks.
+            #expect(try stat("events_tick", on: control) == 0, "no countdown ticked")
+            // Asking again with ticks makes them tick: the interest follows the kinds.
+            let bar = try daemon.connect()
+            _ = try bar.request("SUBSCRIBE c3 EVENTS lifecycle")
+            #expect(try bar.request("SUBSCRIBE c3").outcome == .ok("subscribed 1 seq \(done.sequence)"))
+            let tick = try bar.waitForEvent { $0.kind == .tick }
+            #expect(tick.name == "c3")
+            _ = try bar.waitForEvent { $0.kind == .tick }
+            let ticks = try #require(try stat("events_tick", on: control))
+            #expect(ticks >= 2 && ticks <= 4, "\(ticks) ticks: only c3 ticks")
+            let refused = try bar.request("SUBSCRIBE EVENTS ticks")
+            guard case .error(_, "bad-request", let message) = refused.outcome else {
+                Issue.record("an unknown kind is refused: \(refused.outcome)")
+                return
+            }
+            #expect(message.contains("lifecycle") && message.contains("cancelled"), "\(message)")
+            let cli = try cdctl(["watch", "--events", "dun"], socket: daemon.socketPath)
+            #expect(cli.status == 2 && cli.stderr.contains("lifecycle"), "\(cli.stderr)")
+        }
+
+        @Test("a new subscriber to 20,000 countdowns gets its snapshots in slices, with live events after each one's line")
+        func subscribeSnapshotsInSlices() throws {
+            let daemon = try DaemonProcess()
+            let control = try daemon.connect()
+            try startMany(20_000, on: control)
+            let subscriber = try daemon.connect()
+            try subscriber.send("SUBSCRIBE\n")
+            try waitUntil(timeout: 10) { (try? stat("listings_in_progress", on: control)) == 1 }
+            _ = try control.request("CANCEL c19999")  // Not yet sent as a snapshot: its slot is last.
+            _ = try control.request("CANCEL c0")  // Sent already, in the first slice.
+            #expect(try subscriber.readLine(timeout: 10) == "OK subscribed all seq 20000")
+            // Apply every line in order, as a status bar would: the result is the daemon's state.
+            var state: [String: EventKind] = [:]
+            var snapshots = 0
+            while state["c19999"] != .cancelled || state["c0"] != .cancelled || snapshots < 19_999 {
+                let event = try subscriber.waitForEvent(timeout: 20) { _ in true }
+                if event.kind == .snapshot { snapshots += 1 }
+                state[event.name] = event.kind
+            }
+            // Anything still queued comes before the reply to a PING.
+            _ = try subscriber.request("PING")
+            while subscriber.hasBufferedInput, let event = try subscriber.nextEvent(timeout: 1) {
+                if event.kind == .snapshot { snapshots += 1 }
+                state[event.name] = event.kind
+            }
+            #expect(snapshots == 19_999, "every countdown still running when its slice was made, c19999 not")
+            #expect(state.count == 20_000)
+            #expect(state.values.filter { $0 == .snapshot }.count == 19_998)
+            #expect(try stat("listings_in_progress", on: control) == 0)
+        }
+    }
+}
