@@ -87,7 +87,7 @@ class Daemon:
         self.launched = time.monotonic()
         # Lifecycle logging off: a line per start/done to stderr is not what is being measured.
         self.process = subprocess.Popen(
-            [os.path.join(BIN, "countdownd"), "--socket", self.socket, "--state-dir", self.state, "--log-level", "warning"],
+            [os.path.join(BIN, "countdownd"), "--socket", self.socket, "--state-dir", self.state, "--log-level", os.environ.get("CD_LOG_LEVEL", "warning")],
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "daemon.log"), "a"))
         if not self.notify.wait_for("READY=1", 60):
             raise RuntimeError("countdownd did not become ready")

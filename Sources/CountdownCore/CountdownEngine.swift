@@ -309,7 +309,9 @@ public struct CountdownEngine {
     ///   already present), and storage should forget it.
     @discardableResult
     public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
-        guard slot(named: persisted.name) == nil, persisted.totalMilliseconds > 0 else { return false }
+        let hash = NameIndex.hash(persisted.name)
+        guard persisted.totalMilliseconds > 0,
+              slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == persisted.name }) == nil else { return false }
         var record = Record(persisted, generation: 0, now: now)
         if record.state == .running && record.deadline <= now {
             record.state = .done
@@ -320,13 +322,20 @@ public struct CountdownEngine {
             return false
         }
         let slot = allocateSlot()
-        slotsByName.insert(hash: NameIndex.hash(record.name), slot: slot)
+        slotsByName.insert(hash: hash, slot: slot)
         countsByOwner[record.owner, default: 0] += 1
         if record.state == .done && persisted.state == .running {
             emit(.done, record, remaining: 0, into: &events)
         }
         place(record, in: slot, now: now)
         return true
+    }
+
+    /// Makes room for `count` more countdowns at once, before restoring many: the name index
+    /// and the scheduler then grow once instead of some twenty times.
+    public mutating func reserveCapacity(forAdditional count: Int) {
+        slotsByName.reserveCapacity(slotsByName.count + count)
+        heap.reserveCapacity(heap.count + count)
     }
 
     // MARK: - Mutations

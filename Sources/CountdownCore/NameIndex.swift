@@ -81,11 +81,23 @@ struct NameIndex {
         buckets[index] = entry
     }
 
-    private mutating func grow() {
+    private mutating func grow(to bucketCount: Int? = nil) {
         let old = buckets
-        buckets = Array(repeating: .empty, count: old.count * 2)
+        buckets = Array(repeating: .empty, count: bucketCount ?? old.count * 2)
         for entry in old where entry.slot >= 0 {
             place(entry)
+        }
+    }
+
+    /// Makes room for `total` names at once (at most three quarters full), so that filling the
+    /// index with a restored state moves nothing.
+    mutating func reserveCapacity(_ total: Int) {
+        var bucketCount = buckets.count
+        while total * 4 > bucketCount * 3 {
+            bucketCount *= 2
+        }
+        if bucketCount > buckets.count {
+            grow(to: bucketCount)
         }
     }
 }

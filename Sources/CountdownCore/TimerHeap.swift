@@ -33,6 +33,11 @@ struct TimerHeap {
     /// The entry due first. O(1).
     var minimum: Entry? { entries.first }
 
+    /// Makes room for `count` entries.
+    mutating func reserveCapacity(_ count: Int) {
+        entries.reserveCapacity(count)
+    }
+
     /// Adds an entry. O(log n).
     mutating func push(_ entry: Entry) {
         entries.append(entry)

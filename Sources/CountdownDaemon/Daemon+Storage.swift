@@ -12,14 +12,15 @@ extension Daemon {
     /// changes refused until storage works again.
     func recoverState() throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let now = SystemClock.now()
-        let clock = SystemClock.mapping(at: now)
+        let began = SystemClock.now()
+        let clock = SystemClock.mapping(at: began)
         let recovered: StateJournal.Recovered
         do throws(StorageError) {
-            recovered = try journal.recover(clock: clock, bootID: SystemClock.bootID)
+            recovered = try journal.recover(clock: clock, bootID: SystemClock.bootID, keepEvents: configuration.replayEventCapacity)
         } catch {
             throw .storage("cannot start: \(error); \(error.advice)")
         }
+        let now = SystemClock.now()
         for remark in recovered.remarks {
             logger.log(.warning, remark)
         }
@@ -30,12 +31,15 @@ extension Daemon {
         for event in recovered.events {
             ring.append(event)
         }
-        // In deadline order, so late `done`s come out in the order they were due.
-        let countdowns = recovered.countdowns.sorted {
-            ($0.deadline ?? $0.finishedAt ?? now) < ($1.deadline ?? $1.finishedAt ?? now)
-        }
+        // Those whose deadline passed while the daemon was down first, in deadline order, so
+        // their late `done`s come out in the order they were due. The rest need no order (the
+        // scheduler orders them): sorting a million of them took a fifth of the start-up.
+        var countdowns = recovered.countdowns
+        let firstOnTime = countdowns.partition { $0.state == .running && ($0.deadline ?? now) > now }
+        countdowns[..<firstOnTime].sort { ($0.deadline ?? $0.finishedAt ?? now) < ($1.deadline ?? $1.finishedAt ?? now) }
         beginBatch()
         events.removeAll(keepingCapacity: true)
+        engine.reserveCapacity(forAdditional: countdowns.count)
         for countdown in countdowns {
             engine.restore(countdown, now: now, events: &events)
         }
@@ -48,6 +52,7 @@ extension Daemon {
             service.startRetrying { [unowned self] in retryStorage() }
         }
         phase = .idle
-        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory)")
+        let milliseconds = SystemClock.now().nanoseconds(since: began) / 1_000_000
+        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (snapshot \(recovered.snapshotMilliseconds) ms, journal \(recovered.journalMilliseconds) ms)")
     }
 }

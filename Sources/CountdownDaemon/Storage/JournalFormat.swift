@@ -143,6 +143,15 @@ enum JournalFormat {
     /// short by a crash or a power loss leaves. Anything else that does not check out, with more
     /// data after it, is damage.
     static func scan(_ bytes: [UInt8]) -> Scan {
+        var events: [EventRecord] = []
+        var scan = scan(bytes) { events.append($0) }
+        scan.events = events
+        return scan
+    }
+
+    /// Reads every frame, handing each record to `visit` as it is decoded (recovery of a large
+    /// journal keeps only what it needs); the returned `Scan` has no `events`.
+    static func scan(_ bytes: [UInt8], visit: (EventRecord) -> Void) -> Scan {
         var scan = Scan()
         var offset = 0
         while offset < bytes.count {
@@ -174,9 +183,16 @@ enum JournalFormat {
                 }
                 break
             }
-            do throws(FormatError) {
-                try decodePayload(bytes, from: payloadStart, to: payloadEnd, into: &scan)
-            } catch {
+            // (withUnsafeBytes rethrows untyped errors: the result carries the typed one out.)
+            let decoded: Result<Void, FormatError> = bytes.withUnsafeBytes { raw in
+                do throws(FormatError) {
+                    try decodePayload(raw, from: payloadStart, to: payloadEnd, into: &scan, visit: visit)
+                    return .success(())
+                } catch {
+                    return .failure(error)
+                }
+            }
+            if case .failure(let error) = decoded {
                 scan.damage = (offset, error.reason)
                 break
             }
@@ -186,11 +202,26 @@ enum JournalFormat {
         return scan
     }
 
+    /// The header record a journal file starts with, if its first frame begins with one (its
+    /// checksum is checked by `scan`).
+    static func header(of bytes: [UInt8]) -> Header? {
+        guard bytes.count >= frameHeaderSize, bytes[0..<4].elementsEqual(magic) else { return nil }
+        let end = min(bytes.count, frameHeaderSize + Int(load32(bytes, 4)))
+        return bytes.withUnsafeBytes { raw -> Header? in
+            var reader = Reader(bytes: raw, offset: frameHeaderSize, end: end)
+            guard (try? reader.byte()) == RecordType.header.rawValue,
+                  let generation = try? reader.u64(), let created = try? reader.i64(), let boot = try? reader.shortString() else { return nil }
+            return Header(generation: generation, createdUnixMilliseconds: Int64(created), bootID: boot.isEmpty ? nil : boot)
+        }
+    }
+
     struct FormatError: Error {
         var reason: String
     }
 
-    private static func decodePayload(_ bytes: [UInt8], from start: Int, to end: Int, into scan: inout Scan) throws(FormatError) {
+    private static func decodePayload(
+        _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int, into scan: inout Scan, visit: (EventRecord) -> Void
+    ) throws(FormatError) {
         var reader = Reader(bytes: bytes, offset: start, end: end)
         while reader.offset < end {
             switch RecordType(rawValue: try reader.byte()) {
@@ -213,7 +244,7 @@ enum JournalFormat {
                 let stateLate = try reader.i64()
                 let pinned = try reader.i64()
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
-                scan.events.append(EventRecord(
+                visit(EventRecord(
                     event: CountdownEvent(
                         sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
                         remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate),
@@ -231,7 +262,7 @@ enum JournalFormat {
                 let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                 let total = try reader.i64()
                 let name = try reader.shortString()
-                scan.events.append(EventRecord(
+                visit(EventRecord(
                     event: CountdownEvent(
                         sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),
                         remainingMilliseconds: 0, totalMilliseconds: total, owner: owner
@@ -248,8 +279,10 @@ enum JournalFormat {
         UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16 | UInt32(bytes[offset + 3]) << 24
     }
 
+    /// Reads little-endian fields from a frame's payload, checking each against the payload's end
+    /// (the frame's length was checked against the file, so no read leaves the buffer).
     private struct Reader {
-        let bytes: [UInt8]
+        let bytes: UnsafeRawBufferPointer
         var offset: Int
         let end: Int
 
@@ -261,12 +294,11 @@ enum JournalFormat {
 
         mutating func u64(width: Int = 8) throws(FormatError) -> UInt64 {
             guard end - offset >= width else { throw FormatError(reason: "a record cut short") }
-            var value: UInt64 = 0
-            for shift in 0..<width {
-                value |= UInt64(bytes[offset + shift]) << (8 * UInt64(shift))
+            defer { offset += width }
+            if width == 8 {
+                return UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
             }
-            offset += width
-            return value
+            return UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
         }
 
         mutating func i64() throws(FormatError) -> Int64 {
@@ -277,7 +309,7 @@ enum JournalFormat {
             let count = Int(try byte())
             guard end - offset >= count else { throw FormatError(reason: "a record cut short") }
             defer { offset += count }
-            return String(decoding: bytes[offset..<(offset + count)], as: UTF8.self)
+            return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)]), as: UTF8.self)
         }
     }
 }

@@ -62,6 +62,9 @@ final class StateJournal: @unchecked Sendable {
         var remarks: [String] = []
         /// The files it read.
         var sources: String = ""
+        /// Milliseconds spent reading the snapshot, and the journal files.
+        var snapshotMilliseconds: Int64 = 0
+        var journalMilliseconds: Int64 = 0
     }
 
     let directory: String
@@ -121,9 +124,10 @@ final class StateJournal: @unchecked Sendable {
 
     // MARK: - Recovery
 
-    /// Locks the state directory, then reads the snapshot and the journal that continues it.
+    /// Locks the state directory, then reads the snapshot and the journal that continues it,
+    /// keeping the last `keepEvents` lifecycle events for the replay ring.
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
-    func recover(clock: WallClockMapping, bootID: String?) throws(StorageError) -> Recovered {
+    func recover(clock: WallClockMapping, bootID: String?, keepEvents: Int) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
         lock = try StateDirectoryLock(directory: directory)
         var recovered = Recovered()
@@ -135,6 +139,7 @@ final class StateJournal: @unchecked Sendable {
         var latest: [String: (StoredCountdown, sameBoot: Bool)?] = [:]
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
+        let began = SystemClock.now()
         if let snapshot = try SnapshotFile.read(directory: directory) {
             snapshotSameBoot = bootID != nil && snapshot.bootID == bootID
             snapshotRows = snapshot.rows
@@ -147,6 +152,8 @@ final class StateJournal: @unchecked Sendable {
             }
             sources.append("\(SnapshotFile.fileName) (\(snapshot.rows.count) countdowns)")
         }
+        let snapshotRead = SystemClock.now()
+        recovered.snapshotMilliseconds = snapshotRead.nanoseconds(since: began) / 1_000_000
         var highest = firstGeneration
         for (fileGeneration, path) in try journalFiles() {
             highest = max(highest, fileGeneration)
@@ -155,7 +162,21 @@ final class StateJournal: @unchecked Sendable {
                 unlink(path)
                 continue
             }
-            let scan = JournalFormat.scan(try FileSystem.readAll(path))
+            let bytes = try FileSystem.readAll(path)
+            // A record is about 90 bytes: room for this file's names at once, no rehashing.
+            latest.reserveCapacity(latest.count + bytes.count / 80)
+            let sameBoot = bootID != nil && JournalFormat.header(of: bytes)?.bootID == bootID
+            var eventCount = 0
+            let scan = JournalFormat.scan(bytes) { record in
+                latest[record.event.name] = .some(record.state.map { ($0, sameBoot) })
+                recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
+                recovered.events.append(record.event)
+                eventCount += 1
+                // Only the last `keepEvents` are wanted (the replay ring's capacity).
+                if recovered.events.count >= 2 * keepEvents + 1024 {
+                    recovered.events.removeFirst(recovered.events.count - keepEvents)
+                }
+            }
             if let damage = scan.damage {
                 throw .damaged(
                     path: path,
@@ -166,16 +187,10 @@ final class StateJournal: @unchecked Sendable {
                 let cut = truncate(path, off_t(scan.validLength)) == 0 ? "cut it off" : "could not cut it off (\(String(cString: strerror(errno))))"
                 recovered.remarks.append("\(path) ended in a torn write (\(torn)); \(cut) at byte \(scan.validLength), keeping every complete commit")
             }
-            let sameBoot = bootID != nil && scan.header?.bootID == bootID
-            for record in scan.events {
-                latest[record.event.name] = .some(record.state.map { ($0, sameBoot) })
-                recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
-                recovered.events.append(record.event)
-            }
-            sources.append("\(path.split(separator: "/").last.map(String.init) ?? path) (\(scan.events.count) events)")
+            sources.append("\(path.split(separator: "/").last.map(String.init) ?? path) (\(eventCount) events)")
             filesSinceSnapshot += 1
             bytesSinceSnapshot += Int64(scan.validLength)
-            eventsSinceSnapshot = eventsSinceSnapshot || !scan.events.isEmpty
+            eventsSinceSnapshot = eventsSinceSnapshot || eventCount > 0
         }
         recovered.countdowns.reserveCapacity(snapshotRows.count + latest.count)
         for row in snapshotRows where latest.isEmpty || latest[row.key] == nil {
@@ -185,6 +200,7 @@ final class StateJournal: @unchecked Sendable {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
+        recovered.journalMilliseconds = SystemClock.now().nanoseconds(since: snapshotRead) / 1_000_000
         generation = highest
         return recovered
     }
