@@ -102,6 +102,7 @@ struct SchedulerStructureTests {
             heap.replaceMinimum(with: replacement)
             reference[0] = replacement
         }
+        #expect(heap.laneCount > 0, "replacements that keep the lane sorted went into it")
         heap.compact { $0.slot % 2 == 0 }
         reference.removeAll { $0.slot % 2 != 0 }
         reference.sort { $0.precedes($1) }
@@ -110,6 +111,35 @@ struct SchedulerStructureTests {
             popped.append(entry)
         }
         #expect(popped == reference)
+    }
+}
+
+@Suite("Timer heap: the sorted lane for ticks")
+struct SchedulerStructureTestsLane {
+    @Test("ticks re-armed one second later go into the lane, in order, and the heap stays empty of them")
+    func ticksUseTheLane() {
+        var heap = TimerHeap()
+        for slot in 0..<1000 {
+            heap.push(TimerHeap.Entry(due: Int64(slot % 97) * 10_000_000, slot: Int32(slot), generation: 0))
+        }
+        var fired: [TimerHeap.Entry] = []
+        // Five seconds of ticks: each fired entry is replaced by the same one a second later.
+        while let top = heap.minimum, top.due < 5_000_000_000 {
+            fired.append(top)
+            heap.replaceMinimum(with: TimerHeap.Entry(due: top.due + 1_000_000_000, slot: top.slot, generation: 0))
+        }
+        #expect(fired.count == 5000)
+        #expect(zip(fired, fired.dropFirst()).allSatisfy { $0.precedes($1) }, "fired in (due, slot) order")
+        #expect(heap.laneCount == 1000 && heap.entries.isEmpty, "after the first second every entry lives in the lane")
+        // A far-off replacement (a purge) goes to the heap, and order still holds across both.
+        let top = heap.minimum!  // Not empty: it holds the 1,000 entries.
+        heap.replaceMinimum(with: TimerHeap.Entry(due: top.due + 600_000_000_000, slot: top.slot, generation: 1))
+        #expect(heap.entries.count == 1)
+        var previous: TimerHeap.Entry?
+        while let entry = heap.popMinimum() {
+            if let previous { #expect(previous.precedes(entry)) }
+            previous = entry
+        }
     }
 }
 
