@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CLinuxShims.h"
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
@@ -53,4 +54,8 @@ int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int 
         events[i] = ready[i].events;
     }
     return count;
+}
+
+int countdownd_set_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }

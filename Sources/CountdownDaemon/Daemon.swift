@@ -1,3 +1,4 @@
+import CLinuxShims
 import CountdownCore
 import Dispatch
 import Glibc
@@ -93,6 +94,7 @@ public final class Daemon: @unchecked Sendable {
     private func start() throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
+        returnLargeBlocksToTheSystem()
         try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         clients.listener = listener
@@ -146,6 +148,16 @@ public final class Daemon: @unchecked Sendable {
             limit.rlim_cur = limit.rlim_max
             _ = setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
         }
+    }
+
+    /// Makes every allocation of 128 KiB or more its own mapping, given back to the system when
+    /// it is freed. By default glibc raises that threshold after the first such block is freed,
+    /// and from then on keeps large blocks in its heap: the engine's pages copied while a
+    /// snapshot was written, and the arrays the name index and the scheduler grew out of, stayed
+    /// resident as free memory, 157 bytes of RSS per countdown at a million against about 85 in
+    /// use (measured after the snapshot had finished, with nothing else running).
+    private func returnLargeBlocksToTheSystem() {
+        _ = countdownd_set_mmap_threshold(128 * 1024)
     }
 
     /// Descriptors kept free for the daemon's own files: a snapshot's SQLite files, a new journal

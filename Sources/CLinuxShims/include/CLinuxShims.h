@@ -9,6 +9,10 @@ int countdownd_peer_uid(int fd, uint32_t *uid);
 /// Sets this thread's timer slack in nanoseconds (PR_SET_TIMERSLACK). Returns 0 on success.
 int countdownd_set_timer_slack(unsigned long nanoseconds);
 
+/// mallopt(M_MMAP_THRESHOLD, bytes): allocations of at least `bytes` are mappings of their own,
+/// returned to the system when freed. Returns 1 on success (mallopt's convention).
+int countdownd_set_mmap_threshold(int bytes);
+
 
 
 /// A new AF_UNIX stream socket with SOCK_CLOEXEC, and SOCK_NONBLOCK when `nonblocking` is set.
