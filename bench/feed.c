@@ -3,7 +3,10 @@
 // the countdowns (countdownd) and keys (Redis) of the lateness runs, so that the starter is as
 // light as the subscriber and takes little CPU from the server being measured.
 //
-//   feed SOCKET FILE CHUNK GREETING(0|1)
+//   feed SOCKET FILE CHUNK GREETING(0|1) [RATE]
+//
+// With RATE (lines per second), chunk k is sent no sooner than k * CHUNK / RATE seconds after the
+// first: requests keep arriving while the countdowns started first fall due (the mixed load).
 //
 // Prints "<replies> <errors>", where an error is a reply starting with "ERR" or "-".
 #define _GNU_SOURCE
@@ -13,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static char in[1 << 20];
@@ -36,8 +40,11 @@ static void read_replies(int fd, long wanted, long *errors) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) { fprintf(stderr, "usage: feed SOCKET FILE CHUNK GREETING\n"); return 2; }
+    if (argc != 5 && argc != 6) { fprintf(stderr, "usage: feed SOCKET FILE CHUNK GREETING [RATE]\n"); return 2; }
     long chunk = atol(argv[3]), errors = 0, replies = 0, ignored = 0;
+    double rate = argc == 6 ? atof(argv[5]) : 0;
+    struct timespec first;
+    clock_gettime(CLOCK_MONOTONIC, &first);
     FILE *file = fopen(argv[2], "r");
     if (!file) { perror(argv[2]); return 2; }
     struct stat st;
@@ -52,6 +59,14 @@ int main(int argc, char **argv) {
     if (atoi(argv[4])) read_replies(fd, 1, &ignored);
     size_t offset = 0;
     while (offset < size) {
+        if (rate > 0) {
+            double due = (double)replies / rate;
+            struct timespec at = first;
+            at.tv_sec += (time_t)due;
+            at.tv_nsec += (long)((due - (double)(time_t)due) * 1e9);
+            if (at.tv_nsec >= 1000000000L) { at.tv_sec++; at.tv_nsec -= 1000000000L; }
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+        }
         size_t end = offset;
         long lines = 0;
         while (end < size && lines < chunk) {
