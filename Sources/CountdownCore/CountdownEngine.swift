@@ -325,7 +325,7 @@ public struct CountdownEngine {
         slotsByName.insert(hash: hash, slot: slot)
         countsByOwner[record.owner, default: 0] += 1
         if record.state == .done && persisted.state == .running {
-            emit(.done, record, remaining: 0, into: &events)
+            emit(in: slot, .done, record, remaining: 0, into: &events)
         }
         place(record, in: slot, now: now)
         return true
@@ -373,7 +373,7 @@ public struct CountdownEngine {
                     )
                 }
                 try authorize(requester, toChange: old, verb: "replace")
-                emit(.cancelled, old, remaining: snapshot(of: old, now: now).remainingMilliseconds, into: &events)
+                emit(in: existing, .cancelled, old, remaining: snapshot(of: old, now: now).remainingMilliseconds, into: &events)
                 leaveActiveState(old.state)
             }
             slot = existing
@@ -409,7 +409,7 @@ public struct CountdownEngine {
         )
         records[Int(slot)] = record
         runningCount += 1
-        emit(.started, record, remaining: milliseconds, into: &events)
+        emit(in: slot, .started, record, remaining: milliseconds, into: &events)
         scheduleNext(slot: slot, now: now)
         dropStaleTop()
         return snapshot(of: record, now: now)
@@ -432,7 +432,7 @@ public struct CountdownEngine {
         record.remainingNanoseconds = remaining * 1_000_000
         records[Int(slot)] = record
         schedulePurge(slot: slot, record: record)
-        emit(.cancelled, record, remaining: remaining, into: &events)
+        emit(in: slot, .cancelled, record, remaining: remaining, into: &events)
         dropStaleTop()
         return snapshot(of: record, now: now)
     }
@@ -459,7 +459,7 @@ public struct CountdownEngine {
         runningCount -= 1
         pausedCount += 1
         let result = snapshot(of: record, now: now)
-        emit(.paused, record, remaining: result.remainingMilliseconds, into: &events)
+        emit(in: slot, .paused, record, remaining: result.remainingMilliseconds, into: &events)
         dropStaleTop()
         return result
     }
@@ -485,7 +485,7 @@ public struct CountdownEngine {
         pausedCount -= 1
         runningCount += 1
         let result = snapshot(of: record, now: now)
-        emit(.resumed, record, remaining: result.remainingMilliseconds, into: &events)
+        emit(in: slot, .resumed, record, remaining: result.remainingMilliseconds, into: &events)
         scheduleNext(slot: slot, now: now)
         dropStaleTop()
         return result
@@ -521,7 +521,7 @@ public struct CountdownEngine {
         }
         records[Int(slot)] = record
         let result = snapshot(of: record, now: now)
-        emit(.extended, record, remaining: result.remainingMilliseconds, into: &events)
+        emit(in: slot, .extended, record, remaining: result.remainingMilliseconds, into: &events)
         if record.state == .running {
             scheduleNext(slot: slot, now: now)
             dropStaleTop()
@@ -642,7 +642,7 @@ public struct CountdownEngine {
         }
         try authorize(requester, toChange: record, verb: "remove")
         let result = snapshot(of: record, now: now)
-        emit(.removed, record, remaining: 0, into: &events)
+        emit(in: slot, .removed, record, remaining: 0, into: &events)
         purge(slot: slot, name: name)
         dropStaleTop()
         return result
@@ -668,7 +668,7 @@ public struct CountdownEngine {
                 heap.replaceMinimum(with: next)
             case .done, .cancelled:
                 heap.popMinimum()
-                emit(.removed, record, remaining: 0, into: &events)
+                emit(in: top.slot, .removed, record, remaining: 0, into: &events)
                 purge(slot: top.slot, name: record.name)
             case .paused:
                 heap.popMinimum()  // Unreachable: pausing bumps the generation. Skipping is the safe answer.
@@ -743,11 +743,11 @@ public struct CountdownEngine {
         return Int32(records.count - 1)
     }
 
-    private mutating func emit(_ kind: EventKind, _ record: Record, remaining: Int64, into events: inout [CountdownEvent]) {
+    private mutating func emit(in slot: Int32, _ kind: EventKind, _ record: Record, remaining: Int64, into events: inout [CountdownEvent]) {
         if kind.isLifecycle {
             lastSequence += 1
         }
-        events.append(CountdownEvent(
+        var event = CountdownEvent(
             sequence: lastSequence,
             kind: kind,
             name: record.name,
@@ -755,7 +755,9 @@ public struct CountdownEngine {
             totalMilliseconds: record.totalMilliseconds,
             lateMilliseconds: kind == .done ? record.lateMilliseconds : nil,
             owner: record.owner
-        ))
+        )
+        event.slotHint = slot
+        events.append(event)
     }
 
     private mutating func leaveActiveState(_ state: CountdownState) {
@@ -786,13 +788,13 @@ public struct CountdownEngine {
             // suspended machine); say how late it is.
             record.lateMilliseconds = left < -1_000_000_000 ? (-left) / 1_000_000 : nil
             records[Int(slot)] = record
-            emit(.done, record, remaining: 0, into: &events)
+            emit(in: slot, .done, record, remaining: 0, into: &events)
             events[events.count - 1].due = record.deadline
             return purgeEntry(slot: slot, record: record)
         }
         if wantsTicks(old) {
             let wholeSecondsLeft = (left + 999_999_999) / 1_000_000_000
-            emit(.tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
+            emit(in: slot, .tick, old, remaining: wholeSecondsLeft * 1000, into: &events)
             events[events.count - 1].due = old.deadline.advanced(byNanoseconds: -wholeSecondsLeft * 1_000_000_000)
         }
         return nextEntry(slot: slot, record: old, now: now)

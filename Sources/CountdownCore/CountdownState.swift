@@ -106,6 +106,10 @@ public struct CountdownEvent: Sendable, Equatable {
     public var due: Instant?
     /// The uid whose namespace the countdown is in: who may see this event.
     public var owner: UInt32
+    /// Where the engine held the countdown when it emitted the event (-1: unknown): a hint that
+    /// spares the daemon a name lookup (`CountdownEngine.persistentState(of:hint:)`). Not on the
+    /// wire, not compared.
+    public var slotHint: Int32 = -1
 
     /// Creates an event.
     public init(
@@ -189,5 +193,14 @@ public struct EventKindSet: OptionSet, Sendable, Hashable {
         }
         words += EventKind.allCases.filter { rest.includes($0) }.map(\.rawValue)
         return words.joined(separator: ",")
+    }
+}
+
+extension CountdownEvent {
+    /// Equal in everything but `slotHint`, which is where the event came from, not what it says.
+    public static func == (left: CountdownEvent, right: CountdownEvent) -> Bool {
+        left.sequence == right.sequence && left.kind == right.kind && left.name == right.name
+            && left.remainingMilliseconds == right.remainingMilliseconds && left.totalMilliseconds == right.totalMilliseconds
+            && left.lateMilliseconds == right.lateMilliseconds && left.due == right.due && left.owner == right.owner
     }
 }

@@ -48,6 +48,15 @@ extension CountdownEngine {
     public func persistentState(of name: String) -> PersistedCountdown? {
         record(named: name)?.persisted
     }
+
+    /// The same, looking first in `slot` (an event's `slotHint`): no name is hashed when the
+    /// countdown is still there, as it is right after the event.
+    public func persistentState(of name: String, hint slot: Int32) -> PersistedCountdown? {
+        if slot >= 0, Int(slot) < records.count, let record = records[Int(slot)], record.name == name {
+            return record.persisted
+        }
+        return persistentState(of: name)
+    }
 }
 
 extension CountdownEngine.Record {

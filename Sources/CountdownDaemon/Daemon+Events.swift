@@ -13,7 +13,7 @@ extension Daemon {
         for event in events where event.kind.isLifecycle {
             let mapping = clock ?? SystemClock.mapping()
             clock = mapping
-            journal.note(event, state: engine.persistentState(of: event.name), clock: mapping)
+            journal.note(event, state: engine.persistentState(of: event.name, hint: event.slotHint), clock: mapping)
             batch.lifecycleEvents.append(event)
         }
         fanOut.deliver(events, batch: batch.number)

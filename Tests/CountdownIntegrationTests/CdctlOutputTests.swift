@@ -156,7 +156,7 @@ extension Integration {
             // Each command's tag renders on one line, its description below it.
             let text = try runCommand("/usr/bin/groff", ["-man", "-Tascii", "-P", "-cbou", "\(packageRoot)/docs/man/cdctl.1"]).stdout
             let lines = text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
-            for tag in ["status [NAME] [--json | --format TEMPLATE] [--follow]", "list [--json | --format TEMPLATE] [--state STATE]", "watch [NAME...] [--json] [--since SEQ]", "stats [--json | --prometheus]", "help [COMMAND]"] {
+            for tag in ["status [NAME] [--json | --format TEMPLATE] [--follow]", "list [--json | --format TEMPLATE] [--state STATE] [--prefix PREFIX]", "watch [NAME...] [--json] [--since SEQ] [--events KINDS]", "stats [--json | --prometheus]", "help [COMMAND]"] {
                 #expect(lines.contains(tag), "cdctl.1 does not render '\(tag)' on a line of its own")
             }
             let syntax = try runCommand("/bin/bash", ["-n", "\(packageRoot)/completions/cdctl.bash"])
