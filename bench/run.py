@@ -10,7 +10,7 @@ spread does not cross it. Comparisons with Redis are ratios within one round: ea
 countdownd and then Redis back to back. Everything it starts runs on Unix sockets in a temporary
 directory and is stopped by pid.
 """
-import argparse, os, re, platform, random, shutil, signal, socket, statistics, struct, subprocess, sys, tempfile, time
+import argparse, json, os, re, platform, random, shutil, signal, socket, statistics, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -450,7 +450,15 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--report-from", help="write the report from the raw figures of an earlier run (the .json written beside OUTPUT)")
     args = parser.parse_args()
+    if args.report_from:
+        raw = json.load(open(args.report_from))
+        r = raw["r"]
+        for key in ("alone", "redis", "floor"):
+            r[key] = {int(n): runs for n, runs in r[key].items()}
+        write_report(args, raw["sizes"], raw["million"], raw["restore_n"], r, raw["have_redis"])
+        return
     global THROUGHPUT_N
     sizes = [200, 1000] if args.quick else [1000, 10_000, 100_000]
     million = 20_000 if args.quick else MILLION
@@ -477,10 +485,10 @@ def main():
             for depth in (1, 32):
                 for durability, fsync in (("process", "everysec"), ("power", "always")):
                     rate, errors = countdownd_throughput(workdir, depth, durability)
-                    redis = redis_throughput(workdir, depth, fsync) if have_redis else None
-                    r["throughput"].setdefault((depth, durability), []).append((rate, errors, redis))
-                plain = redis_throughput(workdir, depth, None) if have_redis else None
-                r["throughput"].setdefault((depth, "redis-plain"), []).append((plain, 0, None))
+                    same, benchmark = redis_throughput(workdir, depth, fsync) if have_redis else (None, None)
+                    r["throughput"].setdefault("%d/%s" % (depth, durability), []).append((rate, errors, same, benchmark))
+                same, benchmark = redis_throughput(workdir, depth, None) if have_redis else (None, None)
+                r["throughput"].setdefault("%d/redis-plain" % depth, []).append((same, 0, benchmark, None))
             log("  %d countdowns" % million)
             r["million"].append(countdownd_million(workdir, million))
             if have_redis:
@@ -488,6 +496,9 @@ def main():
             r["restore"].append(launch_to_ready(workdir, restore_n))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    # The raw figures, so a report can be written again (--report-from) without rerunning.
+    raw = {"sizes": sizes, "million": million, "restore_n": restore_n, "have_redis": have_redis, "r": r}
+    json.dump(raw, open(os.path.splitext(args.output)[0] + ".json", "w"))
     write_report(args, sizes, million, restore_n, r, have_redis)
 
 
@@ -515,7 +526,7 @@ def write_report(args, sizes, million, restore_n, r, have_redis):
     mixed_tick = [x["tick"]["p99"] for x in r["mixed"]]
     cpu_event = [x["cpu_per_event_us"] for x in r["alone"][big]]
     def ratios(depth, durability):
-        return [(a / c) if a and c else None for a, _e, c in r["throughput"].get((depth, durability), [])]
+        return [(a / c) if a and c else None for a, _e, c, _b in r["throughput"].get("%d/%s" % (depth, durability), [])]
     memory = [x["rss_settled"] for x in r["million"]]
     launch = [x["launch_ms"] for x in r["million"]]
     ping = [x["ping"]["p99"] for x in r["million"]]
@@ -570,15 +581,18 @@ def write_report(args, sizes, million, restore_n, r, have_redis):
     w("")
     w("## START throughput (per second, 8 clients)")
     w("")
-    w("| in flight | durability | countdownd | Redis with AOF | countdownd ÷ Redis |")
-    w("|---|---|---|---|---|")
+    w("Both servers are driven by the same client, `bench/loadgen.c` (one epoll thread, like `redis-benchmark`); `redis-benchmark`'s own figure for Redis is given for scale.")
+    w("")
+    w("| in flight | durability | countdownd | Redis with AOF | countdownd ÷ Redis | Redis, by redis-benchmark |")
+    w("|---|---|---|---|---|---|")
     for depth in (1, 32):
         for durability, fsync in (("process", "everysec"), ("power", "always")):
-            runs = r["throughput"].get((depth, durability), [])
-            w("| %d | `%s` / `appendfsync %s` | %s | %s | %s× |" % (depth, durability, fsync, cell([x[0] for x in runs], "%.0f"),
-                                                                 cell([x[2] for x in runs], "%.0f"), cell(ratios(depth, durability), "%.2f")))
-        plain = r["throughput"].get((depth, "redis-plain"), [])
-        w("| %d | Redis without persistence, for scale | | %s | |" % (depth, cell([x[0] for x in plain], "%.0f")))
+            runs = r["throughput"].get("%d/%s" % (depth, durability), [])
+            w("| %d | `%s` / `appendfsync %s` | %s | %s | %s× | %s |" % (depth, durability, fsync, cell([x[0] for x in runs], "%.0f"),
+                                                                 cell([x[2] for x in runs], "%.0f"), cell(ratios(depth, durability), "%.2f"),
+                                                                 cell([x[3] for x in runs], "%.0f")))
+        plain = r["throughput"].get("%d/redis-plain" % depth, [])
+        w("| %d | Redis without persistence, for scale | | %s | | %s |" % (depth, cell([x[0] for x in plain], "%.0f"), cell([x[2] for x in plain], "%.0f")))
     errors = sum(x[1] for runs in r["throughput"].values() for x in runs)
     w("")
     w("START errors: %d in the throughput runs; %d in the lateness runs." % (errors, sum(x["errors"] for n in sizes for x in r["alone"][n]) + sum(x["errors"] for x in r["mixed"])))
