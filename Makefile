@@ -16,10 +16,11 @@ ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
-APT_PACKAGES := libsystemd-dev libsqlite3-dev pkg-config
-# Only the tests use these (zsh and fish check their completions); without them those tests are
-# skipped with a message, so failing to install them does not fail the build.
-TEST_PACKAGES := zsh fish
+APT_PACKAGES := libsystemd-dev libsqlite3-dev libcurl4-openssl-dev pkg-config
+# Only the tests use these (zsh and fish check their completions, etcd-server is a real cluster
+# for the etcd client); without them those tests are skipped with a message, so failing to
+# install them does not fail the build.
+TEST_PACKAGES := zsh fish etcd-server
 
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300

@@ -21,6 +21,12 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // HTTP to etcd for cluster mode, through libcurl's multi-socket interface.
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
 
         // The few Linux calls Glibc's module map does not expose (timerfd, SO_PEERCRED, timer slack).
         .target(name: "CLinuxShims"),
@@ -28,8 +34,8 @@ let package = Package(
         // The pure core: engine, scheduler, durations, names, protocol codec. No I/O, no clock reads.
         .target(name: "CountdownCore"),
 
-        // The imperative shell: sockets, Dispatch, systemd, storage.
-        .target(name: "CountdownDaemon", dependencies: ["CountdownCore", "CSystemd", "CSQLite", "CLinuxShims"]),
+        // The imperative shell: sockets, Dispatch, systemd, storage, etcd.
+        .target(name: "CountdownDaemon", dependencies: ["CountdownCore", "CSystemd", "CSQLite", "CCurl", "CLinuxShims"]),
 
         // Connection and request/response logic shared by cdctl and the tests.
         .target(name: "CountdownClient", dependencies: ["CountdownCore"]),

@@ -1,0 +1,284 @@
+import CCurl
+import CLinuxShims
+import Dispatch
+import Glibc
+
+/// An HTTP request for `CurlDriver`.
+struct HTTPRequest {
+    /// The full URL.
+    var url: String
+    /// Sent as the POST body.
+    var body: [UInt8]
+    /// Extra header lines (`Name: value`).
+    var headers: [String] = []
+    /// The whole transfer must end within this (0: no limit, for a stream such as a watch).
+    var timeoutMilliseconds = 0
+    /// Connecting must succeed within this.
+    var connectTimeoutMilliseconds = 2000
+    /// TLS: the CA bundle that signs the server's certificate, and this client's certificate and key.
+    var tls: TLSFiles?
+}
+
+/// The files for TLS to a server that wants a client certificate.
+struct TLSFiles: Equatable, Sendable {
+    var certificateAuthority: String?
+    var certificate: String?
+    var key: String?
+}
+
+/// A finished transfer: the HTTP status and the whole body.
+struct HTTPResponse {
+    var status: Int
+    var body: [UInt8]
+}
+
+/// Why a transfer did not finish with a response.
+struct HTTPFailure: Error, CustomStringConvertible {
+    /// libcurl's code.
+    var code: Int32
+    /// libcurl's message, and what it was doing.
+    var message: String
+    /// Whether the request may have reached the server (the connection was made): then a change
+    /// it asked for may have happened, and retrying it elsewhere is not safe.
+    var mayHaveArrived: Bool
+
+    var description: String { message }
+}
+
+/// HTTP transfers through libcurl's multi-socket interface, driven by the daemon's own epoll
+/// poller and a timerfd: no thread per request, no blocking call. libcurl says which sockets to
+/// watch (`socketChanged`) and when to wake it (`timerChanged`); the poller's handlers, on the
+/// daemon's queue, hand readiness back with `curl_multi_socket_action`, and finished transfers
+/// are collected after each call.
+///
+/// Confined to the daemon's queue.
+final class CurlDriver {
+    /// Identifies a transfer, to cancel it.
+    struct TransferID: Hashable {
+        fileprivate let handle: UnsafeMutableRawPointer
+    }
+
+    /// One transfer in flight.
+    private final class Transfer {
+        let handle: UnsafeMutableRawPointer
+        var headerList: UnsafeMutablePointer<curl_slist>?
+        var received: [UInt8] = []
+        /// For a stream: each chunk as it arrives (then `received` stays empty).
+        let onData: (([UInt8]) -> Void)?
+        let completion: (Result<HTTPResponse, HTTPFailure>) -> Void
+
+        init(handle: UnsafeMutableRawPointer, onData: (([UInt8]) -> Void)?, completion: @escaping (Result<HTTPResponse, HTTPFailure>) -> Void) {
+            self.handle = handle
+            self.onData = onData
+            self.completion = completion
+        }
+
+        func append(_ bytes: UnsafeRawBufferPointer) {
+            if let onData {
+                onData(Array(bytes))
+            } else {
+                received.append(contentsOf: bytes)
+            }
+        }
+    }
+
+    private let queue: DispatchQueue
+    private let poller: EventPoller
+    private let multi: UnsafeMutableRawPointer
+    private var sockets: [Int32: EventPoller.Token] = [:]
+    private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+    private let timerDescriptor: Int32
+    private var timerToken: EventPoller.Token?
+
+    /// libcurl's global state, set up once before the first handle.
+    private static let globalSetUp: Void = {
+        _ = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+    }()
+
+    /// Creates the driver and registers its timer with `poller`. Call on the queue.
+    init(poller: EventPoller, queue: DispatchQueue) throws(DaemonError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        _ = Self.globalSetUp
+        self.queue = queue
+        self.poller = poller
+        guard let multi = curl_multi_init() else { throw .system("curl_multi_init", ENOMEM) }
+        self.multi = multi
+        let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        guard fd >= 0 else {
+            curl_multi_cleanup(multi)
+            throw .system("timerfd_create(CLOCK_MONOTONIC)", errno)
+        }
+        timerDescriptor = fd
+        // The callbacks get this driver back through an unretained pointer: the driver outlives
+        // every call, since `close` clears the callbacks before it goes.
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        _ = countdownd_curl_multi_set_socket_function(multi, { _, socket, what, context, _ in
+            // The context is the driver set just above: never nil.
+            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().socketChanged(socket, what: what)
+            return 0
+        }, context)
+        _ = countdownd_curl_multi_set_timer_function(multi, { _, milliseconds, context in
+            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().timerChanged(milliseconds)
+            return 0
+        }, context)
+        do {
+            timerToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
+                var expirations: UInt64 = 0
+                _ = read(timerDescriptor, &expirations, MemoryLayout<UInt64>.size)
+                act(on: CURL_SOCKET_TIMEOUT, flags: 0)
+            }
+        } catch {
+            Glibc.close(fd)
+            curl_multi_cleanup(multi)
+            throw error
+        }
+    }
+
+    /// How many transfers are in flight.
+    var activeCount: Int { transfers.count }
+
+    /// Starts a POST. `completion` runs on the queue exactly once, after the transfer ends or
+    /// fails (or, with `onData`, after the stream ends); `onData` gets a stream's bytes as they come.
+    @discardableResult
+    func post(
+        _ request: HTTPRequest, onData: (([UInt8]) -> Void)? = nil, completion: @escaping (Result<HTTPResponse, HTTPFailure>) -> Void
+    ) -> TransferID? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let handle = curl_easy_init() else {
+            completion(.failure(HTTPFailure(code: -1, message: "libcurl could not create a transfer", mayHaveArrived: false)))
+            return nil
+        }
+        let transfer = Transfer(handle: handle, onData: onData, completion: completion)
+        _ = countdownd_curl_easy_set_string(handle, CURLOPT_URL, request.url)
+        _ = countdownd_curl_easy_set_long(handle, CURLOPT_POSTFIELDSIZE, request.body.count)
+        request.body.withUnsafeBufferPointer { body in
+            // Copied by libcurl: the bytes need not outlive this call.
+            _ = countdownd_curl_easy_set_pointer(handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: body.baseAddress ?? UnsafePointer(bitPattern: 1)))
+        }
+        var headers: UnsafeMutablePointer<curl_slist>?
+        for line in ["Content-Type: application/json", "Expect:"] + request.headers {
+            headers = curl_slist_append(headers, line)
+        }
+        transfer.headerList = headers
+        _ = countdownd_curl_easy_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers))
+        _ = countdownd_curl_easy_set_long(handle, CURLOPT_TIMEOUT_MS, request.timeoutMilliseconds)
+        _ = countdownd_curl_easy_set_long(handle, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeoutMilliseconds)
+        _ = countdownd_curl_easy_set_long(handle, CURLOPT_NOSIGNAL, 1)
+        _ = countdownd_curl_easy_set_long(handle, CURLOPT_TCP_NODELAY, 1)
+        if let tls = request.tls {
+            if let file = tls.certificateAuthority { _ = countdownd_curl_easy_set_string(handle, CURLOPT_CAINFO, file) }
+            if let file = tls.certificate { _ = countdownd_curl_easy_set_string(handle, CURLOPT_SSLCERT, file) }
+            if let file = tls.key { _ = countdownd_curl_easy_set_string(handle, CURLOPT_SSLKEY, file) }
+        }
+        _ = countdownd_curl_easy_set_write_function(handle) { data, size, count, context in
+            // The context is the transfer, kept alive by the driver's table until it completes.
+            let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+            transfer.append(UnsafeRawBufferPointer(start: data, count: size * count))
+            return size * count
+        }
+        _ = countdownd_curl_easy_set_pointer(handle, CURLOPT_WRITEDATA, Unmanaged.passUnretained(transfer).toOpaque())
+        transfers[handle] = transfer
+        let added = curl_multi_add_handle(multi, handle)
+        guard added == CURLM_OK else {
+            finish(handle, result: .failure(HTTPFailure(code: Int32(added.rawValue), message: String(cString: curl_multi_strerror(added)), mayHaveArrived: false)))
+            return nil
+        }
+        return TransferID(handle: handle)
+    }
+
+    /// Ends a transfer now; its completion runs with a failure saying it was cancelled.
+    func cancel(_ id: TransferID) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard transfers[id.handle] != nil else { return }
+        finish(id.handle, result: .failure(HTTPFailure(code: -2, message: "cancelled", mayHaveArrived: true)))
+    }
+
+    /// Cancels every transfer and releases libcurl's handles and the timer.
+    func close() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for handle in Array(transfers.keys) {
+            finish(handle, result: .failure(HTTPFailure(code: -2, message: "the daemon is stopping", mayHaveArrived: true)))
+        }
+        if let timerToken { poller.unregister(timerToken) }
+        timerToken = nil
+        Glibc.close(timerDescriptor)
+        curl_multi_cleanup(multi)
+    }
+
+    // MARK: - libcurl's callbacks (inside curl_multi_* calls, on the queue)
+
+    /// libcurl wants `socket` watched for `what` (in, out, both) or forgotten.
+    private func socketChanged(_ socket: Int32, what: Int32) {
+        var interest: EventPoller.Interest = []
+        if what == CURL_POLL_IN || what == CURL_POLL_INOUT { interest.insert(.readable) }
+        if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { interest.insert(.writable) }
+        if what == CURL_POLL_REMOVE {
+            if let token = sockets.removeValue(forKey: socket) {
+                poller.unregister(token)
+            }
+            return
+        }
+        if let token = sockets[socket] {
+            poller.setInterest(interest, for: token)
+            return
+        }
+        do {
+            sockets[socket] = try poller.register(socket, interest: interest) { [unowned self] readiness in
+                var flags: Int32 = 0
+                if readiness.readable { flags |= CURL_CSELECT_IN }
+                if readiness.writable { flags |= CURL_CSELECT_OUT }
+                act(on: socket, flags: flags)
+            }
+        } catch {
+            // Unwatched, the transfer runs into its timeout and fails; nothing else is lost.
+        }
+    }
+
+    /// libcurl wants to be woken in `milliseconds` (-1: not at all).
+    private func timerChanged(_ milliseconds: Int) {
+        var spec = itimerspec()
+        if milliseconds >= 0 {
+            // An all-zero it_value would disarm the timer: at least 1 µs.
+            let nanoseconds = max(Int64(milliseconds) * 1_000_000, 1000)
+            spec.it_value.tv_sec = Int(nanoseconds / 1_000_000_000)
+            spec.it_value.tv_nsec = Int(nanoseconds % 1_000_000_000)
+        }
+        timerfd_settime(timerDescriptor, 0, &spec, nil)
+    }
+
+    // MARK: - Driving
+
+    private func act(on socket: Int32, flags: Int32) {
+        var running: Int32 = 0
+        _ = curl_multi_socket_action(multi, socket, flags, &running)
+        collectFinished()
+    }
+
+    /// Completes every transfer libcurl reports finished.
+    private func collectFinished() {
+        var left: Int32 = 0
+        while let message = curl_multi_info_read(multi, &left) {
+            var handle: UnsafeMutableRawPointer?
+            var code = CURLE_OK
+            guard countdownd_curl_message_done(message, &handle, &code) != 0, let handle else { continue }
+            if code == CURLE_OK {
+                var status = 0
+                _ = countdownd_curl_easy_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
+                finish(handle, result: .success(HTTPResponse(status: status, body: transfers[handle]?.received ?? [])))
+            } else {
+                var connected = 0
+                _ = countdownd_curl_easy_get_long(handle, CURLINFO_CONNECT_TIME_T, &connected)
+                let arrived = connected > 0 && code != CURLE_COULDNT_CONNECT
+                finish(handle, result: .failure(HTTPFailure(code: Int32(code.rawValue), message: String(cString: curl_easy_strerror(code)), mayHaveArrived: arrived)))
+            }
+        }
+    }
+
+    private func finish(_ handle: UnsafeMutableRawPointer, result: Result<HTTPResponse, HTTPFailure>) {
+        guard let transfer = transfers.removeValue(forKey: handle) else { return }
+        curl_multi_remove_handle(multi, handle)
+        curl_easy_cleanup(handle)
+        curl_slist_free_all(transfer.headerList)
+        transfer.completion(result)
+    }
+}

@@ -1,0 +1,191 @@
+import Dispatch
+import Foundation
+
+/// What a transaction did: which branch ran, at which revision, and the branch's answers.
+struct EtcdTransactionResult {
+    /// The compares held, so the success branch ran.
+    var succeeded: Bool
+    /// The store's revision after it.
+    var revision: Int64
+    /// The key-values of each `request_range` in the branch that ran, in order.
+    var ranges: [[EtcdKeyValue]]
+}
+
+/// A watch in progress; `EtcdClient.cancel` ends it.
+final class EtcdWatch {
+    fileprivate var transfer: CurlDriver.TransferID?
+    fileprivate var pending: [UInt8] = []
+    /// The last revision whose events were all delivered: where to resume.
+    fileprivate(set) var revision: Int64
+    fileprivate var ended = false
+
+    fileprivate init(revision: Int64) {
+        self.revision = revision
+    }
+}
+
+extension EtcdClient {
+    /// One comparison of a transaction.
+    enum Compare {
+        /// The key does not exist (its create revision is 0).
+        case absent(String)
+        /// The key was last changed at this revision.
+        case modifiedAt(String, Int64)
+
+        var json: [String: Any] {
+            switch self {
+            case .absent(let key):
+                return ["key": EtcdClient.encode(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"]
+            case .modifiedAt(let key, let revision):
+                return ["key": EtcdClient.encode(key), "target": "MOD", "result": "EQUAL", "mod_revision": String(revision)]
+            }
+        }
+    }
+
+    /// One operation of a transaction's branch.
+    enum Operation {
+        case put(String, [UInt8], lease: Int64?)
+        case delete(String)
+        case get(String)
+
+        var json: [String: Any] {
+            switch self {
+            case .put(let key, let value, let lease):
+                var put: [String: Any] = ["key": EtcdClient.encode(key), "value": EtcdClient.encode(bytes: value)]
+                if let lease { put["lease"] = String(lease) }
+                return ["request_put": put]
+            case .delete(let key):
+                return ["request_delete_range": ["key": EtcdClient.encode(key)]]
+            case .get(let key):
+                return ["request_range": ["key": EtcdClient.encode(key)]]
+            }
+        }
+    }
+
+    /// One etcd transaction: if every compare holds, `success`, else `failure`; atomically.
+    func transaction(
+        if compares: [Compare], then success: [Operation], else failure: [Operation], timeoutMilliseconds: Int = 3000,
+        completion: @escaping (Result<EtcdTransactionResult, EtcdError>) -> Void
+    ) {
+        let body: [String: Any] = [
+            "compare": compares.map(\.json), "success": success.map(\.json), "failure": failure.map(\.json),
+        ]
+        call("/v3/kv/txn", body, timeoutMilliseconds: timeoutMilliseconds) { result in
+            completion(result.map { object in
+                let responses = object["responses"] as? [[String: Any]] ?? []
+                let ranges = responses.compactMap { $0["response_range"] as? [String: Any] }.map { range in
+                    (range["kvs"] as? [[String: Any]] ?? []).compactMap(EtcdClient.keyValue)
+                }
+                return EtcdTransactionResult(
+                    succeeded: object["succeeded"] as? Bool ?? false, revision: EtcdClient.headerRevision(object), ranges: ranges
+                )
+            })
+        }
+    }
+
+    /// Every key under `prefix`, and the revision they were read at.
+    func range(prefix: String, completion: @escaping (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void) {
+        call("/v3/kv/range", ["key": EtcdClient.encode(prefix), "range_end": EtcdClient.prefixEnd(prefix)], timeoutMilliseconds: 10_000) { result in
+            completion(result.map { object in
+                ((object["kvs"] as? [[String: Any]] ?? []).compactMap(EtcdClient.keyValue), EtcdClient.headerRevision(object))
+            })
+        }
+    }
+
+    /// Compacts the store's history up to `revision` (for tests and operators).
+    func compact(revision: Int64, completion: @escaping (EtcdError?) -> Void) {
+        call("/v3/kv/compaction", ["revision": String(revision), "physical": true]) { result in
+            if case .failure(let error) = result { completion(error) } else { completion(nil) }
+        }
+    }
+
+    /// Watches every key under `prefix`, from `revision` on (inclusive), with no gap: each
+    /// answer's events go to `onEvents` in order, with the revision they bring the watch to.
+    /// `onEnd` runs once when the watch ends: cancelled, the stream broke, or `compacted` (the
+    /// history from `revision` is gone, and the caller must read the prefix afresh).
+    @discardableResult
+    func watch(
+        prefix: String, from revision: Int64,
+        onEvents: @escaping ([EtcdWatchEvent], Int64) -> Void,
+        onEnd: @escaping (WatchEnd) -> Void
+    ) -> EtcdWatch {
+        let watch = EtcdWatch(revision: revision - 1)
+        let create: [String: Any] = [
+            "create_request": [
+                "key": EtcdClient.encode(prefix), "range_end": EtcdClient.prefixEnd(prefix),
+                "start_revision": String(revision), "progress_notify": true,
+            ] as [String: Any],
+        ]
+        guard let body = try? JSONSerialization.data(withJSONObject: create) else {
+            onEnd(.failed(.malformed("the watch request could not be encoded")))
+            return watch
+        }
+        let endpoint = endpoints[currentEndpoint]
+        let request = HTTPRequest(url: endpoint + "/v3/watch", body: Array(body), headers: headers(), tls: tlsFiles)
+        func end(_ reason: WatchEnd) {
+            guard !watch.ended else { return }
+            watch.ended = true
+            onEnd(reason)
+        }
+        watch.transfer = startStream(request, onData: { bytes in
+            guard !watch.ended else { return }
+            watch.pending.append(contentsOf: bytes)
+            // The gateway writes one JSON object per line.
+            while let newline = watch.pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = Array(watch.pending[..<newline])
+                watch.pending.removeSubrange(...newline)
+                guard let object = (try? JSONSerialization.jsonObject(with: Data(line))) as? [String: Any] else { continue }
+                if let error = object["error"] as? [String: Any] {
+                    end(.failed(.server(code: (error["grpc_code"] as? NSNumber)?.intValue ?? -1, message: error["message"] as? String ?? "watch error")))
+                    return
+                }
+                guard let result = object["result"] as? [String: Any] else { continue }
+                let compacted = EtcdClient.revision(result["compact_revision"])
+                if compacted > 0 {
+                    end(.compacted(at: compacted))
+                    return
+                }
+                let events: [EtcdWatchEvent] = (result["events"] as? [[String: Any]] ?? []).compactMap { event in
+                    guard let kv = (event["kv"] as? [String: Any]).flatMap(EtcdClient.keyValue) else { return nil }
+                    return EtcdWatchEvent(kind: event["type"] as? String == "DELETE" ? .delete : .put, keyValue: kv)
+                }
+                let header = EtcdClient.headerRevision(result)
+                if let last = events.last?.keyValue.modRevision {
+                    watch.revision = max(watch.revision, last)
+                }
+                if events.isEmpty && header > watch.revision && result["created"] == nil {
+                    watch.revision = header  // A progress notification: nothing before it is missing.
+                }
+                onEvents(events, watch.revision)
+                if result["canceled"] as? Bool == true {
+                    end(.failed(.server(code: -1, message: result["cancel_reason"] as? String ?? "the watch was cancelled by etcd")))
+                    return
+                }
+            }
+        }, completion: { [self] result in
+            switch result {
+            case .success:
+                end(.failed(.unreachable("\(endpoint) ended the watch stream")))
+            case .failure(let failure):
+                rotateAfterFailure(of: endpoint)
+                end(.failed(.unreachable("\(endpoint): \(failure.message)")))
+            }
+        })
+        return watch
+    }
+
+    /// How a watch ended.
+    enum WatchEnd: Equatable {
+        /// Its start revision was compacted away; read the prefix again and watch from there.
+        case compacted(at: Int64)
+        /// It broke (a member went away, etcd cancelled it, `cancel`): resume from its revision.
+        case failed(EtcdError)
+    }
+
+    /// Ends a watch; its `onEnd` runs with `failed`.
+    func cancel(_ watch: EtcdWatch) {
+        if let transfer = watch.transfer {
+            cancelStream(transfer)
+        }
+    }
+}

@@ -1,0 +1,225 @@
+import Dispatch
+import Foundation
+
+/// Why an etcd call failed.
+enum EtcdError: Error, Equatable, CustomStringConvertible {
+    /// No member could be reached (each was tried); nothing happened.
+    case unreachable(String)
+    /// The request may have reached a member and its result is unknown (a timeout or a lost
+    /// connection after sending): a change may or may not have been made.
+    case ambiguous(String)
+    /// A member answered with an error (no leader, compacted, permission denied, …).
+    case server(code: Int, message: String)
+    /// A member answered something that is not etcd's JSON.
+    case malformed(String)
+
+    var description: String {
+        switch self {
+        case .unreachable(let why): return "no etcd member could be reached (\(why))"
+        case .ambiguous(let why): return "etcd did not answer in time; the change may or may not have been made (\(why))"
+        case .server(let code, let message): return "etcd refused: \(message) (gRPC code \(code))"
+        case .malformed(let why): return "etcd answered something unreadable: \(why)"
+        }
+    }
+}
+
+/// One key's value and revisions, as etcd returns it.
+struct EtcdKeyValue: Equatable {
+    var key: String
+    var value: [UInt8]
+    var createRevision: Int64
+    var modRevision: Int64
+}
+
+/// A change seen by a watch.
+struct EtcdWatchEvent: Equatable {
+    enum Kind: Equatable { case put, delete }
+    var kind: Kind
+    var keyValue: EtcdKeyValue
+}
+
+/// etcd v3 through its HTTP/JSON gateway (`/v3/…`), on `CurlDriver`: unary calls with a
+/// deadline, and watches that stream. Keys and values are base64 in the JSON, as the gateway
+/// wants; revisions are decimal strings there.
+///
+/// Members are tried in turn: a call that could not connect goes to the next member at once;
+/// one that may have arrived is reported `ambiguous`, never silently retried. Every request
+/// carries the `hasleader` metadata, so that a member cut off from the quorum refuses it
+/// instead of holding it.
+///
+/// Confined to the daemon's queue.
+final class EtcdClient {
+    private let driver: CurlDriver
+    private let queue: DispatchQueue
+    /// The members' client URLs (`http://127.0.0.1:2379`).
+    let endpoints: [String]
+    /// TLS to the members, when they use it.
+    let tlsFiles: TLSFiles?
+    /// The member tried first; moves on when one cannot be reached.
+    private(set) var currentEndpoint = 0
+    /// `/v3/auth/authenticate`'s token, once authenticated.
+    private var authToken: String?
+    private let credentials: (user: String, password: String)?
+
+    init(endpoints: [String], tls: TLSFiles? = nil, credentials: (user: String, password: String)? = nil, driver: CurlDriver, queue: DispatchQueue) {
+        precondition(!endpoints.isEmpty, "an etcd client needs at least one member")
+        self.endpoints = endpoints
+        self.tlsFiles = tls
+        self.credentials = credentials
+        self.driver = driver
+        self.queue = queue
+    }
+
+    // MARK: - Calls
+
+    /// POSTs `body` to `path` on a member, trying the next one for as long as none could be
+    /// reached. `completion` runs on the queue with the decoded JSON object.
+    func call(
+        _ path: String, _ body: [String: Any], timeoutMilliseconds: Int = 3000,
+        completion: @escaping (Result<[String: Any], EtcdError>) -> Void
+    ) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let bytes = try? JSONSerialization.data(withJSONObject: body) else {
+            completion(.failure(.malformed("the request could not be encoded")))
+            return
+        }
+        attempt(path, Array(bytes), timeoutMilliseconds: timeoutMilliseconds, triesLeft: endpoints.count, completion: completion)
+    }
+
+    private func attempt(
+        _ path: String, _ body: [UInt8], timeoutMilliseconds: Int, triesLeft: Int,
+        completion: @escaping (Result<[String: Any], EtcdError>) -> Void
+    ) {
+        let endpoint = endpoints[currentEndpoint]
+        let request = HTTPRequest(
+            url: endpoint + path, body: body, headers: headers(), timeoutMilliseconds: timeoutMilliseconds, tls: tlsFiles
+        )
+        driver.post(request) { [self] result in
+            switch result {
+            case .failure(let failure) where !failure.mayHaveArrived:
+                rotate(from: endpoint)
+                guard triesLeft > 1 else {
+                    completion(.failure(.unreachable("\(endpoint): \(failure.message)")))
+                    return
+                }
+                attempt(path, body, timeoutMilliseconds: timeoutMilliseconds, triesLeft: triesLeft - 1, completion: completion)
+            case .failure(let failure):
+                rotate(from: endpoint)
+                completion(.failure(.ambiguous("\(endpoint): \(failure.message)")))
+            case .success(let response):
+                completion(Self.decode(response, from: endpoint).mapError { error in
+                    if case .server(let code, _) = error, code == 14 || code == 4 {
+                        rotate(from: endpoint)  // Unavailable (no leader) or deadline: try another next time.
+                    }
+                    return error
+                })
+            }
+        }
+    }
+
+    /// Moves to the next member, unless another call already did.
+    private func rotate(from endpoint: String) {
+        if endpoints[currentEndpoint] == endpoint {
+            currentEndpoint = (currentEndpoint + 1) % endpoints.count
+        }
+    }
+
+    /// Starts a streaming request (a watch) on the driver.
+    func startStream(
+        _ request: HTTPRequest, onData: @escaping ([UInt8]) -> Void, completion: @escaping (Result<HTTPResponse, HTTPFailure>) -> Void
+    ) -> CurlDriver.TransferID? {
+        driver.post(request, onData: onData, completion: completion)
+    }
+
+    /// Ends a streaming request.
+    func cancelStream(_ transfer: CurlDriver.TransferID) {
+        driver.cancel(transfer)
+    }
+
+    /// A stream from `endpoint` broke: the next call goes to another member.
+    func rotateAfterFailure(of endpoint: String) {
+        rotate(from: endpoint)
+    }
+
+    /// The header lines every request carries: `hasleader`, and the auth token once there is one.
+    func headers() -> [String] {
+        var lines = ["Grpc-Metadata-hasleader: true"]
+        if let authToken { lines.append("Authorization: \(authToken)") }
+        return lines
+    }
+
+    private static func decode(_ response: HTTPResponse, from endpoint: String) -> Result<[String: Any], EtcdError> {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any] else {
+            return .failure(.malformed("\(endpoint) answered HTTP \(response.status) with \(response.body.count) bytes that are not a JSON object"))
+        }
+        guard response.status == 200 else {
+            let code = (object["code"] as? NSNumber)?.intValue ?? -1
+            let message = object["message"] as? String ?? object["error"] as? String ?? "HTTP \(response.status)"
+            return .failure(.server(code: code, message: message))
+        }
+        return .success(object)
+    }
+
+    /// Logs in with the credentials given at creation (etcd's own users, `/v3/auth/authenticate`);
+    /// later calls carry the token.
+    func authenticate(completion: @escaping (EtcdError?) -> Void) {
+        guard let credentials else {
+            completion(nil)
+            return
+        }
+        call("/v3/auth/authenticate", ["name": credentials.user, "password": credentials.password]) { [self] result in
+            switch result {
+            case .success(let object):
+                authToken = object["token"] as? String
+                completion(authToken == nil ? .malformed("no token in the answer to authenticate") : nil)
+            case .failure(let error):
+                completion(error)
+            }
+        }
+    }
+
+    // MARK: - Encoding
+
+    /// Base64 of a key or value, as the gateway wants bytes.
+    static func encode(_ text: String) -> String {
+        Data(text.utf8).base64EncodedString()
+    }
+
+    static func encode(bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString()
+    }
+
+    /// The end of the range of every key that starts with `prefix` (the prefix with its last
+    /// byte incremented), base64.
+    static func prefixEnd(_ prefix: String) -> String {
+        var bytes = Array(prefix.utf8)
+        while let last = bytes.last {
+            if last < 0xFF {
+                bytes[bytes.count - 1] = last + 1
+                return encode(bytes: bytes)
+            }
+            bytes.removeLast()
+        }
+        return encode(bytes: [0])  // Every key.
+    }
+
+    /// A revision, which the gateway writes as a decimal string (absent for 0).
+    static func revision(_ value: Any?) -> Int64 {
+        if let text = value as? String { return Int64(text) ?? 0 }
+        return (value as? NSNumber)?.int64Value ?? 0
+    }
+
+    static func keyValue(_ object: [String: Any]) -> EtcdKeyValue? {
+        guard let key = (object["key"] as? String).flatMap({ Data(base64Encoded: $0) }) else { return nil }
+        let value = (object["value"] as? String).flatMap { Data(base64Encoded: $0) } ?? Data()
+        return EtcdKeyValue(
+            key: String(decoding: key, as: UTF8.self), value: Array(value),
+            createRevision: revision(object["create_revision"]), modRevision: revision(object["mod_revision"])
+        )
+    }
+
+    /// The revision in an answer's header.
+    static func headerRevision(_ object: [String: Any]) -> Int64 {
+        revision((object["header"] as? [String: Any])?["revision"])
+    }
+}

@@ -1,0 +1,173 @@
+@testable import CountdownDaemon
+import Dispatch
+import Foundation
+import Glibc
+
+/// A real etcd cluster of `size` members on loopback ports, in a temporary directory, for as
+/// long as the value lives (each member is SIGKILLed and reaped at the end).
+final class EtcdCluster {
+    /// Where Debian's etcd-server puts the server.
+    static let binary = "/usr/bin/etcd"
+    static var isInstalled: Bool { access(binary, X_OK) == 0 }
+
+    struct Member {
+        let name: String
+        let clientURL: String
+        let peerURL: String
+        let dataDirectory: String
+        var process: Process?
+    }
+
+    let directory: String
+    private(set) var members: [Member] = []
+
+    /// The members' client URLs, in order.
+    var endpoints: [String] { members.map(\.clientURL) }
+
+    init(size: Int = 3, tls: (certificate: String, key: String, authority: String)? = nil) throws {
+        directory = NSTemporaryDirectory() + "etcd-test-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let scheme = tls == nil ? "http" : "https"
+        for index in 0..<size {
+            let name = "m\(index)"
+            members.append(Member(
+                name: name, clientURL: "\(scheme)://127.0.0.1:\(try Self.freePort())", peerURL: "http://127.0.0.1:\(try Self.freePort())",
+                dataDirectory: directory + "/" + name, process: nil
+            ))
+        }
+        let initial = members.map { "\($0.name)=\($0.peerURL)" }.joined(separator: ",")
+        for index in members.indices {
+            try start(index, initialCluster: initial, tls: tls)
+        }
+    }
+
+    private var tls: (certificate: String, key: String, authority: String)?
+
+    /// Starts (or restarts) member `index`.
+    func start(_ index: Int, initialCluster: String? = nil, tls: (certificate: String, key: String, authority: String)? = nil) throws {
+        if let tls { self.tls = tls }
+        let member = members[index]
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        var arguments = [
+            "--name", member.name, "--data-dir", member.dataDirectory,
+            "--listen-client-urls", member.clientURL, "--advertise-client-urls", member.clientURL,
+            "--listen-peer-urls", member.peerURL, "--initial-advertise-peer-urls", member.peerURL,
+            "--initial-cluster", initialCluster ?? members.map { "\($0.name)=\($0.peerURL)" }.joined(separator: ","),
+            "--initial-cluster-state", "new", "--initial-cluster-token", "countdownd-test",
+            // Fast elections, so that a killed leader is replaced within about a second.
+            "--heartbeat-interval", "50", "--election-timeout", "500",
+            "--logger", "zap", "--log-outputs", directory + "/\(member.name).log",
+        ]
+        if let tls = self.tls {
+            arguments += ["--cert-file", tls.certificate, "--key-file", tls.key, "--trusted-ca-file", tls.authority, "--client-cert-auth"]
+        }
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        members[index].process = process
+    }
+
+    /// SIGKILLs member `index` and reaps it.
+    func kill(_ index: Int) {
+        guard let process = members[index].process else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        members[index].process = nil
+    }
+
+    /// Sends `signal` to member `index` (SIGSTOP, SIGCONT).
+    func signal(_ index: Int, _ signal: Int32) {
+        if let process = members[index].process {
+            Glibc.kill(process.processIdentifier, signal)
+        }
+    }
+
+    deinit {
+        for index in members.indices {
+            signal(index, SIGCONT)
+            kill(index)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// A loopback port nobody listens on now.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// An `EtcdClient` on its own queue and poller, with blocking helpers for tests.
+final class EtcdTestClient: @unchecked Sendable {
+    let queue = DispatchQueue(label: "etcd-test")
+    let poller: EventPoller
+    let driver: CurlDriver
+    let client: EtcdClient
+
+    init(endpoints: [String], tls: TLSFiles? = nil) throws {
+        poller = try EventPoller(queue: queue)
+        let poller = self.poller
+        let queue = self.queue
+        // (A typed-throwing closure given to `queue.sync` crashes this compiler: optional instead.)
+        guard let driver = queue.sync(execute: { try? CurlDriver(poller: poller, queue: queue) }) else {
+            throw POSIXError(.EIO)
+        }
+        self.driver = driver
+        client = EtcdClient(endpoints: endpoints, tls: tls, driver: driver, queue: queue)
+        try poller.start { batch in
+            batch.deliverUrgent()
+            batch.deliverOthers()
+            return false
+        }
+    }
+
+    /// Runs `start` on the queue and waits (up to `timeout` s) for the value it hands back.
+    func wait<T>(timeout: Double = 15, _ start: @escaping (EtcdClient, @escaping (T) -> Void) -> Void) -> T? {
+        let done = DispatchSemaphore(value: 0)
+        let box = Box<T>()
+        queue.sync {
+            start(client) { value in
+                box.value = value
+                done.signal()
+            }
+        }
+        guard done.wait(timeout: .now() + timeout) == .success else { return nil }
+        return queue.sync { box.value }
+    }
+
+    /// Waits until the cluster answers a read (it has a leader), for up to `timeout` s.
+    func waitUntilReady(timeout: Double = 30) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if case .success? = wait(timeout: 5, { client, done in client.range(prefix: "/ready-check/") { done($0.map { _ in () }) } }) {
+                return true
+            }
+            usleep(100_000)
+        }
+        return false
+    }
+
+    deinit {
+        let driver = self.driver
+        queue.sync { driver.close() }
+    }
+
+    private final class Box<T>: @unchecked Sendable {
+        var value: T?
+    }
+}
