@@ -171,3 +171,38 @@ final class EtcdTestClient: @unchecked Sendable {
         var value: T?
     }
 }
+
+/// A throwaway certificate authority, and a server and a client certificate it signed (the
+/// server's for 127.0.0.1), made with the openssl command in a temporary directory.
+struct TestCertificates {
+    let directory: String
+    var authority: String { directory + "/ca.pem" }
+    var serverCertificate: String { directory + "/server.pem" }
+    var serverKey: String { directory + "/server-key.pem" }
+    var clientCertificate: String { directory + "/client.pem" }
+    var clientKey: String { directory + "/client-key.pem" }
+
+    static var canBeMade: Bool { access("/usr/bin/openssl", X_OK) == 0 }
+
+    init(in directory: String) throws {
+        self.directory = directory
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let script = """
+            set -e
+            cd '\(directory)'
+            openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=countdownd-test-ca -keyout ca-key.pem -out ca.pem 2>/dev/null
+            printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > server.ext
+            printf 'extendedKeyUsage=clientAuth\\n' > client.ext
+            for name in server client; do
+              openssl req -newkey rsa:2048 -nodes -subj /CN=$name -keyout $name-key.pem -out $name.csr 2>/dev/null
+              openssl x509 -req -in $name.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -extfile $name.ext -out $name.pem 2>/dev/null
+            done
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw POSIXError(.EIO) }
+    }
+}

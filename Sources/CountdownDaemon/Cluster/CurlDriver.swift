@@ -266,9 +266,11 @@ final class CurlDriver {
                 _ = countdownd_curl_easy_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
                 finish(handle, result: .success(HTTPResponse(status: status, body: transfers[handle]?.received ?? [])))
             } else {
-                var connected = 0
-                _ = countdownd_curl_easy_get_long(handle, CURLINFO_CONNECT_TIME_T, &connected)
-                let arrived = connected > 0 && code != CURLE_COULDNT_CONNECT
+                // Nothing of the request was sent (no connection, a failed TLS handshake): it
+                // cannot have arrived, and another member may be tried.
+                var sent = 0
+                _ = countdownd_curl_easy_get_long(handle, CURLINFO_REQUEST_SIZE, &sent)
+                let arrived = sent > 0
                 finish(handle, result: .failure(HTTPFailure(code: Int32(code.rawValue), message: String(cString: curl_easy_strerror(code)), mayHaveArrived: arrived)))
             }
         }
