@@ -149,5 +149,68 @@ extension Integration {
             #expect(state.values.filter { $0 == .snapshot }.count == 19_998)
             #expect(try stat("listings_in_progress", on: control) == 0)
         }
+
+        @Test(
+            "a LIST read while commits fail (a full tmpfs): slices undone with their batch are produced again; the reply is whole and consistent",
+            .enabled(if: StorageFaults.canMountTmpfs, "needs root and permission to mount a tmpfs")
+        )
+        func listThroughFailedCommits() throws {
+            let directory = TemporaryDirectory()
+            let mountPoint = directory.file("small")
+            try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+            #expect(try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", mountPoint]).status == 0)
+            defer { _ = try? runCommand("/bin/umount", ["-l", mountPoint]) }
+            let daemon = try DaemonProcess(arguments: ["--state-dir", mountPoint + "/state"], directory: directory)
+            let control = try daemon.connect()
+            try startMany(20_000, on: control)
+            // Now fill the rest of the tmpfs: the next commit of a change fails.
+            var info = statvfs()
+            #expect(statvfs(mountPoint, &info) == 0)
+            let free = Int(info.f_bavail) * Int(info.f_frsize)
+            _ = FileManager.default.createFile(atPath: mountPoint + "/filler", contents: Data(repeating: 1, count: max(0, free - 4096)))
+            let reader = try daemon.connect()
+            try reader.send("LIST\n")
+            // Only the reading thread touches the reader until `finished` is signalled.
+            final class Collected: @unchecked Sendable {
+                let reader: CountdownConnection
+                var names: [String] = []
+                var final: String?
+                var failure: String?
+                init(reader: CountdownConnection) { self.reader = reader }
+            }
+            let collected = Collected(reader: reader)
+            let finished = DispatchSemaphore(value: 0)
+            // Read slowly, so that the listing goes on for many batches while changes fail.
+            let thread = Thread {
+                do {
+                    while let line = try collected.reader.readLine(timeout: 30) {
+                        if line.hasPrefix("OK") || line.hasPrefix("ERR") { collected.final = line; break }
+                        collected.names.append(String(line.split(separator: " ")[1]))
+                        if collected.names.count % 200 == 0 { usleep(2000) }
+                    }
+                } catch {
+                    collected.failure = "\(error)"
+                }
+                finished.signal()
+            }
+            thread.start()
+            var refused = 0, acknowledged = 0
+            for round in 0..<20 {
+                for reply in try StorageFaults.pipeline((0..<50).map { "START late\(round)-\($0) 1h" }, on: control) {
+                    switch reply.outcome {
+                    case .error(.unavailable?, _, _): refused += 1
+                    case .ok: acknowledged += 1
+                    default: Issue.record("\(reply.outcome)")
+                    }
+                }
+            }
+            #expect(finished.wait(timeout: .now() + 60) == .success)
+            #expect(collected.failure == nil, "\(collected.failure ?? "")")
+            // The last few KiB may take a few changes; then every change is refused.
+            #expect(refused > 900 && refused + acknowledged == 1000, "\(refused) refused, \(acknowledged) acknowledged")
+            #expect(daemon.stderrText.contains("undid"), "a batch was undone")
+            #expect(collected.final == "OK 20000")
+            #expect(collected.names.count == 20_000 && Set(collected.names).count == 20_000, "\(collected.names.count) lines, \(Set(collected.names).count) distinct")
+        }
     }
 }

@@ -135,8 +135,12 @@ final class StateJournal: @unchecked Sendable {
         // the journal's names are hashed: a snapshot of a million rows is taken as it is.
         var snapshotRows: [StoredCountdown] = []
         var snapshotSameBoot = false
-        // A removed countdown is a tombstone: `nil`.
-        var latest: [String: (StoredCountdown, sameBoot: Bool)?] = [:]
+        // The journal's countdowns in the order their last records came, and where each name's
+        // last one is; a removed countdown is a tombstone, `nil`. (A table of small indexes and
+        // an array written in order: a dictionary of the records themselves was most of the
+        // time of a start-up after a long journal.)
+        var journalStates: [(StoredCountdown, sameBoot: Bool)?] = []
+        var latest: [String: Int32] = [:]
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         let began = SystemClock.now()
@@ -165,10 +169,17 @@ final class StateJournal: @unchecked Sendable {
             let bytes = try FileSystem.readAll(path)
             // A record is about 90 bytes: room for this file's names at once, no rehashing.
             latest.reserveCapacity(latest.count + bytes.count / 80)
+            journalStates.reserveCapacity(journalStates.count + bytes.count / 80)
             let sameBoot = bootID != nil && JournalFormat.header(of: bytes)?.bootID == bootID
             var eventCount = 0
             let scan = JournalFormat.scan(bytes) { record in
-                latest[record.event.name] = .some(record.state.map { ($0, sameBoot) })
+                let state = record.state.map { ($0, sameBoot: sameBoot) }
+                if let index = latest[record.event.name] {
+                    journalStates[Int(index)] = state
+                } else {
+                    latest[record.event.name] = Int32(journalStates.count)
+                    journalStates.append(state)
+                }
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
                 recovered.events.append(record.event)
                 eventCount += 1
@@ -196,7 +207,7 @@ final class StateJournal: @unchecked Sendable {
         for row in snapshotRows where latest.isEmpty || latest[row.key] == nil {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: snapshotSameBoot))
         }
-        for case let (row, sameBoot)? in latest.values {
+        for case let (row, sameBoot)? in journalStates {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
