@@ -48,10 +48,12 @@ let package = Package(
         .executableTarget(name: "cdctl", dependencies: ["CountdownCLI"]),
 
         .testTarget(name: "CountdownCoreTests", dependencies: ["CountdownCore", "CountdownCLI"]),
-        .testTarget(name: "CountdownDaemonTests", dependencies: ["CountdownDaemon", "CountdownCore"]),
+        // A real etcd cluster on loopback ports, for the etcd client's and cluster mode's tests.
+        .target(name: "EtcdTestSupport", path: "Tests/EtcdTestSupport"),
+        .testTarget(name: "CountdownDaemonTests", dependencies: ["CountdownDaemon", "CountdownCore", "EtcdTestSupport"]),
         .testTarget(
             name: "CountdownIntegrationTests",
-            dependencies: ["CountdownCore", "CountdownClient", "countdownd", "cdctl"]
+            dependencies: ["CountdownCore", "CountdownClient", "countdownd", "cdctl", "EtcdTestSupport"]
         ),
     ]
 )

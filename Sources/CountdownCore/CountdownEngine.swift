@@ -7,12 +7,20 @@ public struct EngineConfiguration: Sendable, Equatable {
     /// The most countdowns one non-root owner may hold, finished ones included: one user cannot
     /// take the whole daemon from the others. Root is not limited by it.
     public var maximumCountdownsPerOwner: Int
+    /// Whether the engine itself finishes a countdown at its deadline and forgets it at the end
+    /// of its retention. A replica (cluster mode) does not: it lists the countdowns due for
+    /// either in `takeDue()`, and the change comes back from the shared store that decides.
+    public var decidesLocally: Bool
 
     /// Creates a configuration; the defaults are the daemon's.
-    public init(retentionMilliseconds: Int64 = 600_000, maximumCountdowns: Int = 1_000_000, maximumCountdownsPerOwner: Int = 100_000) {
+    public init(
+        retentionMilliseconds: Int64 = 600_000, maximumCountdowns: Int = 1_000_000, maximumCountdownsPerOwner: Int = 100_000,
+        decidesLocally: Bool = true
+    ) {
         self.retentionMilliseconds = retentionMilliseconds
         self.maximumCountdowns = maximumCountdowns
         self.maximumCountdownsPerOwner = maximumCountdownsPerOwner
+        self.decidesLocally = decidesLocally
     }
 }
 
@@ -172,6 +180,9 @@ public struct CountdownEngine {
     /// (`watch`) or by owner (`watchOwner`). 100,000 unobserved countdowns would otherwise cost
     /// 100,000 scheduler operations a second for nothing.
     public private(set) var ticksEnabled = true
+    /// A replica's countdowns due to finish, and to be forgotten (`takeDue`).
+    private var dueToFinish: [String] = []
+    private var dueToForget: [String] = []
     /// Keys someone follows, with how many followers each.
     private var watchedKeys: [String: Int] = [:]
     /// Owners all of whose countdowns someone follows, with how many followers each.
@@ -554,6 +565,45 @@ public struct CountdownEngine {
         return moved
     }
 
+    // MARK: - Replica (cluster mode)
+
+    /// How often a replica names a countdown again that is due to finish or to be forgotten,
+    /// while the shared store has not done it (it could not be reached, or the change is late).
+    static let replicaRetryNanoseconds: Int64 = 1_000_000_000
+
+    /// The countdowns that reached their deadline, and those at the end of their retention,
+    /// since the last call (a replica's engine does neither by itself).
+    public mutating func takeDue() -> (finish: [String], forget: [String]) {
+        defer {
+            dueToFinish.removeAll(keepingCapacity: true)
+            dueToForget.removeAll(keepingCapacity: true)
+        }
+        return (dueToFinish, dueToForget)
+    }
+
+    /// Applies a change decided by the shared store: the countdown `key` is now `state` (`nil`:
+    /// gone), and subscribers get `event` numbered `sequence` (the store's revision). Numbers
+    /// only grow: a change numbered at or below the last one applied is ignored.
+    /// - Returns: whether it was applied.
+    @discardableResult
+    public mutating func applyReplicated(
+        _ key: String, state: PersistedCountdown?, event: EventKind, eventRemainingMilliseconds: Int64, sequence: UInt64,
+        now: Instant, events: inout [CountdownEvent]
+    ) -> Bool {
+        guard sequence > lastSequence else { return false }
+        let before = slot(named: key).flatMap { records[Int($0)] }
+        revert(key, to: state, now: now)
+        let slot = self.slot(named: key) ?? -1
+        guard let record = slot >= 0 ? records[Int(slot)] : before else {
+            lastSequence = sequence
+            return true
+        }
+        lastSequence = sequence - 1  // `emit` numbers it: `sequence`.
+        emit(in: slot, event, record, remaining: eventRemainingMilliseconds, into: &events)
+        lastSequence = sequence
+        return true
+    }
+
     // MARK: - Undo
 
     /// Puts the countdown named `name` back as it was before a change that storage could not
@@ -666,6 +716,11 @@ public struct CountdownEngine {
                 // The countdown's next wake-up (a tick, or its purge once done) takes the top's place.
                 let next = fire(slot: top.slot, record: record, now: now, events: &events)
                 heap.replaceMinimum(with: next)
+            case .done where !configuration.decidesLocally, .cancelled where !configuration.decidesLocally:
+                // Asked again a second later, until the shared store has forgotten it. (Each
+                // pattern needs its own `where`: one clause binds only the last pattern.)
+                dueToForget.append(record.name)
+                heap.replaceMinimum(with: TimerHeap.Entry(due: now.nanoseconds + Self.replicaRetryNanoseconds, slot: top.slot, generation: record.generation))
             case .done, .cancelled:
                 heap.popMinimum()
                 emit(in: top.slot, .removed, record, remaining: 0, into: &events)
@@ -779,6 +834,11 @@ public struct CountdownEngine {
     /// put in the heap.
     private mutating func fire(slot: Int32, record old: Record, now: Instant, events: inout [CountdownEvent]) -> TimerHeap.Entry {
         let left = old.deadline.nanoseconds(since: now)
+        if left <= 0 && !configuration.decidesLocally {
+            // A replica: the shared store finishes it, once; asked again a second later.
+            dueToFinish.append(old.name)
+            return TimerHeap.Entry(due: now.nanoseconds + Self.replicaRetryNanoseconds, slot: slot, generation: old.generation)
+        }
         if left <= 0 {
             var record = old
             runningCount -= 1

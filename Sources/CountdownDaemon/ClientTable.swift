@@ -178,7 +178,7 @@ final class ClientTable: @unchecked Sendable {
     func endTurn(_ connection: Connection, linesLeft: Bool) {
         if connection.output.byteCount >= configuration.readPauseThreshold {
             connection.pauseReading()
-        } else if linesLeft && !connection.isClosing && connection.listing == nil {
+        } else if linesLeft && !connection.isClosing && !connection.isReplyInProgress {
             carried[connection.id] = connection
         }
         touched[connection.id] = connection
@@ -188,7 +188,7 @@ final class ClientTable: @unchecked Sendable {
     /// those that left backpressure.
     func takeCarriedOver() -> [Connection] {
         defer { carried.removeAll(keepingCapacity: true) }
-        return carried.values.filter { !$0.isClosed && $0.listing == nil }.map { connection in
+        return carried.values.filter { !$0.isClosed && !$0.isReplyInProgress }.map { connection in
             connection.resumeReading()
             return connection
         }
@@ -214,6 +214,20 @@ final class ClientTable: @unchecked Sendable {
     func endListing(_ connection: Connection) {
         listings[connection.id] = nil
         carried[connection.id] = connection
+    }
+
+    /// Cluster mode: `connection` waits for etcd; it is not read meanwhile.
+    func holdForStore(_ connection: Connection) {
+        connection.awaitingStore = true
+        connection.pauseReading()
+        carried[connection.id] = nil
+    }
+
+    /// etcd answered for `connection` (its reply is queued): its framed requests are served in
+    /// the next batch.
+    func releaseFromStore(_ connection: Connection) {
+        connection.awaitingStore = false
+        if !connection.isClosed { carried[connection.id] = connection }
     }
 
     // MARK: - Output
@@ -251,8 +265,8 @@ final class ClientTable: @unchecked Sendable {
         switch connection.output.write(to: connection.descriptor, scratch: &scratch) {
         case .drained:
             connection.stopWaitingForWritable()
-            if connection.listing != nil {
-                return  // Continued by the next batch (`hasListingWithRoom`).
+            if connection.isReplyInProgress {
+                return  // Continued by a later batch (`hasListingWithRoom`, or etcd's answer).
             } else if connection.isClosing {
                 close(connection)
             } else if connection.isReadingPaused {

@@ -34,6 +34,12 @@ final class Connection {
     /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
     /// it is unfinished, the connection's further requests wait.
     var listing: ListingInProgress?
+    /// Cluster mode: a change was sent to etcd and its reply is not written yet. Its further
+    /// requests wait.
+    var awaitingStore = false
+    /// A reply is being produced over several batches (a listing, or a change in etcd): the
+    /// connection is not read, and not closed, until it is done.
+    var isReplyInProgress: Bool { listing != nil || awaitingStore }
     /// No more requests are read: after `QUIT`, or once the peer closed its sending side.
     /// The connection closes as soon as its output is written.
     private(set) var isClosing = false

@@ -20,11 +20,11 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         precondition(phase == .serving, "requests are read only while a batch is serving")
         // While a listing is produced, its connection's next requests wait (they come after it).
-        guard !connection.isClosed, !connection.isReadingPaused, connection.listing == nil else { return }
+        guard !connection.isClosed, !connection.isReadingPaused, !connection.isReplyInProgress else { return }
         let now = SystemClock.now()
         var budget = batchIsOutOfTime ? 0 : Self.requestsPerPass
         budget -= handleLines(of: connection, now: now, limit: budget)
-        reading: while budget > 0 && !connection.isClosing && connection.listing == nil
+        reading: while budget > 0 && !connection.isClosing && !connection.isReplyInProgress
             && connection.output.byteCount < configuration.readPauseThreshold {
             switch clients.read(connection) {
             case .read(_, let socketEmptied):
@@ -33,8 +33,8 @@ extension Daemon {
             case .endOfInput:
                 // The peer closed its sending side: answer what it sent, then close.
                 handleLines(of: connection, now: now)
-                // A listing holds the rest back; the end of input is read again after it.
-                if connection.listing != nil { break reading }
+                // A reply in progress holds the rest back; the end of input is read again after it.
+                if connection.isReplyInProgress { break reading }
                 if connection.framer.hasPartialLine {
                     logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
                 }
@@ -66,7 +66,7 @@ extension Daemon {
         // and what they change can be undone without touching what time did.
         advanceTime(to: now)
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
-        while handled < limit, !connection.isClosing, connection.listing == nil,
+        while handled < limit, !connection.isClosing, !connection.isReplyInProgress,
               connection.output.byteCount < configuration.readPauseThreshold, let frame = connection.framer.nextFrame() {
             handled += 1
             if timeBounded && handled % 16 == 0 && batchIsOutOfTime {
@@ -139,6 +139,11 @@ extension Daemon {
             var copy = snapshot
             copy.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: uid)
             return copy
+        }
+        if let cluster, request.isMutation {
+            // Cluster mode: the change goes to etcd; the reply comes when it is decided.
+            try executeInCluster(request, uid: uid, connection: connection, now: now, clock: clock, cluster: cluster)
+            return
         }
         switch request {
         case .start(let address, let milliseconds, let replace):

@@ -46,6 +46,8 @@ public final class Daemon: @unchecked Sendable {
     var wallClock: WallClockWatcher?
     var poller: EventPoller?
     var isStopping = false
+    /// Cluster mode: the link to etcd (`Daemon+Cluster`); `nil` on a daemon of its own.
+    var cluster: ClusterReplica?
 
     let clients: ClientTable
     let fanOut: EventFanOut
@@ -95,7 +97,9 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
         returnLargeBlocksToTheSystem()
-        try recoverState()
+        if configuration.cluster == nil {
+            try recoverState()
+        }
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         clients.listener = listener
         clients.connectionLimit = connectionLimit()
@@ -115,12 +119,27 @@ public final class Daemon: @unchecked Sendable {
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         wallClock = try WallClockWatcher(poller: poller) { [unowned self] in wallClockStepped() }
         service.handleSignals { [unowned self] signalNumber in stop(signal: signalNumber) }
-        try listener.startAccepting(with: poller) { [unowned self] in
-            clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
+        let openForClients = { [unowned self] () throws(DaemonError) in
+            try listener.startAccepting(with: poller) { [unowned self] in
+                clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
+            }
+            service.startWatchdog()
+            logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
+            service.ready(status: statusCounts())
         }
-        service.startWatchdog()
-        logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
-        service.ready(status: statusCounts())
+        if let cluster = configuration.cluster {
+            // Clients are let in once the replica holds what etcd holds.
+            try startCluster(cluster, poller: poller) { [unowned self] in
+                do throws(DaemonError) {
+                    try openForClients()
+                } catch {
+                    logger.log(.error, "cannot start: \(error)")
+                    exit(1)
+                }
+            }
+        } else {
+            try openForClients()
+        }
         // Its first batch waits for this block (and so for READY=1) to finish.
         try poller.start { [unowned self] batch in runBatch(batch) }
     }
@@ -192,6 +211,7 @@ public final class Daemon: @unchecked Sendable {
         engine.advance(to: now, events: &events)
         batch.timeEvents.append(contentsOf: events)
         publish(events)
+        raceDueChanges()
     }
 
     /// The wall clock was set: countdowns to a time of day follow it (plain durations, on the
@@ -345,6 +365,7 @@ public final class Daemon: @unchecked Sendable {
         var notice: [UInt8] = []
         WireEncoder.appendShutdown("countdownd is stopping", to: &notice)
         clients.closeAll(notice: notice)
+        cluster?.stop()
         journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
         logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
         exit(0)

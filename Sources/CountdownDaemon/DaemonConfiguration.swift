@@ -45,6 +45,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var durability = Durability.process
     /// How many recent lifecycle events are kept for `SUBSCRIBE … SINCE` (across restarts too).
     public var replayEventCapacity = 65_536
+    /// Cluster mode: countdowns live in etcd, shared by every daemon on the same prefix; `nil`
+    /// for a daemon on its own.
+    public var cluster: ClusterConfiguration?
 
     /// Creates a configuration with the defaults, a socket path and a state directory.
     public init(socketPath: String, stateDirectory: String) {
@@ -66,6 +69,21 @@ public struct DaemonConfiguration: Sendable, Equatable {
             return "/var/lib/countdownd"
         }
         return (environment["HOME"] ?? "/tmp/countdownd-\(uid)") + "/.local/state/countdownd"
+    }
+}
+
+/// Where cluster mode keeps its countdowns: etcd's members, a key prefix, TLS.
+public struct ClusterConfiguration: Sendable, Equatable {
+    /// The etcd members' client URLs (`http://10.0.0.1:2379`).
+    public var endpoints: [String]
+    /// Every countdown is the key `<prefix><key>`; daemons sharing a prefix share countdowns.
+    public var prefix = "/countdownd/"
+    /// TLS to the members: a CA bundle, and a client certificate and key.
+    var tls: TLSFiles?
+
+    /// Cluster mode on these members.
+    public init(endpoints: [String]) {
+        self.endpoints = endpoints
     }
 }
 
@@ -113,6 +131,13 @@ public enum DaemonCommandLine {
           --log-level LEVEL        error, warning, notice, info or debug (default info)
           --status-interval MS     least time between STATUS= updates to systemd
                                    (default 250; 0 sends every change)
+          --cluster URL[,URL...]   cluster mode (preview, docs/CLUSTER.md): countdowns
+                                   live in etcd at these members, shared by every
+                                   daemon on the same prefix; nothing is kept in
+                                   --state-dir
+          --cluster-prefix PREFIX  etcd key prefix (default /countdownd/)
+          --cluster-ca FILE, --cluster-cert FILE, --cluster-key FILE
+                                   TLS to etcd: its CA, this daemon's certificate and key
           -h, --help               show this help
           -V, --version            show the version
 
@@ -133,6 +158,11 @@ public enum DaemonCommandLine {
         .init(["--output-limit"], takesValue: true),
         .init(["--log-level"], takesValue: true),
         .init(["--status-interval"], takesValue: true),
+        .init(["--cluster"], takesValue: true),
+        .init(["--cluster-prefix"], takesValue: true),
+        .init(["--cluster-ca"], takesValue: true),
+        .init(["--cluster-cert"], takesValue: true),
+        .init(["--cluster-key"], takesValue: true),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
     ])
@@ -194,6 +224,34 @@ public enum DaemonCommandLine {
                 throw UsageError(description: "--status-interval '\(text)' must be a whole number of milliseconds, 0 or more")
             }
             configuration.statusIntervalMilliseconds = value
+        }
+        if let urls = parsed.value("cluster") {
+            let endpoints = urls.split(separator: ",").map { url in
+                var endpoint = String(url)
+                while endpoint.hasSuffix("/") { endpoint.removeLast() }
+                return endpoint
+            }
+            guard !endpoints.isEmpty, endpoints.allSatisfy({ $0.hasPrefix("http://") || $0.hasPrefix("https://") }) else {
+                throw UsageError(description: "--cluster '\(urls)' is not a comma-separated list of etcd client URLs such as http://127.0.0.1:2379")
+            }
+            var cluster = ClusterConfiguration(endpoints: endpoints)
+            if let prefix = parsed.value("cluster-prefix") {
+                guard prefix.hasPrefix("/"), prefix.hasSuffix("/"), prefix.count >= 2 else {
+                    throw UsageError(description: "--cluster-prefix '\(prefix)' must start and end with '/', as /countdownd/ does")
+                }
+                cluster.prefix = prefix
+            }
+            let ca = parsed.value("cluster-ca"), certificate = parsed.value("cluster-cert"), key = parsed.value("cluster-key")
+            if ca != nil || certificate != nil || key != nil {
+                guard (certificate == nil) == (key == nil) else {
+                    throw UsageError(description: "--cluster-cert and --cluster-key go together: a certificate needs its key")
+                }
+                cluster.tls = TLSFiles(certificateAuthority: ca, certificate: certificate, key: key)
+            }
+            configuration.cluster = cluster
+            configuration.engine.decidesLocally = false
+        } else if let stray = ["cluster-prefix", "cluster-ca", "cluster-cert", "cluster-key"].first(where: { parsed.has($0) }) {
+            throw UsageError(description: "--\(stray) needs --cluster")
         }
         if let level = parsed.value("log-level") {
             guard let value = LogLevel(name: level) else {

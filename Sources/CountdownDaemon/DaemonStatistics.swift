@@ -74,6 +74,11 @@ extension Daemon {
         lines.append(("journal_bytes", "\(journal.bytesSinceSnapshot)"))
         lines.append(("journal_generation", "\(journal.generation)"))
         lines.append(("replay_kept_after", "\(ring.keptAfter)"))
+        if let cluster {
+            lines.append(("cluster_revision", "\(cluster.revision)"))
+            lines.append(("cluster_watching", cluster.isWatching ? "1" : "0"))
+            lines.append(("cluster_member", cluster.client.endpoints[cluster.client.currentEndpoint]))
+        }
         return lines
     }
 }

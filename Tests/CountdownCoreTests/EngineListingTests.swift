@@ -125,3 +125,35 @@ struct EngineLayoutTests {
         #expect(CountdownEngine.bytesPerRecord == 48)
     }
 }
+
+@Suite("Engine: proposals for a replica")
+struct EngineProposalTests {
+    @Test("a proposal computes a change with the engine's own rules and errors, and leaves the engine as it was")
+    func proposalsChangeNothing() throws {
+        var clock = ManualClock()
+        try clock.start("tea", 60_000, uid: 1000)
+        clock.advance(byMilliseconds: 18_000)
+        let engine = clock.engine
+        let pause = try engine.proposal(for: "tea", now: clock.now) { e, events throws(ProtocolError) in
+            try e.pause("tea", requester: 1000, now: clock.now, events: &events)
+        }
+        #expect(pause.state?.state == .paused && pause.state?.remainingNanoseconds == 42_000_000_000)
+        #expect(pause.event?.kind == .paused && pause.event?.remainingMilliseconds == 42_000)
+        #expect(try clock.engine.status(of: "tea", now: clock.now).state == .running, "the engine itself did not change")
+        #expect(throws: ProtocolError.self) {
+            try engine.proposal(for: "tea", now: clock.now) { e, events throws(ProtocolError) in
+                try e.start("tea", milliseconds: 5000, replace: false, requester: 1000, now: clock.now, events: &events)
+            }
+        }
+        let forbidden = #expect(throws: ProtocolError.self) {
+            try engine.proposal(for: "tea", now: clock.now) { e, events throws(ProtocolError) in
+                try e.cancel("tea", requester: 1001, now: clock.now, events: &events)
+            }
+        }
+        #expect(forbidden?.code == .forbidden)
+        let fresh = try engine.proposal(for: "new", now: clock.now) { e, events throws(ProtocolError) in
+            try e.start("new", milliseconds: 5000, replace: false, requester: 1000, now: clock.now, events: &events)
+        }
+        #expect(fresh.state?.state == .running && fresh.event?.kind == .started && fresh.reply.remainingMilliseconds == 5000)
+    }
+}

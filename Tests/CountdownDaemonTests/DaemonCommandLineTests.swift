@@ -48,6 +48,9 @@ struct DaemonCommandLineTests {
         (["--durability", "disk"], "'process' or 'power'"), (["--max-countdowns", "0"], "above 0"),
         (["--max-connections", "-1"], "above 0"), (["--log-level", "loud"], "error, warning"),
         (["--status-interval", "-5"], "0 or more"), (["extra"], "takes only options"), (["--nope"], "unknown option"),
+        (["--cluster", "etcd:2379"], "etcd client URLs"), (["--cluster-prefix", "/x/"], "needs --cluster"),
+        (["--cluster", "http://a:2379", "--cluster-prefix", "x"], "start and end with '/'"),
+        (["--cluster", "http://a:2379", "--cluster-cert", "c.pem"], "go together"),
     ] as [([String], String)])
     func usageErrors(arguments: [String], fragment: String) {
         do {
@@ -56,6 +59,20 @@ struct DaemonCommandLineTests {
         } catch {
             #expect(error.description.contains(fragment), "\(error)")
         }
+    }
+
+    @Test("cluster mode: members, prefix, TLS files; the engine leaves deadlines to the cluster")
+    func clusterOptions() throws {
+        let configuration = try parse([
+            "--cluster", "http://10.0.0.1:2379/,https://10.0.0.2:2379", "--cluster-prefix", "/fleet/otp/",
+            "--cluster-ca", "ca.pem", "--cluster-cert", "c.pem", "--cluster-key", "k.pem",
+        ])
+        let cluster = try #require(configuration.cluster)
+        #expect(cluster.endpoints == ["http://10.0.0.1:2379", "https://10.0.0.2:2379"])
+        #expect(cluster.prefix == "/fleet/otp/")
+        #expect(cluster.tls == TLSFiles(certificateAuthority: "ca.pem", certificate: "c.pem", key: "k.pem"))
+        #expect(!configuration.engine.decidesLocally)
+        #expect(try parse([]).cluster == nil && (try parse([]).engine.decidesLocally))
     }
 
     @Test("--help and --version win over everything else")

@@ -1,5 +1,6 @@
 @testable import CountdownDaemon
 import Dispatch
+import EtcdTestSupport
 import Foundation
 import Glibc
 import Testing

@@ -73,9 +73,14 @@ final class CurlDriver {
             self.completion = completion
         }
 
+        /// Bytes of a stream not yet handed to `onData`: libcurl's write callback only collects
+        /// them, and `CurlDriver` hands them on once libcurl has returned, so that `onData` may
+        /// start or cancel transfers (which libcurl forbids inside its callbacks).
+        var undelivered: [UInt8] = []
+
         func append(_ bytes: UnsafeRawBufferPointer) {
-            if let onData {
-                onData(Array(bytes))
+            if onData != nil {
+                undelivered.append(contentsOf: bytes)
             } else {
                 received.append(contentsOf: bytes)
             }
@@ -251,7 +256,17 @@ final class CurlDriver {
     private func act(on socket: Int32, flags: Int32) {
         var running: Int32 = 0
         _ = curl_multi_socket_action(multi, socket, flags, &running)
+        deliverStreams()
         collectFinished()
+    }
+
+    /// Hands each stream what libcurl wrote into it during the last call.
+    private func deliverStreams() {
+        for transfer in Array(transfers.values) where !transfer.undelivered.isEmpty {
+            let bytes = transfer.undelivered
+            transfer.undelivered.removeAll(keepingCapacity: true)
+            transfer.onData?(bytes)
+        }
     }
 
     /// Completes every transfer libcurl reports finished.

@@ -70,6 +70,8 @@ final class StateJournal: @unchecked Sendable {
     let directory: String
     let durability: Durability
     private(set) var health = Health.available
+    /// Cluster mode: nothing is written here (etcd keeps the countdowns); every commit is durable.
+    var isDisabled = false
 
     private let logger: Logger
     private let queue: DispatchQueue
@@ -284,6 +286,7 @@ final class StateJournal: @unchecked Sendable {
 
     /// Notes a lifecycle event and the countdown's state after it (`nil`: it no longer exists).
     func note(_ event: CountdownEvent, state: PersistedCountdown?, clock: WallClockMapping) {
+        guard !isDisabled else { return }
         if let state {
             JournalFormat.appendEvent(event, state: StoredCountdown(state, clock: clock), to: &pending)
         } else {
@@ -299,6 +302,7 @@ final class StateJournal: @unchecked Sendable {
     /// Writes what was noted, in one frame with one `pwrite`. Called once per batch, before any of
     /// the batch's output is released.
     func commit() -> CommitOutcome {
+        guard !isDisabled else { return .durable }  // Cluster mode: etcd holds it.
         guard health == .available || health == .awaitingSnapshot else { return .deferred }
         guard pending.count > JournalFormat.frameHeaderSize else { return .durable }
         do throws(StorageError) {
@@ -386,7 +390,7 @@ final class StateJournal: @unchecked Sendable {
 
     /// Whether a snapshot should be taken now.
     func snapshotIsDue(now: Instant) -> Bool {
-        guard !snapshotInProgress, now >= nextSnapshotAttempt else { return false }
+        guard !isDisabled, !snapshotInProgress, now >= nextSnapshotAttempt else { return false }
         switch health {
         case .failing: return false
         case .awaitingSnapshot: return true
@@ -440,7 +444,7 @@ final class StateJournal: @unchecked Sendable {
     /// clean stop, so the next start reads one file and `sqlite3` shows the final state.
     func snapshotAtStop(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
+        guard !isDisabled, eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
         let contents = SnapshotFile.Contents(
             image, events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: SystemClock.bootID,
             journalGeneration: generation + 1, clock: clock

@@ -1,30 +1,28 @@
-@testable import CountdownDaemon
-import Dispatch
 import Foundation
 import Glibc
 
 /// A real etcd cluster of `size` members on loopback ports, in a temporary directory, for as
 /// long as the value lives (each member is SIGKILLed and reaped at the end).
-final class EtcdCluster {
+public final class EtcdCluster {
     /// Where Debian's etcd-server puts the server.
-    static let binary = "/usr/bin/etcd"
-    static var isInstalled: Bool { access(binary, X_OK) == 0 }
+    public static let binary = "/usr/bin/etcd"
+    public static var isInstalled: Bool { access(binary, X_OK) == 0 }
 
-    struct Member {
-        let name: String
-        let clientURL: String
+    public struct Member {
+        public let name: String
+        public let clientURL: String
         let peerURL: String
         let dataDirectory: String
         var process: Process?
     }
 
-    let directory: String
-    private(set) var members: [Member] = []
+    public let directory: String
+    public private(set) var members: [Member] = []
 
     /// The members' client URLs, in order.
-    var endpoints: [String] { members.map(\.clientURL) }
+    public var endpoints: [String] { members.map(\.clientURL) }
 
-    init(size: Int = 3, tls: (certificate: String, key: String, authority: String)? = nil) throws {
+    public init(size: Int = 3, tls: (certificate: String, key: String, authority: String)? = nil) throws {
         directory = NSTemporaryDirectory() + "etcd-test-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let scheme = tls == nil ? "http" : "https"
@@ -44,7 +42,7 @@ final class EtcdCluster {
     private var tls: (certificate: String, key: String, authority: String)?
 
     /// Starts (or restarts) member `index`.
-    func start(_ index: Int, initialCluster: String? = nil, tls: (certificate: String, key: String, authority: String)? = nil) throws {
+    public func start(_ index: Int, initialCluster: String? = nil, tls: (certificate: String, key: String, authority: String)? = nil) throws {
         if let tls { self.tls = tls }
         let member = members[index]
         let process = Process()
@@ -70,7 +68,7 @@ final class EtcdCluster {
     }
 
     /// SIGKILLs member `index` and reaps it.
-    func kill(_ index: Int) {
+    public func kill(_ index: Int) {
         guard let process = members[index].process else { return }
         Glibc.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
@@ -78,7 +76,7 @@ final class EtcdCluster {
     }
 
     /// Sends `signal` to member `index` (SIGSTOP, SIGCONT).
-    func signal(_ index: Int, _ signal: Int32) {
+    public func signal(_ index: Int, _ signal: Int32) {
         if let process = members[index].process {
             Glibc.kill(process.processIdentifier, signal)
         }
@@ -93,7 +91,7 @@ final class EtcdCluster {
     }
 
     /// A loopback port nobody listens on now.
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
@@ -112,79 +110,19 @@ final class EtcdCluster {
     }
 }
 
-/// An `EtcdClient` on its own queue and poller, with blocking helpers for tests.
-final class EtcdTestClient: @unchecked Sendable {
-    let queue = DispatchQueue(label: "etcd-test")
-    let poller: EventPoller
-    let driver: CurlDriver
-    let client: EtcdClient
-
-    init(endpoints: [String], tls: TLSFiles? = nil) throws {
-        poller = try EventPoller(queue: queue)
-        let poller = self.poller
-        let queue = self.queue
-        // (A typed-throwing closure given to `queue.sync` crashes this compiler: optional instead.)
-        guard let driver = queue.sync(execute: { try? CurlDriver(poller: poller, queue: queue) }) else {
-            throw POSIXError(.EIO)
-        }
-        self.driver = driver
-        client = EtcdClient(endpoints: endpoints, tls: tls, driver: driver, queue: queue)
-        try poller.start { batch in
-            batch.deliverUrgent()
-            batch.deliverOthers()
-            return false
-        }
-    }
-
-    /// Runs `start` on the queue and waits (up to `timeout` s) for the value it hands back.
-    func wait<T>(timeout: Double = 15, _ start: @escaping (EtcdClient, @escaping (T) -> Void) -> Void) -> T? {
-        let done = DispatchSemaphore(value: 0)
-        let box = Box<T>()
-        queue.sync {
-            start(client) { value in
-                box.value = value
-                done.signal()
-            }
-        }
-        guard done.wait(timeout: .now() + timeout) == .success else { return nil }
-        return queue.sync { box.value }
-    }
-
-    /// Waits until the cluster answers a read (it has a leader), for up to `timeout` s.
-    func waitUntilReady(timeout: Double = 30) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if case .success? = wait(timeout: 5, { client, done in client.range(prefix: "/ready-check/") { done($0.map { _ in () }) } }) {
-                return true
-            }
-            usleep(100_000)
-        }
-        return false
-    }
-
-    deinit {
-        let driver = self.driver
-        queue.sync { driver.close() }
-    }
-
-    private final class Box<T>: @unchecked Sendable {
-        var value: T?
-    }
-}
-
 /// A throwaway certificate authority, and a server and a client certificate it signed (the
 /// server's for 127.0.0.1), made with the openssl command in a temporary directory.
-struct TestCertificates {
-    let directory: String
-    var authority: String { directory + "/ca.pem" }
-    var serverCertificate: String { directory + "/server.pem" }
-    var serverKey: String { directory + "/server-key.pem" }
-    var clientCertificate: String { directory + "/client.pem" }
-    var clientKey: String { directory + "/client-key.pem" }
+public struct TestCertificates {
+    public let directory: String
+    public var authority: String { directory + "/ca.pem" }
+    public var serverCertificate: String { directory + "/server.pem" }
+    public var serverKey: String { directory + "/server-key.pem" }
+    public var clientCertificate: String { directory + "/client.pem" }
+    public var clientKey: String { directory + "/client-key.pem" }
 
-    static var canBeMade: Bool { access("/usr/bin/openssl", X_OK) == 0 }
+    public static var canBeMade: Bool { access("/usr/bin/openssl", X_OK) == 0 }
 
-    init(in directory: String) throws {
+    public init(in directory: String) throws {
         self.directory = directory
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let script = """

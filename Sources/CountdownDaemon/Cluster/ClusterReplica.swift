@@ -1,0 +1,192 @@
+import CountdownCore
+import Dispatch
+import Glibc
+
+/// Cluster mode's link to etcd: the local replica of every countdown under the prefix, fed by one
+/// watch resumed from the last applied revision, and the transactions that change countdowns.
+///
+/// The replica changes only through the watch, in revision order (`apply`), on every host alike;
+/// a host that made a change answers its client once its replica has reached the change's
+/// revision (`afterRevision`), so the client's next read on that host sees it.
+///
+/// Confined to the daemon's queue (hence `@unchecked Sendable`: its retries run there too).
+final class ClusterReplica: @unchecked Sendable {
+    /// What a change needs to find in etcd to go through.
+    enum Expectation {
+        /// No countdown of that key.
+        case absent
+        /// The countdown as last changed at this revision.
+        case unchangedSince(Int64)
+    }
+
+    /// How a change went.
+    enum ChangeOutcome {
+        /// Committed at this revision.
+        case committed(Int64)
+        /// Someone changed the countdown first: this is what etcd has now (`nil`: it is gone).
+        case conflict(ClusterValue?, revision: Int64)
+        /// etcd could not be asked, or did not answer.
+        case failed(EtcdError)
+    }
+
+    let configuration: ClusterConfiguration
+    let client: EtcdClient
+    private let driver: CurlDriver
+    private let queue: DispatchQueue
+    private let logger: Logger
+    /// The last revision applied to the replica.
+    private(set) var revision: Int64 = 0
+    /// Each countdown's last change, for transactions that compare on it.
+    private(set) var modifiedAt: [String: Int64] = [:]
+    private var watch: EtcdWatch?
+    /// Whether the watch is running (for STATUS and STATS).
+    private(set) var isWatching = false
+    private var waiters: [(revision: Int64, resume: () -> Void)] = []
+    /// This host's operations, numbered: `<host>-<pid>-<n>`.
+    private let hostID: String
+    private var operationCount = 0
+
+    /// Applies one change from etcd to the engine: `value` `nil` means the key was deleted.
+    var apply: (_ key: String, _ value: ClusterValue?, _ revision: Int64) -> Void = { _, _, _ in }
+    /// Loads a whole state (the first read, and a resync after compaction): every countdown and
+    /// the revision it was read at.
+    var load: (_ countdowns: [(key: String, value: ClusterValue)], _ revision: Int64) -> Void = { _, _ in }
+    /// Called once, after the first full read.
+    var onFirstLoad: () -> Void = {}
+
+    init(configuration: ClusterConfiguration, poller: EventPoller, queue: DispatchQueue, logger: Logger) throws(DaemonError) {
+        self.configuration = configuration
+        self.queue = queue
+        self.logger = logger
+        driver = try CurlDriver(poller: poller, queue: queue)
+        client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, driver: driver, queue: queue)
+        var name = [CChar](repeating: 0, count: 256)
+        gethostname(&name, name.count)
+        hostID = String(cString: name) + "-\(getpid())"
+    }
+
+    /// A fresh operation id.
+    func nextOperation() -> String {
+        operationCount += 1
+        return "\(hostID)-\(operationCount)"
+    }
+
+    // MARK: - Reading
+
+    /// Reads every countdown, then watches for changes after that read.
+    func start() {
+        readEverything(first: true)
+    }
+
+    private func readEverything(first: Bool) {
+        client.range(prefix: configuration.prefix) { [self] result in
+            switch result {
+            case .failure(let error):
+                logger.log(.warning, "cluster: cannot read \(configuration.prefix) from etcd (\(error)); trying again in a second")
+                queue.asyncAfter(deadline: .now() + 1) { [self] in readEverything(first: first) }
+            case .success(let (keyValues, readAt)):
+                var countdowns: [(key: String, value: ClusterValue)] = []
+                modifiedAt.removeAll(keepingCapacity: true)
+                for keyValue in keyValues {
+                    let key = String(keyValue.key.dropFirst(configuration.prefix.count))
+                    guard let value = ClusterValue.decode(keyValue.value) else {
+                        logger.log(.warning, "cluster: skipped \(keyValue.key): not a countdown this version reads")
+                        continue
+                    }
+                    countdowns.append((key, value))
+                    modifiedAt[key] = keyValue.modRevision
+                }
+                revision = readAt
+                load(countdowns, readAt)
+                logger.log(.notice, "cluster: read \(countdowns.count) countdowns at revision \(readAt) from etcd")
+                startWatch()
+                releaseWaiters()
+                if first { onFirstLoad() }
+            }
+        }
+    }
+
+    private func startWatch() {
+        isWatching = true
+        watch = client.watch(prefix: configuration.prefix, from: revision + 1, onEvents: { [self] events, _ in
+            for event in events {
+                let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
+                let changedAt = event.keyValue.modRevision
+                guard changedAt > revision else { continue }
+                switch event.kind {
+                case .put:
+                    guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
+                    modifiedAt[key] = changedAt
+                    apply(key, value, changedAt)
+                case .delete:
+                    modifiedAt[key] = nil
+                    apply(key, nil, changedAt)
+                }
+                revision = changedAt
+            }
+            releaseWaiters()
+        }, onEnd: { [self] end in
+            isWatching = false
+            switch end {
+            case .compacted(let at):
+                logger.log(.warning, "cluster: etcd compacted its history past revision \(revision) (to \(at)); reading everything again")
+                readEverything(first: false)
+            case .failed(let error):
+                logger.log(.warning, "cluster: the watch on etcd ended (\(error)); resuming after revision \(revision)")
+                queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [self] in startWatch() }
+            }
+        })
+    }
+
+    /// Runs `resume` once the replica has applied `revision`.
+    func afterRevision(_ wanted: Int64, _ resume: @escaping () -> Void) {
+        if revision >= wanted {
+            resume()
+        } else {
+            waiters.append((wanted, resume))
+        }
+    }
+
+    private func releaseWaiters() {
+        guard !waiters.isEmpty else { return }
+        let ready = waiters.filter { $0.revision <= revision }
+        waiters.removeAll { $0.revision <= revision }
+        for waiter in ready {
+            waiter.resume()
+        }
+    }
+
+    // MARK: - Changing
+
+    /// Writes `value` (or deletes the key, for `nil`) if etcd still has what `expectation` says:
+    /// one transaction. `completion` runs on the queue.
+    func change(
+        _ key: String, to value: ClusterValue?, expecting expectation: Expectation,
+        completion: @escaping (ChangeOutcome) -> Void
+    ) {
+        let fullKey = configuration.prefix + key
+        let compare: EtcdClient.Compare
+        switch expectation {
+        case .absent: compare = .absent(fullKey)
+        case .unchangedSince(let revision): compare = .modifiedAt(fullKey, revision)
+        }
+        let operation: EtcdClient.Operation = value.map { .put(fullKey, $0.encoded, lease: nil) } ?? .delete(fullKey)
+        client.transaction(if: [compare], then: [operation], else: [.get(fullKey)]) { result in
+            switch result {
+            case .failure(let error):
+                completion(.failed(error))
+            case .success(let outcome) where outcome.succeeded:
+                completion(.committed(outcome.revision))
+            case .success(let outcome):
+                let current = outcome.ranges.first?.first
+                completion(.conflict(current.flatMap { ClusterValue.decode($0.value) }, revision: current?.modRevision ?? outcome.revision))
+            }
+        }
+    }
+
+    /// Stops the watch and every transfer.
+    func stop() {
+        if let watch { client.cancel(watch) }
+        driver.close()
+    }
+}

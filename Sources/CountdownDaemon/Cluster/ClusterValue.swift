@@ -1,0 +1,68 @@
+import CountdownCore
+import Foundation
+
+/// One countdown as cluster mode keeps it in etcd, under `<prefix><key>`: its state, with times
+/// on the wall clock (each host times the deadline on its own clock, so hosts must be
+/// NTP-synced), and the lifecycle event that made it so, which every host announces with the
+/// change's etcd revision as its `seq`.
+struct ClusterValue: Codable, Equatable {
+    var version = 1
+    var state: CountdownState
+    var totalMilliseconds: Int64
+    /// Running: the deadline.
+    var deadlineUnixMilliseconds: Int64?
+    /// Paused or cancelled: the time left.
+    var remainingMilliseconds: Int64?
+    /// Done or cancelled: when it finished (its retention runs from there).
+    var finishedUnixMilliseconds: Int64?
+    var owner: UInt32
+    /// Started with `AT`: the deadline is that wall-clock time.
+    var pinned: Bool?
+    /// The lifecycle event this value announces.
+    var event: EventKind
+    var eventRemainingMilliseconds: Int64
+    /// Which host made the change, and its own count of changes: the operation id.
+    var operation: String
+
+    enum CodingKeys: String, CodingKey {
+        case version = "v", state, totalMilliseconds = "total_ms", deadlineUnixMilliseconds = "deadline_unix_ms"
+        case remainingMilliseconds = "remaining_ms", finishedUnixMilliseconds = "finished_unix_ms", owner, pinned, event
+        case eventRemainingMilliseconds = "event_remaining_ms", operation = "op"
+    }
+
+    /// A value for `state`, announcing `event`.
+    init(_ state: PersistedCountdown, event: EventKind, eventRemainingMilliseconds: Int64, operation: String, clock: WallClockMapping) {
+        self.state = state.state
+        totalMilliseconds = state.totalMilliseconds
+        deadlineUnixMilliseconds = state.state == .running ? state.deadline.map { clock.unixMilliseconds(of: $0) } : nil
+        remainingMilliseconds = state.state == .paused || state.state == .cancelled ? state.remainingNanoseconds / 1_000_000 : nil
+        finishedUnixMilliseconds = state.state.isActive ? nil : state.finishedAt.map { clock.unixMilliseconds(of: $0) }
+        owner = state.owner
+        pinned = state.pinnedUnixMilliseconds != nil ? true : nil
+        self.event = event
+        self.eventRemainingMilliseconds = eventRemainingMilliseconds
+        self.operation = operation
+    }
+
+    /// The countdown `key` in this state, on this host's clock.
+    func persisted(key: String, clock: WallClockMapping) -> PersistedCountdown {
+        let deadline = deadlineUnixMilliseconds.map { clock.instant(ofUnixMilliseconds: $0) }
+        return PersistedCountdown(
+            name: key, state: state, totalMilliseconds: totalMilliseconds, deadline: deadline,
+            remainingNanoseconds: (remainingMilliseconds ?? 0) * 1_000_000,
+            finishedAt: finishedUnixMilliseconds.map { clock.instant(ofUnixMilliseconds: $0) }, owner: owner,
+            pinnedUnixMilliseconds: pinned == true ? deadlineUnixMilliseconds : nil
+        )
+    }
+
+    /// The JSON stored in etcd.
+    var encoded: [UInt8] {
+        // Encoding a struct of numbers and strings cannot fail.
+        (try? Array(JSONEncoder().encode(self))) ?? []
+    }
+
+    /// A stored value, or `nil` for one this version cannot read.
+    static func decode(_ bytes: [UInt8]) -> ClusterValue? {
+        try? JSONDecoder().decode(ClusterValue.self, from: Data(bytes))
+    }
+}

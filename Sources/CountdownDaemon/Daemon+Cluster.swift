@@ -1,0 +1,177 @@
+import CountdownCore
+import Dispatch
+
+/// Cluster mode (`--cluster`): the engine is a replica of the countdowns in etcd. Changes are
+/// proposed with the engine's own rules (`CountdownEngine.proposal`) and written as one etcd
+/// transaction each, compared on the countdown's last revision; the replica changes only through
+/// the watch, so every host announces every change once, numbered with its etcd revision.
+/// Deadlines and the end of retention are raced by every host with a transaction of their own:
+/// the first to commit makes the `done` (or the removal) that all hosts announce.
+extension Daemon {
+    /// How many times a change that lost a race is tried again against the newer state.
+    static let clusterAttempts = 3
+
+    /// Starts the replica; `ready` runs once the first read of etcd is applied.
+    func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
+        journal.isDisabled = true
+        engine.setTicksEnabled(false, now: SystemClock.now())
+        let replica = try ClusterReplica(configuration: configuration, poller: poller, queue: queue, logger: logger)
+        cluster = replica
+        replica.load = { [unowned self] countdowns, revision in loadReplica(countdowns, revision: revision) }
+        replica.apply = { [unowned self] key, value, revision in applyReplicated(key, value, revision: revision) }
+        replica.onFirstLoad = ready
+        replica.start()
+    }
+
+    /// A whole state read from etcd: at start, and again after etcd compacted away the history
+    /// the watch needed. Countdowns no longer there are dropped; numbering continues after
+    /// `revision`, and events before it can no longer be replayed.
+    private func loadReplica(_ countdowns: [(key: String, value: ClusterValue)], revision: Int64) {
+        let now = SystemClock.now()
+        let clock = SystemClock.mapping(at: now)
+        let present = Set(countdowns.map(\.key))
+        for name in engine.names where !present.contains(name) {
+            engine.revert(name, to: nil, now: now)
+        }
+        for (key, value) in countdowns {
+            engine.revert(key, to: value.persisted(key: key, clock: clock), now: now)
+        }
+        engine.continueSequence(after: UInt64(max(0, revision)))
+        ring = EventRing(capacity: configuration.replayEventCapacity, keptAfter: engine.lastSequence)
+    }
+
+    /// One change from the watch: applied, and announced numbered with its revision.
+    private func applyReplicated(_ key: String, _ value: ClusterValue?, revision: Int64) {
+        let now = SystemClock.now()
+        var changes: [CountdownEvent] = []
+        engine.applyReplicated(
+            key, state: value?.persisted(key: key, clock: SystemClock.mapping(at: now)), event: value?.event ?? .removed,
+            eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0, sequence: UInt64(max(0, revision)), now: now, events: &changes
+        )
+        publish(changes)
+    }
+
+    /// A change asked for by a client: proposed against the replica (errors are answered at
+    /// once), then sent to etcd; the connection waits, and is answered once the replica holds
+    /// the change, or after a lost race against the newer state.
+    func executeInCluster(
+        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping, cluster: ClusterReplica,
+        attempt: Int = 1
+    ) throws(ProtocolError) {
+        let key: String
+        let change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
+        switch request {
+        case .start(let address, let milliseconds, let replace):
+            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
+            key = resolved
+            change = { engine, events throws(ProtocolError) in
+                try engine.start(resolved, milliseconds: milliseconds, replace: replace, requester: owner, now: now, events: &events)
+            }
+        case .startAt(let address, let unixMilliseconds, let replace):
+            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
+            key = resolved
+            let milliseconds = unixMilliseconds - clock.unixMilliseconds(of: now)
+            guard milliseconds > 0 else {
+                throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
+            }
+            change = { engine, events throws(ProtocolError) in
+                try engine.start(resolved, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events)
+            }
+        case .cancel(let address), .pause(let address), .resume(let address), .remove(let address):
+            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
+            key = resolved
+            change = { engine, events throws(ProtocolError) in
+                switch request {
+                case .cancel: return try engine.cancel(resolved, requester: owner, now: now, events: &events)
+                case .pause: return try engine.pause(resolved, requester: owner, now: now, events: &events)
+                case .resume: return try engine.resume(resolved, requester: owner, now: now, events: &events)
+                default: return try engine.remove(resolved, requester: owner, now: now, events: &events)
+                }
+            }
+        case .extend(let address, let milliseconds):
+            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
+            key = resolved
+            change = { engine, events throws(ProtocolError) in
+                try engine.extend(resolved, by: milliseconds, requester: owner, now: now, events: &events)
+            }
+        default:
+            return
+        }
+        let proposal = try engine.proposal(for: key, now: now, change)
+        let value = proposal.state.map { state in
+            ClusterValue(
+                state, event: proposal.event?.kind ?? .started, eventRemainingMilliseconds: proposal.event?.remainingMilliseconds ?? 0,
+                operation: cluster.nextOperation(), clock: clock
+            )
+        }
+        let expectation: ClusterReplica.Expectation = cluster.modifiedAt[key].map { .unchangedSince($0) } ?? .absent
+        clients.holdForStore(connection)
+        cluster.change(key, to: value, expecting: expectation) { [unowned self] outcome in
+            switch outcome {
+            case .committed(let revision):
+                cluster.afterRevision(revision) { [unowned self] in
+                    answer(connection) { out in
+                        let now = SystemClock.now()
+                        var shown = (try? engine.status(of: key, now: now)) ?? proposal.reply
+                        shown.name = CountdownAddress.display(shown.name, owner: shown.owner, to: uid)
+                        WireEncoder.appendOK(shown, clock: SystemClock.mapping(at: now), to: &out)
+                    }
+                }
+            case .conflict(_, let revision):
+                // Another host changed it first: once the replica has that change, the request
+                // is judged again against it (a START then finds it running: busy).
+                cluster.afterRevision(revision) { [unowned self] in
+                    clients.releaseFromStore(connection)
+                    let now = SystemClock.now()
+                    do throws(ProtocolError) {
+                        guard attempt < Self.clusterAttempts else {
+                            throw ProtocolError(.busy, "'\(key)' was changed by another host at the same moment, \(attempt) times; try again")
+                        }
+                        try executeInCluster(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), cluster: cluster, attempt: attempt + 1)
+                    } catch {
+                        answer(connection) { out in WireEncoder.appendError(error, to: &out) }
+                    }
+                }
+            case .failed(let error):
+                let what: String
+                if case .ambiguous = error {
+                    what = "etcd did not confirm the change, so it may or may not have been made (\(error)); check with STATUS, then try again"
+                } else {
+                    what = "the change could not be stored in etcd, so it was not made (\(error)); reads go on from this host's copy; try again once etcd is reachable"
+                }
+                answer(connection) { out in WireEncoder.appendError(ProtocolError(.unavailable, what), to: &out) }
+            }
+        }
+    }
+
+    /// Queues a reply that was waiting for etcd, and lets the connection go on.
+    private func answer(_ connection: Connection, _ build: (inout [UInt8]) -> Void) {
+        clients.releaseFromStore(connection)
+        guard !connection.isClosed else { return }
+        var out: [UInt8] = []
+        build(&out)
+        clients.touch(connection, batch: batch.number)
+        connection.output.appendReply(out)
+    }
+
+    /// Countdowns the replica found due: each host proposes the `done` (or the removal at the end
+    /// of retention) in a transaction compared on the countdown's revision; one commits, and its
+    /// change comes back through every host's watch. The others' fail, as they should.
+    func raceDueChanges() {
+        guard let cluster else { return }
+        let due = engine.takeDue()
+        guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
+        let clock = SystemClock.mapping()
+        for key in due.finish {
+            guard var state = engine.persistentState(of: key), state.state == .running, let since = cluster.modifiedAt[key] else { continue }
+            state.state = .done
+            state.finishedAt = state.deadline
+            let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
+            cluster.change(key, to: value, expecting: .unchangedSince(since)) { _ in }
+        }
+        for key in due.forget {
+            guard let state = engine.persistentState(of: key), !state.state.isActive, let since = cluster.modifiedAt[key] else { continue }
+            cluster.change(key, to: nil, expecting: .unchangedSince(since)) { _ in }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import CountdownClient
+import CountdownCore
+import EtcdTestSupport
+import Foundation
+import Testing
+
+extension Integration {
+    @Suite(
+        "Cluster mode: daemons sharing countdowns through a real 3-member etcd on loopback",
+        .enabled(if: EtcdCluster.isInstalled, "etcd is not installed (Debian's etcd-server; make test installs it as root), so cluster mode cannot be checked")
+    )
+    struct ClusterTests {
+        /// A daemon in cluster mode on `etcd`, with its own socket.
+        private func clusterDaemon(_ etcd: EtcdCluster, arguments: [String] = []) throws -> DaemonProcess {
+            try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")] + arguments)
+        }
+
+        @Test("START races between two hosts: in each of 1,000 rounds exactly one gets OK, the other busy with the time left")
+        func startRaces() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd), hostB = try clusterDaemon(etcd)
+            let a = try hostA.connect(), b = try hostB.connect()
+            for round in 0..<1000 {
+                // Both sent before either reply is read.
+                try a.send("START otp:\(round) 60\n")
+                try b.send("START otp:\(round) 60\n")
+                let replies = [try a.readReply(), try b.readReply()]
+                let oks = replies.filter { if case .ok = $0.outcome { return true } else { return false } }
+                #expect(oks.count == 1, "round \(round): \(replies.map(\.outcome))")
+                let busy = replies.first { if case .error(.busy?, _, _) = $0.outcome { return true } else { return false } }
+                #expect(busy != nil, "round \(round): the other is told busy, \(replies.map(\.outcome))")
+                if case .error(_, _, let message)? = busy?.outcome {
+                    #expect(message.contains("running with 0:01:00 left") || message.contains("running with 0:00:59 left"), "\(message)")
+                }
+            }
+            // Both hosts hold all of them.
+            #expect(try b.request("LIST STATE running").countdowns.count == 1000)
+            #expect(try a.request("LIST STATE running").countdowns.count == 1000)
+        }
+
+        @Test("a subscriber on one host sees the other's changes numbered by etcd with no gap; a done comes once, on both")
+        func eventsAcrossHosts() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd), hostB = try clusterDaemon(etcd)
+            let onA = try hostA.connect(), onB = try hostB.connect()
+            _ = try onA.request("SUBSCRIBE EVENTS lifecycle")
+            _ = try onB.request("SUBSCRIBE EVENTS lifecycle")
+            let control = try hostA.connect()
+            for line in ["START brew 1500ms", "START y 1h", "PAUSE y", "RESUME y", "EXTEND y 1m", "CANCEL y"] {
+                guard case .ok = try control.request(line).outcome else {
+                    Issue.record("\(line) was refused")
+                    return
+                }
+            }
+            // STATUS on the host that made the change sees it at once.
+            #expect(try control.request("STATUS y").countdowns.first?.state == .cancelled)
+            func lifecycle(_ connection: CountdownConnection) throws -> [EventInfo] {
+                var seen: [EventInfo] = []
+                while !seen.contains(where: { $0.kind == .done }) {
+                    seen.append(try connection.waitForEvent(timeout: 10) { _ in true })
+                }
+                return seen
+            }
+            let seenOnA = try lifecycle(onA), seenOnB = try lifecycle(onB)
+            #expect(seenOnB.map(\.kind) == [.started, .started, .paused, .resumed, .extended, .cancelled, .done])
+            #expect(seenOnA.map(\.sequence) == seenOnB.map(\.sequence), "the same numbers on both hosts")
+            let numbers = seenOnB.map(\.sequence)
+            #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $1 == $0 + 1 }, "no gap: \(numbers)")
+            // Only one done: nothing more comes on either host.
+            _ = try onA.request("PING")
+            _ = try onB.request("PING")
+            #expect(!onA.hasBufferedInput && !onB.hasBufferedInput)
+            let stats = Dictionary(try hostB.connect().request("STATS").stats.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
+            #expect(stats["cluster_revision"] == "\(numbers.last ?? 0)")
+            #expect(stats["cluster_watching"] == "1")
+        }
+
+        @Test("a host killed at the deadline: the other announces done once; with every host down, the next to start finishes it")
+        func doneWithoutTheStarter() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd)
+            let hostB = try clusterDaemon(etcd)
+            let onB = try hostB.connect()
+            _ = try onB.request("SUBSCRIBE EVENTS done")
+            _ = try hostA.connect().request("START tea 1200ms")
+            hostA.crash()
+            let done = try onB.waitForEvent(timeout: 10) { _ in true }
+            #expect(done.kind == .done && done.name == "tea")
+            // Every host down past a deadline: the next host to start announces it.
+            _ = try onB.request("START late 800ms")
+            hostB.crash()
+            Thread.sleep(forTimeInterval: 1.2)  // Past the deadline, with no daemon running: the fault under test.
+            let hostC = try clusterDaemon(etcd)
+            let onC = try hostC.connect()
+            try waitUntil(timeout: 10) { try onC.request("STATUS late").countdowns.first?.state == .done }
+        }
+
+        @Test("etcd unreachable: changes are ERR unavailable at once, saying so; reads answer from the host's copy")
+        func etcdDown() throws {
+            let etcd = try EtcdCluster()
+            let host = try clusterDaemon(etcd)
+            let c = try host.connect()
+            _ = try c.request("START kept 1h")
+            for member in etcd.members.indices { etcd.kill(member) }
+            let started = monotonicNow()
+            guard case .error(.unavailable?, _, let message) = try c.request("START new 1h").outcome else {
+                Issue.record("a change with etcd gone is ERR unavailable")
+                return
+            }
+            #expect(monotonicNow() - started < 5, "answered within the call's deadline")
+            #expect(message.contains("etcd"), "\(message)")
+            #expect(try c.request("STATUS kept").countdowns.first?.state == .running)
+        }
+    }
+}
