@@ -109,10 +109,11 @@ extension Daemon {
         cluster.change(key, to: value, expecting: expectation) { [unowned self] outcome in
             switch outcome {
             case .committed(let revision):
-                cluster.afterRevision(revision) { [unowned self] in
+                cluster.afterRevision(revision) { [unowned self] caughtUp in
                     answer(connection) { out in
                         let now = SystemClock.now()
-                        var shown = (try? engine.status(of: key, now: now)) ?? proposal.reply
+                        // Committed either way; from the replica once it has it, else as proposed.
+                        var shown = (caughtUp ? try? engine.status(of: key, now: now) : nil) ?? proposal.reply
                         shown.name = CountdownAddress.display(shown.name, owner: shown.owner, to: uid)
                         WireEncoder.appendOK(shown, clock: SystemClock.mapping(at: now), to: &out)
                     }
@@ -120,7 +121,7 @@ extension Daemon {
             case .conflict(_, let revision):
                 // Another host changed it first: once the replica has that change, the request
                 // is judged again against it (a START then finds it running: busy).
-                cluster.afterRevision(revision) { [unowned self] in
+                cluster.afterRevision(revision) { [unowned self] _ in
                     clients.releaseFromStore(connection)
                     let now = SystemClock.now()
                     do throws(ProtocolError) {
@@ -146,6 +147,8 @@ extension Daemon {
 
     /// Queues a reply that was waiting for etcd, and lets the connection go on.
     private func answer(_ connection: Connection, _ build: (inout [UInt8]) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        precondition(phase == .serving, "cluster replies are queued within a batch")
         clients.releaseFromStore(connection)
         guard !connection.isClosed else { return }
         var out: [UInt8] = []

@@ -113,3 +113,62 @@ extension Integration {
         }
     }
 }
+
+extension Integration.ClusterTests {
+    @Test("kill -9 of the etcd leader under load: no acknowledged START is lost, and writes resume")
+    func leaderKilledUnderLoad() throws {
+        let etcd = try EtcdCluster()
+        let host = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
+        let c = try host.connect()
+        var acknowledged: Set<String> = []
+        var killed = false
+        for round in 0..<30 {
+            if round == 10, let leader = etcd.leaderIndex() {
+                etcd.kill(leader)
+                killed = true
+            }
+            try c.send((0..<20).map { "START load:\(round)-\($0) 1h\n" }.joined())
+            for index in 0..<20 {
+                let reply = try c.readReply(timeout: 30)
+                switch reply.outcome {
+                case .ok: acknowledged.insert("load:\(round)-\(index)")
+                case .error(let code, _, let message): #expect(code == .unavailable, "\(message)")
+                }
+            }
+        }
+        #expect(killed, "a leader was found and killed")
+        // Writes resume once a new leader is elected.
+        try waitUntil(timeout: 15) {
+            if case .ok = try c.request("START after-election 1h").outcome { return true }
+            return false
+        }
+        // A daemon started now reads everything from etcd: every acknowledged START is there.
+        let fresh = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
+        let held = Set(try fresh.connect().request("LIST PREFIX load:").countdowns.map(\.name))
+        #expect(acknowledged.subtracting(held).isEmpty, "\(acknowledged.subtracting(held).count) acknowledged STARTs lost")
+        #expect(acknowledged.count > 300, "\(acknowledged.count) acknowledged")
+    }
+
+    @Test("SIGSTOP of the member a host talks to: its change goes through another member within seconds, exactly once")
+    func stoppedMember() throws {
+        let etcd = try EtcdCluster()
+        let host = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
+        let c = try host.connect()
+        _ = try c.request("START warm 1h")  // The host talks to the first member.
+        etcd.signal(0, SIGSTOP)
+        defer { etcd.signal(0, SIGCONT) }
+        let started = monotonicNow()
+        let reply = try c.request("START frozen 1h", timeout: 30)
+        let took = monotonicNow() - started
+        guard case .ok = reply.outcome else {
+            Issue.record("the change went through another member: \(reply.outcome)")
+            return
+        }
+        #expect(took < 12, "answered in \(took) s")
+        etcd.signal(0, SIGCONT)
+        guard case .error(.busy?, _, _) = try c.request("START frozen 1h").outcome else {
+            Issue.record("it exists once, running")
+            return
+        }
+    }
+}

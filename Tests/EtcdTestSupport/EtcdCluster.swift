@@ -90,6 +90,52 @@ public final class EtcdCluster {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
+    /// The index of the member that leads now, asked of each member over plain HTTP
+    /// (`/v3/maintenance/status`), or `nil` if none answers with a leader.
+    public func leaderIndex() -> Int? {
+        for member in members where member.process != nil {
+            guard let status = Self.post(member.clientURL, path: "/v3/maintenance/status", body: "{}"),
+                  let object = try? JSONSerialization.jsonObject(with: Data(status.utf8)) as? [String: Any],
+                  let leader = object["leader"] as? String else { continue }
+            for (index, candidate) in members.enumerated() where candidate.process != nil {
+                guard let other = Self.post(candidate.clientURL, path: "/v3/maintenance/status", body: "{}"),
+                      let reply = try? JSONSerialization.jsonObject(with: Data(other.utf8)) as? [String: Any],
+                      let header = reply["header"] as? [String: Any], header["member_id"] as? String == leader else { continue }
+                return index
+            }
+        }
+        return nil
+    }
+
+    /// A minimal HTTP/1.0 POST to a loopback `http://` URL; the response body, or `nil`.
+    static func post(_ url: String, path: String, body: String) -> String? {
+        guard url.hasPrefix("http://127.0.0.1:"), let port = UInt16(url.dropFirst("http://127.0.0.1:".count)) else { return nil }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return nil }
+        let request = "POST \(path) HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        guard write(fd, request, request.utf8.count) == request.utf8.count else { return nil }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count <= 0 { break }
+            response += buffer[0..<count]
+        }
+        let text = String(decoding: response, as: UTF8.self)
+        guard let split = text.range(of: "\r\n\r\n") else { return nil }
+        return String(text[split.upperBound...])
+    }
+
     /// A loopback port nobody listens on now.
     public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -1,4 +1,5 @@
 import CountdownCore
+import CLinuxShims
 import Dispatch
 import Glibc
 
@@ -41,7 +42,17 @@ final class ClusterReplica: @unchecked Sendable {
     private var watch: EtcdWatch?
     /// Whether the watch is running (for STATUS and STATS).
     private(set) var isWatching = false
-    private var waiters: [(revision: Int64, resume: () -> Void)] = []
+    private var waiters: [(revision: Int64, giveUpAt: Instant, resume: (Bool) -> Void)] = []
+    /// Retries due later (`schedule`), run by the housekeeping timer.
+    private var scheduled: [(at: Instant, action: () -> Void)] = []
+    /// A timerfd that fires five times a second on the poller, so that retries and timeouts run
+    /// within the daemon's batches (and their replies are written) like everything else.
+    private let housekeepingDescriptor: Int32
+    private var housekeepingToken: EventPoller.Token?
+    private let poller: EventPoller
+    /// How long a host waits for its watch to bring a change it committed before it suspects
+    /// the watch (a member stopped or cut off holds it silently) and answers anyway.
+    static let catchUpTimeoutNanoseconds: Int64 = 2_000_000_000
     /// This host's operations, numbered: `<host>-<pid>-<n>`.
     private let hostID: String
     private var operationCount = 0
@@ -63,6 +74,37 @@ final class ClusterReplica: @unchecked Sendable {
         var name = [CChar](repeating: 0, count: 256)
         gethostname(&name, name.count)
         hostID = String(cString: name) + "-\(getpid())"
+        self.poller = poller
+        let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        guard fd >= 0 else { throw .system("timerfd_create(CLOCK_MONOTONIC)", errno) }
+        housekeepingDescriptor = fd
+        var spec = itimerspec()
+        spec.it_value.tv_nsec = 200_000_000
+        spec.it_interval.tv_nsec = 200_000_000
+        timerfd_settime(fd, 0, &spec, nil)
+        housekeepingToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
+            var expirations: UInt64 = 0
+            _ = read(housekeepingDescriptor, &expirations, MemoryLayout<UInt64>.size)
+            housekeeping()
+        }
+    }
+
+    /// Runs `action` on the housekeeping timer, `seconds` from now.
+    private func schedule(after seconds: Double, _ action: @escaping () -> Void) {
+        scheduled.append((SystemClock.now().advanced(byNanoseconds: Int64(seconds * 1e9)), action))
+    }
+
+    private func housekeeping() {
+        let now = SystemClock.now()
+        let due = scheduled.filter { $0.at <= now }
+        scheduled.removeAll { $0.at <= now }
+        for item in due { item.action() }
+        let expired = waiters.filter { $0.giveUpAt <= now }
+        guard !expired.isEmpty else { return }
+        waiters.removeAll { $0.giveUpAt <= now }
+        logger.log(.warning, "cluster: the watch did not bring a committed change within 2 s (it is at revision \(revision)); moving it to another member")
+        restartWatchElsewhere()
+        for waiter in expired { waiter.resume(false) }
     }
 
     /// A fresh operation id.
@@ -83,7 +125,7 @@ final class ClusterReplica: @unchecked Sendable {
             switch result {
             case .failure(let error):
                 logger.log(.warning, "cluster: cannot read \(configuration.prefix) from etcd (\(error)); trying again in a second")
-                queue.asyncAfter(deadline: .now() + 1) { [self] in readEverything(first: first) }
+                schedule(after: 1) { [self] in readEverything(first: first) }
             case .success(let (keyValues, readAt)):
                 var countdowns: [(key: String, value: ClusterValue)] = []
                 modifiedAt.removeAll(keepingCapacity: true)
@@ -133,18 +175,20 @@ final class ClusterReplica: @unchecked Sendable {
                 readEverything(first: false)
             case .failed(let error):
                 logger.log(.warning, "cluster: the watch on etcd ended (\(error)); resuming after revision \(revision)")
-                queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [self] in startWatch() }
+                schedule(after: 0.2) { [self] in startWatch() }
             }
         })
     }
 
-    /// Runs `resume` once the replica has applied `revision`.
-    func afterRevision(_ wanted: Int64, _ resume: @escaping () -> Void) {
+    /// Runs `resume(true)` once the replica has applied `revision`. If the watch has not
+    /// brought it within `catchUpTimeout`, the watch is moved to another member and
+    /// `resume(false)` runs: the change is in etcd, this host's copy is behind.
+    func afterRevision(_ wanted: Int64, _ resume: @escaping (Bool) -> Void) {
         if revision >= wanted {
-            resume()
-        } else {
-            waiters.append((wanted, resume))
+            resume(true)
+            return
         }
+        waiters.append((wanted, SystemClock.now().advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds), resume))
     }
 
     private func releaseWaiters() {
@@ -152,16 +196,28 @@ final class ClusterReplica: @unchecked Sendable {
         let ready = waiters.filter { $0.revision <= revision }
         waiters.removeAll { $0.revision <= revision }
         for waiter in ready {
-            waiter.resume()
+            waiter.resume(true)
         }
+    }
+
+    /// Ends the watch on a member that seems stuck; it resumes on the next one.
+    private func restartWatchElsewhere() {
+        guard let watch, isWatching else { return }
+        client.rotateAfterFailure(of: client.endpoints[client.currentEndpoint])
+        client.cancel(watch)
     }
 
     // MARK: - Changing
 
     /// Writes `value` (or deletes the key, for `nil`) if etcd still has what `expectation` says:
     /// one transaction. `completion` runs on the queue.
+    ///
+    /// A transaction whose answer was lost (a member stopped or cut off after the request went
+    /// out) is sent once more to the next member with the same operation id. Whichever of the
+    /// two commits first wins, the other fails its comparison; a conflict that shows this very
+    /// operation's value is the first one having committed, so it counts as committed.
     func change(
-        _ key: String, to value: ClusterValue?, expecting expectation: Expectation,
+        _ key: String, to value: ClusterValue?, expecting expectation: Expectation, retried: Bool = false,
         completion: @escaping (ChangeOutcome) -> Void
     ) {
         let fullKey = configuration.prefix + key
@@ -171,15 +227,23 @@ final class ClusterReplica: @unchecked Sendable {
         case .unchangedSince(let revision): compare = .modifiedAt(fullKey, revision)
         }
         let operation: EtcdClient.Operation = value.map { .put(fullKey, $0.encoded, lease: nil) } ?? .delete(fullKey)
-        client.transaction(if: [compare], then: [operation], else: [.get(fullKey)]) { result in
+        client.transaction(if: [compare], then: [operation], else: [.get(fullKey)]) { [self] result in
             switch result {
+            case .failure(.ambiguous) where !retried && value != nil:
+                change(key, to: value, expecting: expectation, retried: true, completion: completion)
             case .failure(let error):
                 completion(.failed(error))
             case .success(let outcome) where outcome.succeeded:
                 completion(.committed(outcome.revision))
             case .success(let outcome):
                 let current = outcome.ranges.first?.first
-                completion(.conflict(current.flatMap { ClusterValue.decode($0.value) }, revision: current?.modRevision ?? outcome.revision))
+                let found = current.flatMap { ClusterValue.decode($0.value) }
+                let revision = current?.modRevision ?? outcome.revision
+                if let value, let found, found.operation == value.operation {
+                    completion(.committed(revision))  // Our first attempt did commit.
+                } else {
+                    completion(.conflict(found, revision: revision))
+                }
             }
         }
     }
@@ -188,5 +252,7 @@ final class ClusterReplica: @unchecked Sendable {
     func stop() {
         if let watch { client.cancel(watch) }
         driver.close()
+        if let housekeepingToken { poller.unregister(housekeepingToken) }
+        close(housekeepingDescriptor)
     }
 }
