@@ -14,6 +14,8 @@ MANDIR     ?= $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+# The cluster drop-in (not enabled by installing it) and its guide.
+DOCDIR     ?= $(PREFIX)/share/doc/countdownd
 SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev libcurl4-openssl-dev pkg-config
@@ -78,6 +80,9 @@ install: release
 	install -m 0644 completions/cdctl.bash $(DESTDIR)$(BASHCOMPDIR)/cdctl
 	install -m 0644 completions/_cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl
 	install -m 0644 completions/cdctl.fish $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
+	install -d $(DESTDIR)$(DOCDIR)
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/countdownd-cluster.conf > $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf
+	install -m 0644 docs/CLUSTER.md $(DESTDIR)$(DOCDIR)/CLUSTER.md
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/countdownd $(DESTDIR)$(BINDIR)/cdctl
@@ -86,6 +91,7 @@ uninstall:
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man1/cdctl.1 $(DESTDIR)$(MANDIR)/man8/countdownd.8
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
+	rm -f $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf $(DESTDIR)$(DOCDIR)/CLUSTER.md
 
 # libFuzzer over the request path (framer, parser, engine, encoder). SwiftPM cannot link a fuzzer
 # executable, so the pure core is compiled with swiftc directly (Fuzz/README.md).

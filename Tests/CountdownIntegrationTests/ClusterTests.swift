@@ -86,6 +86,9 @@ extension Integration {
             hostA.crash()
             let done = try onB.waitForEvent(timeout: 10) { _ in true }
             #expect(done.kind == .done && done.name == "tea")
+            Thread.sleep(forTimeInterval: 1.5)  // Room for a second done (B retries each second): none must come.
+            _ = try onB.request("PING")
+            #expect(!onB.hasBufferedInput, "one done only")
             // Every host down past a deadline: the next host to start announces it.
             _ = try onB.request("START late 800ms")
             hostB.crash()

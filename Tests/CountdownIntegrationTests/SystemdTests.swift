@@ -144,6 +144,28 @@ extension Integration {
         }
 
         @Test(
+            "the cluster drop-in verifies, opens only IP sockets and the network, and scores 1.5 or lower",
+            .enabled(if: toolExists("/usr/bin/systemd-analyze"), "systemd-analyze is not installed")
+        )
+        func clusterDropIn() throws {
+            let units = InstalledUnits()
+            let service = try #require(units.system.first { $0.hasSuffix(".service") })
+            let dropIns = units.directory.file("countdownd.service.d")
+            try FileManager.default.createDirectory(atPath: dropIns, withIntermediateDirectories: true)
+            let text = try String(contentsOfFile: "\(packageRoot)/systemd/countdownd-cluster.conf", encoding: .utf8)
+                .replacingOccurrences(of: "@BINDIR@", with: TestBinaries.directory)
+            try text.write(toFile: dropIns + "/cluster.conf", atomically: true, encoding: .utf8)
+            let verified = try runCommand("/usr/bin/systemd-analyze", ["verify", "--recursive-errors=no", "--man=no", service])
+            #expect(verified.status == 0, "\(verified.stdout)\(verified.stderr)")
+            let result = try runCommand("/usr/bin/systemd-analyze", ["security", "--offline=yes", service])
+            #expect(result.stdout.contains("✗ PrivateNetwork="), "the drop-in was read: the network is open")
+            #expect(result.stdout.contains("✓ RestrictAddressFamilies=~AF_PACKET") && result.stdout.contains("✓ RestrictAddressFamilies=~AF_NETLINK"))
+            let match = try #require(result.stdout.firstMatch(of: #/Overall exposure level for countdownd.service: (\d+\.\d)/#), "\(result.stdout)")
+            let score = try #require(Double(match.1))
+            #expect(score <= 1.5, "exposure \(score) with the cluster drop-in")
+        }
+
+        @Test(
             "under a real systemd --user manager: socket activation by cdctl, STATUS in systemctl status, clean stop",
             .enabled(if: getuid() == 0, "needs root for a private mount namespace (unshare --mount)"),
             .enabled(if: toolExists("/usr/bin/unshare") && toolExists("/lib/systemd/systemd"), "unshare or systemd is not installed")
