@@ -418,6 +418,139 @@ def analysis():
 
 
 
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Etcd:
+    """A real three-member etcd (Debian's etcd-server) on loopback ports."""
+
+    def __init__(self, workdir):
+        self.directory = fresh_dir(workdir, "etcd")
+        members = [("m%d" % i, free_port(), free_port()) for i in range(3)]
+        self.endpoints = ["http://127.0.0.1:%d" % client for _, client, _ in members]
+        initial = ",".join("%s=http://127.0.0.1:%d" % (name, peer) for name, _, peer in members)
+        self.processes = []
+        for name, client, peer in members:
+            self.processes.append(subprocess.Popen([
+                "etcd", "--name", name, "--data-dir", os.path.join(self.directory, name),
+                "--listen-client-urls", "http://127.0.0.1:%d" % client, "--advertise-client-urls", "http://127.0.0.1:%d" % client,
+                "--listen-peer-urls", "http://127.0.0.1:%d" % peer, "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
+                "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
+                "--logger", "zap", "--log-outputs", os.path.join(self.directory, name + ".log"),
+            ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if all(b"true" in etcd_post(endpoint, "/health", None) for endpoint in self.endpoints):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("etcd did not become healthy")
+
+    def stop(self):
+        for process in self.processes:
+            stop_process(process)
+
+
+def etcd_post(endpoint, path, body, connection=None):
+    """POST (GET without a body) to etcd's gateway; the response body."""
+    import http.client
+    own = connection is None
+    if own:
+        host, port = endpoint[len("http://"):].split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    if body is None:
+        connection.request("GET", path)
+    else:
+        connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    data = connection.getresponse().read()
+    if own:
+        connection.close()
+    return data
+
+
+def etcd_txn_rate(endpoints, total, clients=8):
+    """Create-if-absent transactions per second, `clients` connections one at a time each: what
+    a cluster START costs etcd itself, with no countdownd in the way."""
+    import base64, http.client, threading
+    per_client = total // clients
+
+    def run(index):
+        host, port = endpoints[index % len(endpoints)][len("http://"):].split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        for n in range(per_client):
+            key = base64.b64encode(("/bare/%d-%d" % (index, n)).encode()).decode()
+            etcd_post(None, "/v3/kv/txn", {
+                "compare": [{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+                "success": [{"request_put": {"key": key, "value": base64.b64encode(b"1").decode()}}],
+                "failure": [{"request_range": {"key": key}}],
+            }, connection=connection)
+        connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return per_client * clients / (time.monotonic() - started)
+
+
+def cluster_round(workdir, total, n, probes):
+    """Cluster mode against a real three-member etcd on loopback: START throughput (8 clients,
+    one at a time each) next to etcd's own rate for the same transactions; `done` lateness as
+    seen on the host that started the countdowns and on another; and replica lag: from the OK on
+    one host to the `started` event on the other."""
+    etcd = Etcd(workdir)
+    hosts = []
+    try:
+        cluster = ["--cluster", ",".join(etcd.endpoints)]
+        hosts = [Daemon(fresh_dir(workdir, "cluster-a"), extra=cluster), Daemon(fresh_dir(workdir, "cluster-b"), extra=cluster)]
+        a, b = hosts
+        result = {"etcd_txn_rate": etcd_txn_rate(etcd.endpoints, total)}
+        out = subprocess.run([os.path.join(TOOLS, "loadgen"), a.socket, "8", str(total), "1", "t"], capture_output=True, text=True, timeout=600).stdout.split()
+        result["start_rate"], result["start_errors"] = float(out[0]), int(out[1])
+        # done lateness on both hosts; deadlines (wall clock) from the OK replies.
+        logs = []
+        for host in hosts:
+            path = os.path.join(workdir, "cluster-events-%d.log" % random.randrange(1 << 30))
+            logs.append((path, start_eventlog("countdownd", host.socket, path, n, 60)))
+        replies = pipelined(a.socket, ["START d%d %dms\n" % (i, d) for i, d in enumerate(durations_ms(n, n, 1000, 3000))])
+        deadlines = {line.split()[1]: int(line.split()[5]) for line in replies if line.startswith("OK ")}
+        for label, (path, logger) in zip(("done_on_starter", "done_on_other"), logs):
+            logger.wait(60)
+            late = [int(real) / 1e6 - deadlines[name] for _boot, real, kind, name, _ in (l.split() for l in open(path))
+                    if kind == "done" and name in deadlines]
+            result[label] = percentiles(late)
+            os.unlink(path)
+        # Replica lag, one change at a time.
+        s = socket.socket(socket.AF_UNIX); s.connect(a.socket); fa = s.makefile("rb"); fa.readline()
+        t = socket.socket(socket.AF_UNIX); t.connect(b.socket); fb = t.makefile("rb"); fb.readline()
+        t.sendall(b"SUBSCRIBE EVENTS started\n"); fb.readline()
+        lags = []
+        for i in range(probes):
+            s.sendall(b"START lag%d 1h\n" % i)
+            fa.readline()
+            answered = time.monotonic()
+            while not fb.readline().split()[3:4] == [b"lag%d" % i]:
+                pass
+            lags.append((time.monotonic() - answered) * 1000)
+        s.close(); t.close()
+        result["replica_lag"] = percentiles(lags)
+        return result
+    finally:
+        for host in hosts:
+            host.stop()
+        etcd.stop()
+
+
 def summarize(values):
     """(median, lowest, highest) of the runs' values, or None."""
     values = [v for v in values if v is not None]
@@ -457,6 +590,7 @@ def main():
         r = raw["r"]
         for key in ("alone", "redis", "floor"):
             r[key] = {int(n): runs for n, runs in r[key].items()}
+        r.setdefault("cluster", [])
         write_report(args, raw["sizes"], raw["million"], raw["restore_n"], r, raw["have_redis"])
         return
     global THROUGHPUT_N
@@ -467,9 +601,10 @@ def main():
         THROUGHPUT_N = 20_000
     build_tools()
     have_redis = bool(shutil.which("redis-server") and shutil.which("redis-benchmark"))
+    have_etcd = bool(shutil.which("etcd"))
     workdir = tempfile.mkdtemp(prefix="cdbench.")
     r = {"alone": {n: [] for n in sizes}, "redis": {n: [] for n in sizes}, "floor": {n: [] for n in sizes},
-         "mixed": [], "throughput": {}, "million": [], "redis_million": [], "restore": []}
+         "mixed": [], "throughput": {}, "million": [], "redis_million": [], "restore": [], "cluster": []}
     try:
         for run in range(args.runs):
             log("round %d of %d" % (run + 1, args.runs))
@@ -494,6 +629,9 @@ def main():
             if have_redis:
                 r["redis_million"].append(redis_million(workdir, million))
             r["restore"].append(launch_to_ready(workdir, restore_n))
+            if have_etcd:
+                log("  cluster mode")
+                r["cluster"].append(cluster_round(workdir, 2000 if args.quick else 10_000, 200 if args.quick else 1000, 50 if args.quick else 200))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     # The raw figures, so a report can be written again (--report-from) without rerunning.
@@ -612,6 +750,22 @@ def write_report(args, sizes, million, restore_n, r, have_redis):
     w("| launch to READY after SIGKILL (ms) | %s | |" % cell(launch, "%.0f"))
     w("| launch to READY with %s from a clean stop (ms) | %s | |" % (N(restore_n), cell(r["restore"], "%.0f")))
     w("")
+    if r.get("cluster"):
+        c = r["cluster"]
+        w("## Cluster mode (three etcd members and two daemons, all on this machine)")
+        w("")
+        w("A real three-member etcd (Debian's etcd-server) on loopback ports, two daemons with `--cluster`. START: `bench/loadgen.c`, 8 clients one at a time each, through one daemon; etcd's own rate: the same create-if-absent transactions sent straight to etcd's gateway by 8 clients (Python, keep-alive). `done` lateness: countdowns of 1–3 s started through host A, against their deadline on the wall clock (from the OK replies), as host A's and host B's subscribers saw them; local mode's figure at the same N is in the tables above. Replica lag: a START through host A, then the time until host B's subscriber sees it, one at a time.")
+        w("")
+        w("| figure | median (lowest–highest) |")
+        w("|---|---|")
+        w("| START per second through countdownd | %s |" % cell([x["start_rate"] for x in c], "%.0f"))
+        w("| the same transactions per second straight to etcd | %s |" % cell([x["etcd_txn_rate"] for x in c], "%.0f"))
+        w("| countdownd ÷ etcd | %s× |" % cell([x["start_rate"] / x["etcd_txn_rate"] for x in c], "%.2f"))
+        for label, key in (("host that started them", "done_on_starter"), ("the other host", "done_on_other")):
+            w("| `done` lateness p50 / p99, %s (ms) | %s / %s |" % (label, cell([x[key]["p50"] for x in c], "%.2f"), cell([x[key]["p99"] for x in c], "%.2f")))
+        w("| replica lag p50 / p99 (ms) | %s / %s |" % (cell([x["replica_lag"]["p50"] for x in c], "%.2f"), cell([x["replica_lag"]["p99"] for x in c], "%.2f")))
+        w("| START errors | %d |" % sum(x["start_errors"] for x in c))
+        w("")
     w(analysis())
     open(args.output, "w").write("\n".join(lines) + "\n")
     log("wrote " + args.output)

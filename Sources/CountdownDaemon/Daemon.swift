@@ -156,7 +156,8 @@ public final class Daemon: @unchecked Sendable {
             paused: engine.pausedCount,
             subscribers: fanOut.subscriberCount,
             connections: clients.count,
-            storage: storage
+            storage: storage,
+            cluster: cluster.map { "etcd revision \($0.revision)\($0.isWatching ? "" : ", watch reconnecting")" }
         )
     }
 

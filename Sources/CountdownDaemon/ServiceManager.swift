@@ -10,10 +10,12 @@ struct StatusCounts: Equatable, CustomStringConvertible {
     var connections: Int
     /// Set while storage is degraded: what is wrong.
     var storage: String?
+    /// Cluster mode: the revision applied, and whether the watch runs.
+    var cluster: String?
 
     var description: String {
         "\(running) running, \(paused) paused, \(subscribers) subscribers, \(connections) connections"
-            + (storage.map { "; storage \($0)" } ?? "")
+            + (storage.map { "; storage \($0)" } ?? "") + (cluster.map { "; \($0)" } ?? "")
     }
 }
 
