@@ -175,3 +175,27 @@ extension Integration.ClusterTests {
         }
     }
 }
+
+extension Integration.ClusterTests {
+    @Test(
+        "cluster mode over TLS with client certificates made in the test: changes and events go through",
+        .enabled(if: TestCertificates.canBeMade, "openssl is not installed, so no certificates can be made for the TLS test")
+    )
+    func overTLS() throws {
+        let directory = TemporaryDirectory()
+        let certificates = try TestCertificates(in: directory.file("tls"))
+        let etcd = try EtcdCluster(tls: (certificates.serverCertificate, certificates.serverKey, certificates.authority))
+        let tls = ["--cluster-ca", certificates.authority, "--cluster-cert", certificates.clientCertificate, "--cluster-key", certificates.clientKey]
+        let host = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")] + tls)
+        let c = try host.connect()
+        _ = try c.request("SUBSCRIBE EVENTS lifecycle")
+        #expect(try c.request("START secure 1h").countdown?.state == .running)
+        #expect(try c.waitForEvent { $0.name == "secure" }.kind == .started)
+        // Without its certificate a daemon cannot read etcd: it says so and does not become ready.
+        let stranger = try DaemonProcess(
+            arguments: ["--cluster", etcd.endpoints.joined(separator: ","), "--cluster-ca", certificates.authority], waitForReady: false
+        )
+        try waitUntil(timeout: 10) { stranger.stderrText.contains("cluster: cannot read /countdownd/ from etcd") }
+        #expect(!stranger.stderrText.contains("listening on"), "it let no client in")
+    }
+}
