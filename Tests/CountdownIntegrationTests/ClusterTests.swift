@@ -199,3 +199,44 @@ extension Integration.ClusterTests {
         #expect(!stranger.stderrText.contains("listening on"), "it let no client in")
     }
 }
+
+extension Integration.ClusterTests {
+    @Test("etcd compacts the history a host's watch needs: the host reads everything again and misses no countdown")
+    func compactionResync() throws {
+        let etcd = try EtcdCluster()
+        let hostA = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
+        let hostB = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
+        let onA = try hostA.connect(), onB = try hostB.connect()
+        _ = try onA.request("START before 1h")
+        // Host A's watch is on the first member: freeze it, so A falls behind silently.
+        etcd.signal(0, SIGSTOP)
+        defer { etcd.signal(0, SIGCONT) }
+        // Host B changes things through the other members (its first call times out, then moves on).
+        guard case .ok = try onB.request("START while-frozen 1h", timeout: 30).outcome else {
+            Issue.record("host B's START went through another member")
+            return
+        }
+        // (B's own watch was on the frozen member too; it moves, and B's copy catches up.)
+        try waitUntil(timeout: 10) { try onB.request("STATUS while-frozen").countdowns.first != nil }
+        guard case .ok = try onB.request("CANCEL while-frozen", timeout: 30).outcome else {
+            Issue.record("host B's CANCEL went through")
+            return
+        }
+        // Compact etcd's history up to now, through a member that answers: host A's watch stands
+        // before both of B's changes, so what it needs next is gone.
+        let status = try #require(EtcdCluster.post(etcd.endpoints[1], path: "/v3/kv/range", body: #"{"key":"AA=="}"#))
+        let revision = try #require(status.firstMatch(of: #/"revision":"(\d+)"/#).map { String($0.1) })
+        _ = EtcdCluster.post(etcd.endpoints[1], path: "/v3/kv/compaction", body: #"{"revision":"\#(revision)","physical":true}"#)
+        // A change through host A: its stuck watch is moved to another member, from a revision
+        // that is compacted away, so host A reads everything again.
+        guard case .ok = try onA.request("START after 1h", timeout: 30).outcome else {
+            Issue.record("host A's START went through")
+            return
+        }
+        try waitUntil(timeout: 15) { hostA.stderrText.contains("reading everything again") }
+        try waitUntil(timeout: 10) {
+            Set(try onA.request("LIST").countdowns.map(\.name)) == ["before", "while-frozen", "after"]
+        }
+        #expect(try onA.request("STATUS while-frozen").countdowns.first?.state == .cancelled, "the state after the history it never saw")
+    }
+}

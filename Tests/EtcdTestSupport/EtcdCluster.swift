@@ -108,7 +108,7 @@ public final class EtcdCluster {
     }
 
     /// A minimal HTTP/1.0 POST to a loopback `http://` URL; the response body, or `nil`.
-    static func post(_ url: String, path: String, body: String) -> String? {
+    public static func post(_ url: String, path: String, body: String) -> String? {
         guard url.hasPrefix("http://127.0.0.1:"), let port = UInt16(url.dropFirst("http://127.0.0.1:".count)) else { return nil }
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
