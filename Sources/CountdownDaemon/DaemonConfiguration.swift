@@ -80,6 +80,9 @@ public struct ClusterConfiguration: Sendable, Equatable {
     public var prefix = "/countdownd/"
     /// TLS to the members: a CA bundle, and a client certificate and key.
     var tls: TLSFiles?
+    /// etcd's own authentication: a user, and the file holding its password.
+    public var user: String?
+    public var passwordFile: String?
 
     /// Cluster mode on these members.
     public init(endpoints: [String]) {
@@ -138,6 +141,9 @@ public enum DaemonCommandLine {
           --cluster-prefix PREFIX  etcd key prefix (default /countdownd/)
           --cluster-ca FILE, --cluster-cert FILE, --cluster-key FILE
                                    TLS to etcd: its CA, this daemon's certificate and key
+          --cluster-user USER, --cluster-password-file FILE
+                                   etcd's own authentication: a user, and a file
+                                   holding its password
           -h, --help               show this help
           -V, --version            show the version
 
@@ -163,6 +169,8 @@ public enum DaemonCommandLine {
         .init(["--cluster-ca"], takesValue: true),
         .init(["--cluster-cert"], takesValue: true),
         .init(["--cluster-key"], takesValue: true),
+        .init(["--cluster-user"], takesValue: true),
+        .init(["--cluster-password-file"], takesValue: true),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
     ])
@@ -248,9 +256,15 @@ public enum DaemonCommandLine {
                 }
                 cluster.tls = TLSFiles(certificateAuthority: ca, certificate: certificate, key: key)
             }
+            cluster.user = parsed.value("cluster-user")
+            cluster.passwordFile = parsed.value("cluster-password-file")
+            guard (cluster.user == nil) == (cluster.passwordFile == nil) else {
+                throw UsageError(description: "--cluster-user and --cluster-password-file go together: a user needs its password")
+            }
             configuration.cluster = cluster
             configuration.engine.decidesLocally = false
-        } else if let stray = ["cluster-prefix", "cluster-ca", "cluster-cert", "cluster-key"].first(where: { parsed.has($0) }) {
+        } else if let stray = ["cluster-prefix", "cluster-ca", "cluster-cert", "cluster-key", "cluster-user", "cluster-password-file"]
+            .first(where: { parsed.has($0) }) {
             throw UsageError(description: "--\(stray) needs --cluster")
         }
         if let level = parsed.value("log-level") {

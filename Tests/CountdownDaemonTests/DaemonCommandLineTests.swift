@@ -51,6 +51,7 @@ struct DaemonCommandLineTests {
         (["--cluster", "etcd:2379"], "etcd client URLs"), (["--cluster-prefix", "/x/"], "needs --cluster"),
         (["--cluster", "http://a:2379", "--cluster-prefix", "x"], "start and end with '/'"),
         (["--cluster", "http://a:2379", "--cluster-cert", "c.pem"], "go together"),
+        (["--cluster", "http://a:2379", "--cluster-user", "cd"], "a user needs its password"), (["--cluster-user", "cd"], "needs --cluster"),
     ] as [([String], String)])
     func usageErrors(arguments: [String], fragment: String) {
         do {

@@ -240,3 +240,37 @@ extension Integration.ClusterTests {
         #expect(try onA.request("STATUS while-frozen").countdowns.first?.state == .cancelled, "the state after the history it never saw")
     }
 }
+
+extension Integration.ClusterTests {
+    @Test("etcd with authentication on: a daemon with a user allowed the prefix works; one without credentials is let in nowhere")
+    func etcdAuthentication() throws {
+        let etcd = try EtcdCluster()
+        #expect(etcd.waitUntilAnswering(), "the cluster elected a leader")
+        let member = etcd.endpoints[0]
+        func call(_ path: String, _ body: String) {
+            let reply = EtcdCluster.post(member, path: path, body: body) ?? "no answer"
+            #expect(reply.contains("header"), "\(path): \(reply)")
+        }
+        let prefix = Data("/countdownd/".utf8).base64EncodedString(), end = Data("/countdownd0".utf8).base64EncodedString()
+        call("/v3/auth/role/add", #"{"name":"root"}"#)
+        call("/v3/auth/user/add", #"{"name":"root","password":"root-secret"}"#)
+        call("/v3/auth/user/grant", #"{"user":"root","role":"root"}"#)
+        call("/v3/auth/role/add", #"{"name":"countdownd"}"#)
+        call("/v3/auth/role/grant", #"{"name":"countdownd","perm":{"permType":"READWRITE","key":"\#(prefix)","range_end":"\#(end)"}}"#)
+        call("/v3/auth/user/add", #"{"name":"countdownd","password":"cd-secret"}"#)
+        call("/v3/auth/user/grant", #"{"user":"countdownd","role":"countdownd"}"#)
+        call("/v3/auth/enable", "{}")
+        let directory = TemporaryDirectory()
+        let passwordFile = directory.file("password")
+        try "cd-secret\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let host = try DaemonProcess(arguments: [
+            "--cluster", etcd.endpoints.joined(separator: ","), "--cluster-user", "countdownd", "--cluster-password-file", passwordFile,
+        ])
+        let c = try host.connect()
+        #expect(try c.request("START authed 1h").countdown?.state == .running)
+        #expect(try c.request("STATUS authed").countdowns.first?.state == .running, "the watch, too, is allowed")
+        let stranger = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")], waitForReady: false)
+        try waitUntil(timeout: 10) { stranger.stderrText.contains("cluster: cannot read /countdownd/ from etcd") }
+        #expect(!stranger.stderrText.contains("listening on"), "it let no client in")
+    }
+}

@@ -90,6 +90,18 @@ public final class EtcdCluster {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
+    /// Waits until the first member answers a read (the cluster has a leader), up to `timeout` s.
+    public func waitUntilAnswering(timeout: Double = 30) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let reply = Self.post(endpoints[0], path: "/v3/kv/range", body: #"{"key":"AA=="}"#), reply.contains("revision") {
+                return true
+            }
+            usleep(100_000)
+        }
+        return false
+    }
+
     /// The index of the member that leads now, asked of each member over plain HTTP
     /// (`/v3/maintenance/status`), or `nil` if none answers with a leader.
     public func leaderIndex() -> Int? {

@@ -70,7 +70,16 @@ final class ClusterReplica: @unchecked Sendable {
         self.queue = queue
         self.logger = logger
         driver = try CurlDriver(poller: poller, queue: queue)
-        client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, driver: driver, queue: queue)
+        var credentials: (user: String, password: String)?
+        if let user = configuration.user, let file = configuration.passwordFile {
+            guard let bytes = try? FileSystem.readAll(file), let password = String(validating: bytes, as: UTF8.self) else {
+                throw .storage("cannot read the etcd password from \(file); check the path and its permissions")
+            }
+            var trimmed = password
+            while let last = trimmed.last, last.isNewline { trimmed.removeLast() }  // A file ends in one.
+            credentials = (user, trimmed)
+        }
+        client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue)
         var name = [CChar](repeating: 0, count: 256)
         gethostname(&name, name.count)
         hostID = String(cString: name) + "-\(getpid())"
@@ -115,9 +124,17 @@ final class ClusterReplica: @unchecked Sendable {
 
     // MARK: - Reading
 
-    /// Reads every countdown, then watches for changes after that read.
+    /// Logs in (with etcd's own users, if configured), reads every countdown, then watches for
+    /// changes after that read.
     func start() {
-        readEverything(first: true)
+        client.authenticate { [self] error in
+            if let error {
+                logger.log(.warning, "cluster: cannot log in to etcd (\(error)); trying again in a second")
+                schedule(after: 1) { [self] in start() }
+            } else {
+                readEverything(first: true)
+            }
+        }
     }
 
     private func readEverything(first: Bool) {

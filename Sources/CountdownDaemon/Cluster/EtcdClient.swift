@@ -87,7 +87,7 @@ final class EtcdClient {
     }
 
     private func attempt(
-        _ path: String, _ body: [UInt8], timeoutMilliseconds: Int, triesLeft: Int,
+        _ path: String, _ body: [UInt8], timeoutMilliseconds: Int, triesLeft: Int, authenticated: Bool = false,
         completion: @escaping (Result<[String: Any], EtcdError>) -> Void
     ) {
         let endpoint = endpoints[currentEndpoint]
@@ -107,7 +107,20 @@ final class EtcdClient {
                 rotate(from: endpoint)
                 completion(.failure(.ambiguous("\(endpoint): \(failure.message)")))
             case .success(let response):
-                completion(Self.decode(response, from: endpoint).mapError { error in
+                let decoded = Self.decode(response, from: endpoint)
+                // An expired token (etcd forgets idle ones): log in again, and ask once more.
+                if case .failure(.server(_, let message)) = decoded, message.contains("invalid auth token"),
+                   credentials != nil, path != "/v3/auth/authenticate", !authenticated {
+                    authenticate { [self] error in
+                        if let error {
+                            completion(.failure(error))
+                        } else {
+                            attempt(path, body, timeoutMilliseconds: timeoutMilliseconds, triesLeft: triesLeft, authenticated: true, completion: completion)
+                        }
+                    }
+                    return
+                }
+                completion(decoded.mapError { error in
                     if case .server(let code, _) = error, code == 14 || code == 4 {
                         rotate(from: endpoint)  // Unavailable (no leader) or deadline: try another next time.
                     }
