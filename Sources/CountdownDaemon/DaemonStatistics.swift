@@ -78,6 +78,10 @@ extension Daemon {
             lines.append(("cluster_revision", "\(cluster.revision)"))
             lines.append(("cluster_watching", cluster.isWatching ? "1" : "0"))
             lines.append(("cluster_member", cluster.client.endpoints[cluster.client.currentEndpoint]))
+            lines.append(("cluster_members", "\(cluster.client.endpoints.count)"))
+            lines.append(("cluster_lag_us", "\(cluster.lastLagMicroseconds)"))
+            lines.append(("cluster_hosts_seen", "\(cluster.skews.count)"))
+            lines.append(("cluster_skew_max_ms", "\(cluster.largestSkewMilliseconds)"))
         }
         return lines
     }

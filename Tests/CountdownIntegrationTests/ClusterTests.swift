@@ -73,6 +73,10 @@ extension Integration {
             let stats = Dictionary(try hostB.connect().request("STATS").stats.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
             #expect(stats["cluster_revision"] == "\(numbers.last ?? 0)")
             #expect(stats["cluster_watching"] == "1")
+            // B estimated A's clock from A's changes: one host seen, both on this machine's clock.
+            #expect(stats["cluster_hosts_seen"] == "1" && stats["cluster_members"] == "3")
+            let skew = try #require(stats["cluster_skew_max_ms"].flatMap(Int.init))
+            #expect(abs(skew) < 100, "skew \(skew) ms between two daemons on one machine")
         }
 
         @Test("a host killed at the deadline: the other announces done once; with every host down, the next to start finishes it")

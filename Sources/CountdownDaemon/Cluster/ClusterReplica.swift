@@ -54,7 +54,15 @@ final class ClusterReplica: @unchecked Sendable {
     /// the watch (a member stopped or cut off holds it silently) and answers anyway.
     static let catchUpTimeoutNanoseconds: Int64 = 2_000_000_000
     /// This host's operations, numbered: `<host>-<pid>-<n>`.
-    private let hostID: String
+    let hostID: String
+    /// Each other writing host's clock offset from this one, estimated from the changes it
+    /// wrote: the smallest (arrival − written) of its recent changes, so network and commit
+    /// delays count as little as they can. Positive: its clock is behind this one's.
+    private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
+    /// How long this host's own changes took from commit to its watch (the last one), in µs.
+    private(set) var lastLagMicroseconds: Int64 = 0
+    /// Past this, a host's clock offset is logged as a warning (deadlines would be off by it).
+    static let skewWarningMilliseconds: Int64 = 250
     private var operationCount = 0
 
     /// Applies one change from etcd to the engine: `value` `nil` means the key was deleted.
@@ -176,6 +184,7 @@ final class ClusterReplica: @unchecked Sendable {
                 case .put:
                     guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
                     modifiedAt[key] = changedAt
+                    noteClock(of: value)
                     apply(key, value, changedAt)
                 case .delete:
                     modifiedAt[key] = nil
@@ -197,15 +206,43 @@ final class ClusterReplica: @unchecked Sendable {
         })
     }
 
+    /// Updates the skew estimate of the host that wrote `value`.
+    private func noteClock(of value: ClusterValue) {
+        guard let written = value.writtenUnixMilliseconds, value.writer != hostID else { return }
+        let now = SystemClock.now()
+        let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
+        var entry = skews[value.writer] ?? (sample, [], nil)
+        entry.samples.append(sample)
+        if entry.samples.count > 32 { entry.samples.removeFirst(entry.samples.count - 32) }
+        // The smallest delay seen is the least mixed with network and commit time.
+        entry.estimate = entry.samples.min { abs($0) < abs($1) } ?? sample
+        if abs(entry.estimate) > Self.skewWarningMilliseconds,
+           entry.warnedAt.map({ now.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
+            logger.log(.warning, "cluster: host \(value.writer)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
+            entry.warnedAt = now
+        }
+        skews[value.writer] = entry
+    }
+
+    /// The largest clock offset estimated from another host, in ms (0 with none seen).
+    var largestSkewMilliseconds: Int64 {
+        skews.values.map(\.estimate).max { abs($0) < abs($1) } ?? 0
+    }
+
     /// Runs `resume(true)` once the replica has applied `revision`. If the watch has not
     /// brought it within `catchUpTimeout`, the watch is moved to another member and
     /// `resume(false)` runs: the change is in etcd, this host's copy is behind.
     func afterRevision(_ wanted: Int64, _ resume: @escaping (Bool) -> Void) {
         if revision >= wanted {
+            lastLagMicroseconds = 0
             resume(true)
             return
         }
-        waiters.append((wanted, SystemClock.now().advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds), resume))
+        let committed = SystemClock.now()
+        waiters.append((wanted, committed.advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds), { [self] caughtUp in
+            if caughtUp { lastLagMicroseconds = SystemClock.now().nanoseconds(since: committed) / 1000 }
+            resume(caughtUp)
+        }))
     }
 
     private func releaseWaiters() {

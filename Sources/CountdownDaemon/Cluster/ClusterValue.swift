@@ -23,11 +23,14 @@ struct ClusterValue: Codable, Equatable {
     var eventRemainingMilliseconds: Int64
     /// Which host made the change, and its own count of changes: the operation id.
     var operation: String
+    /// The writing host's wall clock when it sent the change: hosts that see the change compare
+    /// it with their own clock to estimate the skew between them.
+    var writtenUnixMilliseconds: Int64?
 
     enum CodingKeys: String, CodingKey {
         case version = "v", state, totalMilliseconds = "total_ms", deadlineUnixMilliseconds = "deadline_unix_ms"
         case remainingMilliseconds = "remaining_ms", finishedUnixMilliseconds = "finished_unix_ms", owner, pinned, event
-        case eventRemainingMilliseconds = "event_remaining_ms", operation = "op"
+        case eventRemainingMilliseconds = "event_remaining_ms", operation = "op", writtenUnixMilliseconds = "written_unix_ms"
     }
 
     /// A value for `state`, announcing `event`.
@@ -42,6 +45,13 @@ struct ClusterValue: Codable, Equatable {
         self.event = event
         self.eventRemainingMilliseconds = eventRemainingMilliseconds
         self.operation = operation
+        writtenUnixMilliseconds = clock.unixMilliseconds(of: SystemClock.now())
+    }
+
+    /// The host part of the operation id (`<host>-<pid>`).
+    var writer: String {
+        guard let dash = operation.lastIndex(of: "-") else { return operation }
+        return String(operation[..<dash])
     }
 
     /// The countdown `key` in this state, on this host's clock.
