@@ -407,10 +407,10 @@ public struct Cdctl {
             var replayed = false
             if needsSubscription {
                 // Subscribe before asking, so an event between the two is not missed.
-                if let since = lastSequence, try subscribe(connection, to: outstanding.sorted(), since: since, events: "lifecycle") != nil {
+                if let since = lastSequence, try subscribe(connection, to: outstanding.sorted(), since: since, events: "lifecycle,snapshot") != nil {
                     replayed = true
                 } else {
-                    lastSequence = try subscribe(connection, to: outstanding.sorted(), events: "lifecycle")
+                    lastSequence = try subscribe(connection, to: outstanding.sorted(), events: "lifecycle,snapshot")
                 }
             }
             if !replayed {
@@ -431,6 +431,10 @@ public struct Cdctl {
                 if event.kind == .done || event.kind == .cancelled {
                     outstanding.remove(event.name)
                     anyCancelled = anyCancelled || event.kind == .cancelled
+                } else if event.kind == .snapshot, let state = event.state, !state.isActive {
+                    // After a RESYNC (cluster mode): it finished while the daemon's copy was behind.
+                    outstanding.remove(event.name)
+                    anyCancelled = anyCancelled || state == .cancelled
                 }
             }
             if outstanding.isEmpty { break }

@@ -172,6 +172,8 @@ public final class CountdownConnection {
                 pendingEvents.append(event)
             case .shutdown(let reason):
                 sawShutdown = reason
+            case .resync:
+                resyncCount += 1
             case .hello, .unrecognized:
                 continue  // Lines a newer daemon may add; the protocol says to ignore them.
             }
@@ -190,12 +192,18 @@ public final class CountdownConnection {
                 return event
             case .shutdown(let reason):
                 sawShutdown = reason
+            case .resync:
+                resyncCount += 1
             default:
                 continue
             }
         }
         return nil
     }
+
+    /// How many `RESYNC` lines arrived: the daemon's copy was read afresh (cluster mode), and
+    /// the snapshots after each say how the followed countdowns stand now.
+    public private(set) var resyncCount = 0
 
     /// The reason the daemon gave when it announced it was stopping, if it did.
     public var shutdownReason: String? { sawShutdown }

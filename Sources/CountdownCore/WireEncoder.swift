@@ -113,6 +113,13 @@ public enum WireEncoder {
         out.append(UInt8(ascii: "\n"))
     }
 
+    /// `RESYNC <seq>`: what a subscriber knew may be out of date; snapshots follow.
+    public static func appendResync(sequence: UInt64, to out: inout [UInt8]) {
+        append("RESYNC ", to: &out)
+        appendDecimal(Int64(truncatingIfNeeded: sequence), to: &out)
+        out.append(UInt8(ascii: "\n"))
+    }
+
     /// `SHUTDOWN <reason>`: sent to every connection when the daemon stops; the server closes next.
     public static func appendShutdown(_ reason: String, to out: inout [UInt8]) {
         append("SHUTDOWN ", to: &out)

@@ -111,6 +111,9 @@ public enum WireLine: Sendable, Equatable {
     case shutdown(String)
     /// `STAT <key> <value>`: one line of a `STATS` reply.
     case stat(key: String, value: String)
+    /// `RESYNC <seq>`: the daemon's copy was read afresh (cluster mode); forget what you knew of
+    /// the countdowns you follow: snapshots of them follow, numbered `seq`.
+    case resync(sequence: UInt64)
     /// A line this client cannot read.
     case unrecognized(String)
 
@@ -134,6 +137,9 @@ public enum WireLine: Sendable, Equatable {
             return .hello(protocolVersion: version, daemonVersion: rest.count > 2 ? rest[2] : nil)
         case "SHUTDOWN":
             return .shutdown(rest.joined(separator: " "))
+        case "RESYNC":
+            guard let sequence = rest.first.flatMap({ UInt64($0) }) else { return .unrecognized(line) }
+            return .resync(sequence: sequence)
         case "STAT":
             guard let key = rest.first else { return .unrecognized(line) }
             return .stat(key: key, value: rest.dropFirst().joined(separator: " "))

@@ -38,6 +38,34 @@ extension Daemon {
         }
         engine.continueSequence(after: UInt64(max(0, revision)))
         ring = EventRing(capacity: configuration.replayEventCapacity, keptAfter: engine.lastSequence)
+        announceResync(now: now, clock: clock)
+    }
+
+    /// After a fresh read, what subscribers knew may be out of date (changes in the history etcd
+    /// compacted away were never announced): each gets `RESYNC <seq>`, then snapshots of what it
+    /// follows (by name: finished ones too, so a waiter learns of a `done` it missed).
+    private func announceResync(now: Instant, clock: WallClockMapping) {
+        for connection in fanOut.subscribedConnections where !connection.isClosing {
+            let viewer = connection.peerUID
+            replyBuffer.removeAll(keepingCapacity: true)
+            WireEncoder.appendResync(sequence: engine.lastSequence, to: &replyBuffer)
+            if connection.eventKinds.includes(.snapshot) {
+                switch connection.subscription {
+                case .all where connection.listing == nil:
+                    let everyActive = ListFilter(viewer: viewer, states: [.running, .paused])
+                    beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
+                case .names(let keys):
+                    for key in keys.sorted() {
+                        guard var snapshot = try? engine.status(of: key, now: now) else { continue }
+                        snapshot.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: viewer)
+                        WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &replyBuffer)
+                    }
+                default:
+                    break
+                }
+            }
+            appendReply(to: connection)
+        }
     }
 
     /// One change from the watch: applied, and announced numbered with its revision.

@@ -89,6 +89,14 @@ final class EventFanOut {
         connection.subscription = .names(wanted)
     }
 
+    /// Every connection subscribed to anything, once each.
+    var subscribedConnections: [Connection] {
+        var seen: [Int: Connection] = allSubscribers
+        for group in ownerSubscribers.values { seen.merge(group) { first, _ in first } }
+        for group in nameSubscribers.values { seen.merge(group) { first, _ in first } }
+        return Array(seen.values)
+    }
+
     /// How many names a connection follows (0 when it follows all or none).
     func subscriptionCount(_ connection: Connection) -> Int {
         if case .names(let names) = connection.subscription { return names.count }

@@ -212,6 +212,8 @@ extension Integration.ClusterTests {
         let hostB = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
         let onA = try hostA.connect(), onB = try hostB.connect()
         _ = try onA.request("START before 1h")
+        let watcher = try hostA.connect()
+        _ = try watcher.request("SUBSCRIBE before while-frozen")
         // Host A's watch is on the first member: freeze it, so A falls behind silently.
         etcd.signal(0, SIGSTOP)
         defer { etcd.signal(0, SIGCONT) }
@@ -242,6 +244,10 @@ extension Integration.ClusterTests {
             Set(try onA.request("LIST").countdowns.map(\.name)) == ["before", "while-frozen", "after"]
         }
         #expect(try onA.request("STATUS while-frozen").countdowns.first?.state == .cancelled, "the state after the history it never saw")
+        // Its subscriber was told: RESYNC, then a snapshot of each name it follows, finished ones too.
+        let snapshot = try watcher.waitForEvent { $0.name == "while-frozen" && $0.kind == .snapshot }
+        #expect(snapshot.state == .cancelled)
+        #expect(watcher.resyncCount == 1)
     }
 }
 
