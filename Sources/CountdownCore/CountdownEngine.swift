@@ -324,7 +324,9 @@ public struct CountdownEngine {
         guard persisted.totalMilliseconds > 0,
               slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == persisted.name }) == nil else { return false }
         var record = Record(persisted, generation: 0, now: now)
-        if record.state == .running && record.deadline <= now {
+        if !configuration.decidesLocally {
+            // A replica restores what it held; the shared store finishes and forgets (`takeDue`).
+        } else if record.state == .running && record.deadline <= now {
             record.state = .done
             record.finishedAt = record.deadline
             record.lateMilliseconds = now.nanoseconds(since: record.deadline) / 1_000_000

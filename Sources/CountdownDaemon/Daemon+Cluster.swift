@@ -13,9 +13,9 @@ extension Daemon {
 
     /// Starts the replica; `ready` runs once the first read of etcd is applied.
     func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
-        journal.isDisabled = true
         engine.setTicksEnabled(false, now: SystemClock.now())
         let replica = try ClusterReplica(configuration: configuration, poller: poller, queue: queue, logger: logger)
+        replica.resume(from: Int64(engine.lastSequence))
         cluster = replica
         replica.load = { [unowned self] countdowns, revision in loadReplica(countdowns, revision: revision) }
         replica.apply = { [unowned self] key, value, revision in applyReplicated(key, value, revision: revision) }
@@ -30,13 +30,21 @@ extension Daemon {
         let now = SystemClock.now()
         let clock = SystemClock.mapping(at: now)
         let present = Set(countdowns.map(\.key))
+        let sequence = UInt64(max(0, revision))
+        // Each is also noted in the journal (a `snapshot` record numbered with the read's
+        // revision), so the copy kept in the state directory is whole after a restart.
         for name in engine.names where !present.contains(name) {
+            if let gone = engine.persistentState(of: name) {
+                journal.note(CountdownEvent(sequence: sequence, kind: .removed, name: name, remainingMilliseconds: 0, totalMilliseconds: gone.totalMilliseconds, owner: gone.owner), state: nil, clock: clock)
+            }
             engine.revert(name, to: nil, now: now)
         }
         for (key, value) in countdowns {
-            engine.revert(key, to: value.persisted(key: key, clock: clock), now: now)
+            let state = value.persisted(key: key, clock: clock)
+            journal.note(CountdownEvent(sequence: sequence, kind: .snapshot, name: key, remainingMilliseconds: 0, totalMilliseconds: state.totalMilliseconds, owner: state.owner), state: state, clock: clock)
+            engine.revert(key, to: state, now: now)
         }
-        engine.continueSequence(after: UInt64(max(0, revision)))
+        engine.continueSequence(after: sequence)
         ring = EventRing(capacity: configuration.replayEventCapacity, keptAfter: engine.lastSequence)
         announceResync(now: now, clock: clock)
     }
@@ -194,15 +202,19 @@ extension Daemon {
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
         let clock = SystemClock.mapping()
         for key in due.finish {
-            guard var state = engine.persistentState(of: key), state.state == .running, let since = cluster.modifiedAt[key] else { continue }
+            guard var state = engine.persistentState(of: key), state.state == .running else { continue }
             state.state = .done
             state.finishedAt = state.deadline
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
-            cluster.change(key, to: value, expecting: .unchangedSince(since)) { _ in }
+            cluster.withRevision(of: key) { since in
+                cluster.change(key, to: value, expecting: .unchangedSince(since)) { _ in }
+            }
         }
         for key in due.forget {
-            guard let state = engine.persistentState(of: key), !state.state.isActive, let since = cluster.modifiedAt[key] else { continue }
-            cluster.change(key, to: nil, expecting: .unchangedSince(since)) { _ in }
+            guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
+            cluster.withRevision(of: key) { since in
+                cluster.change(key, to: nil, expecting: .unchangedSince(since)) { _ in }
+            }
         }
     }
 }

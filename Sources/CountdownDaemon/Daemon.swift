@@ -97,9 +97,9 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
         returnLargeBlocksToTheSystem()
-        if configuration.cluster == nil {
-            try recoverState()
-        }
+        // In cluster mode the state directory keeps this host's copy, and so the etcd revision it
+        // reached (its `seq`): the watch resumes after it.
+        try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         clients.listener = listener
         clients.connectionLimit = connectionLimit()

@@ -136,8 +136,8 @@ public enum DaemonCommandLine {
                                    (default 250; 0 sends every change)
           --cluster URL[,URL...]   cluster mode (preview, docs/CLUSTER.md): countdowns
                                    live in etcd at these members, shared by every
-                                   daemon on the same prefix; nothing is kept in
-                                   --state-dir
+                                   daemon on the same prefix; --state-dir/cluster
+                                   keeps this host's copy
           --cluster-prefix PREFIX  etcd key prefix (default /countdownd/)
           --cluster-ca FILE, --cluster-cert FILE, --cluster-key FILE
                                    TLS to etcd: its CA, this daemon's certificate and key
@@ -263,6 +263,8 @@ public enum DaemonCommandLine {
             }
             configuration.cluster = cluster
             configuration.engine.decidesLocally = false
+            // This host's copy of the cluster's countdowns, apart from any state of its own.
+            configuration.stateDirectory += "/cluster"
         } else if let stray = ["cluster-prefix", "cluster-ca", "cluster-cert", "cluster-key", "cluster-user", "cluster-password-file"]
             .first(where: { parsed.has($0) }) {
             throw UsageError(description: "--\(stray) needs --cluster")

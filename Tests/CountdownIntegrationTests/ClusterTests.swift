@@ -284,3 +284,42 @@ extension Integration.ClusterTests {
         #expect(!stranger.stderrText.contains("listening on"), "it let no client in")
     }
 }
+
+extension Integration.ClusterTests {
+    @Test("a host's copy is kept in its state directory: after a restart its watch resumes from the revision it reached; after a compaction it reads everything again")
+    func restartResumesOrResyncs() throws {
+        let etcd = try EtcdCluster()
+        #expect(etcd.waitUntilAnswering())
+        let cluster = ["--cluster", etcd.endpoints.joined(separator: ",")]
+        let directory = TemporaryDirectory()
+        var hostA = try DaemonProcess(arguments: cluster, directory: directory)
+        let hostB = try DaemonProcess(arguments: cluster)
+        let onB = try hostB.connect()
+        _ = try hostA.connect().request("START kept 1h")
+        #expect(hostA.terminate() == 0)
+        // While A is down: changes it must learn of when it comes back.
+        _ = try onB.request("START while-down 1h")
+        _ = try onB.request("CANCEL kept")
+        hostA = try DaemonProcess(arguments: cluster, directory: directory)
+        #expect(hostA.stderrText.contains("cluster: resuming after revision"), "\(hostA.stderrText)")
+        #expect(!hostA.stderrText.contains("cluster: read "), "it did not read everything again")
+        let onA = try hostA.connect()
+        try waitUntil(timeout: 10) { try onA.request("STATUS while-down").countdowns.first?.state == .running }
+        #expect(try onA.request("STATUS kept").countdowns.first?.state == .cancelled)
+        // A change through A to a countdown it knows from its copy (its revision learnt from etcd).
+        #expect(try onA.request("START kept 1h").countdown?.state == .running)
+        // Down again; meanwhile more changes, and etcd compacts the history A would need.
+        #expect(hostA.terminate() == 0)
+        _ = try onB.request("START after-compaction 1h")
+        _ = try onB.request("CANCEL while-down")
+        let status = try #require(EtcdCluster.post(etcd.endpoints[1], path: "/v3/kv/range", body: #"{"key":"AA=="}"#))
+        let revision = try #require(status.firstMatch(of: #/"revision":"(\d+)"/#).map { String($0.1) })
+        _ = EtcdCluster.post(etcd.endpoints[1], path: "/v3/kv/compaction", body: #"{"revision":"\#(revision)","physical":true}"#)
+        hostA = try DaemonProcess(arguments: cluster, directory: directory)
+        try waitUntil(timeout: 15) { hostA.stderrText.contains("reading everything again") }
+        let again = try hostA.connect()
+        try waitUntil(timeout: 10) { try again.request("STATUS after-compaction").countdowns.first?.state == .running }
+        #expect(try again.request("STATUS while-down").countdowns.first?.state == .cancelled)
+        #expect(try again.request("STATUS kept").countdowns.first?.state == .running)
+    }
+}

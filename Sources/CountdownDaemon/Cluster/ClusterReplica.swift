@@ -132,16 +132,45 @@ final class ClusterReplica: @unchecked Sendable {
 
     // MARK: - Reading
 
-    /// Logs in (with etcd's own users, if configured), reads every countdown, then watches for
-    /// changes after that read.
+    /// The revision this host's copy already reached (kept in its state directory); 0 for none.
+    private var resumeRevision: Int64 = 0
+
+    /// Starts from a copy kept from an earlier run, which reached `revision`.
+    func resume(from revision: Int64) {
+        resumeRevision = revision
+    }
+
+    /// Logs in (with etcd's own users, if configured), then resumes the watch after the copy
+    /// kept locally, or, with none, reads every countdown and watches for changes after that.
+    /// (A copy older than etcd's history is read afresh: the watch reports the compaction.)
     func start() {
         client.authenticate { [self] error in
             if let error {
                 logger.log(.warning, "cluster: cannot log in to etcd (\(error)); trying again in a second")
                 schedule(after: 1) { [self] in start() }
+            } else if resumeRevision > 0 {
+                revision = resumeRevision
+                logger.log(.notice, "cluster: resuming after revision \(revision), from the copy in the state directory")
+                startWatch()
+                onFirstLoad()
             } else {
                 readEverything(first: true)
             }
+        }
+    }
+
+    /// Runs `body` with the revision of the countdown's last change: known from the watch, or
+    /// (after a restart from the local copy, which does not keep it) asked of etcd.
+    func withRevision(of key: String, _ body: @escaping (Int64) -> Void) {
+        if let known = modifiedAt[key] {
+            body(known)
+            return
+        }
+        let fullKey = configuration.prefix + key
+        client.transaction(if: [], then: [.get(fullKey)], else: []) { [self] result in
+            guard case .success(let outcome) = result, let current = outcome.ranges.first?.first else { return }
+            if modifiedAt[key] == nil { modifiedAt[key] = current.modRevision }
+            body(current.modRevision)
         }
     }
 
@@ -296,6 +325,9 @@ final class ClusterReplica: @unchecked Sendable {
                 if let value, let found, found.operation == value.operation {
                     completion(.committed(revision))  // Our first attempt did commit.
                 } else {
+                    // What etcd has now; after a restart from the local copy this host may not
+                    // have known the countdown's revision, and the retry needs it.
+                    if current != nil, (modifiedAt[key] ?? 0) < revision { modifiedAt[key] = revision }
                     completion(.conflict(found, revision: revision))
                 }
             }

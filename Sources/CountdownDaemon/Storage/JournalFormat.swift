@@ -33,7 +33,9 @@ enum JournalFormat {
         case removed = 3
     }
 
-    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed]
+    /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
+    /// cluster-mode host's copy as read from etcd.)
+    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed, .snapshot]
     static let states: [CountdownState] = [.running, .paused, .done, .cancelled]
 
     /// The header record of a journal file.

@@ -70,8 +70,6 @@ final class StateJournal: @unchecked Sendable {
     let directory: String
     let durability: Durability
     private(set) var health = Health.available
-    /// Cluster mode: nothing is written here (etcd keeps the countdowns); every commit is durable.
-    var isDisabled = false
 
     private let logger: Logger
     private let queue: DispatchQueue
@@ -183,7 +181,7 @@ final class StateJournal: @unchecked Sendable {
                     journalStates.append(state)
                 }
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
-                recovered.events.append(record.event)
+                if record.event.kind.isLifecycle { recovered.events.append(record.event) }  // Not `snapshot` records.
                 eventCount += 1
                 // Only the last `keepEvents` are wanted (the replay ring's capacity).
                 if recovered.events.count >= 2 * keepEvents + 1024 {
@@ -286,7 +284,6 @@ final class StateJournal: @unchecked Sendable {
 
     /// Notes a lifecycle event and the countdown's state after it (`nil`: it no longer exists).
     func note(_ event: CountdownEvent, state: PersistedCountdown?, clock: WallClockMapping) {
-        guard !isDisabled else { return }
         if let state {
             JournalFormat.appendEvent(event, state: StoredCountdown(state, clock: clock), to: &pending)
         } else {
@@ -302,7 +299,6 @@ final class StateJournal: @unchecked Sendable {
     /// Writes what was noted, in one frame with one `pwrite`. Called once per batch, before any of
     /// the batch's output is released.
     func commit() -> CommitOutcome {
-        guard !isDisabled else { return .durable }  // Cluster mode: etcd holds it.
         guard health == .available || health == .awaitingSnapshot else { return .deferred }
         guard pending.count > JournalFormat.frameHeaderSize else { return .durable }
         do throws(StorageError) {
@@ -390,7 +386,7 @@ final class StateJournal: @unchecked Sendable {
 
     /// Whether a snapshot should be taken now.
     func snapshotIsDue(now: Instant) -> Bool {
-        guard !isDisabled, !snapshotInProgress, now >= nextSnapshotAttempt else { return false }
+        guard !snapshotInProgress, now >= nextSnapshotAttempt else { return false }
         switch health {
         case .failing: return false
         case .awaitingSnapshot: return true
@@ -444,7 +440,7 @@ final class StateJournal: @unchecked Sendable {
     /// clean stop, so the next start reads one file and `sqlite3` shows the final state.
     func snapshotAtStop(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isDisabled, eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
+        guard eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
         let contents = SnapshotFile.Contents(
             image, events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: SystemClock.bootID,
             journalGeneration: generation + 1, clock: clock
