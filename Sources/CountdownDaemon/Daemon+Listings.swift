@@ -87,7 +87,7 @@ extension Daemon {
             }
         }
         if progress.listing.isFinished && progress.purpose == .list {
-            WireEncoder.appendOK(count: progress.listing.producedCount, to: &replyBuffer)
+            appendReadOK(count: progress.listing.producedCount)
         }
     }
 }

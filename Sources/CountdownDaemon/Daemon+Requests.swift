@@ -165,7 +165,7 @@ extension Daemon {
         case .status(let address):
             let snapshot = try engine.status(of: try CountdownAddress.resolve(address, requester: uid).key, now: now)
             WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
-            WireEncoder.appendOK(count: 1, to: &replyBuffer)
+            appendReadOK(count: 1)
         case .list(let states, let prefix):
             // In slices across batches, every countdown as of now (`CountdownListing`).
             let filter = ListFilter(viewer: uid, states: states, prefix: prefix)
@@ -231,6 +231,17 @@ extension Daemon {
         case .quit:
             WireEncoder.appendOK("bye", to: &replyBuffer)
             connection.stopReading()
+        }
+    }
+
+    /// The final `OK <count>` of a read. In cluster mode it says which copy answered:
+    /// `OK <count> replica <revision>`, this host's copy as of that etcd revision (it may trail
+    /// etcd by the watch's delay).
+    func appendReadOK(count: Int) {
+        if let cluster {
+            WireEncoder.appendOK("\(count) replica \(cluster.revision)", to: &replyBuffer)
+        } else {
+            WireEncoder.appendOK(count: count, to: &replyBuffer)
         }
     }
 

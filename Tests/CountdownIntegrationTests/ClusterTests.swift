@@ -52,8 +52,13 @@ extension Integration {
                     return
                 }
             }
-            // STATUS on the host that made the change sees it at once.
-            #expect(try control.request("STATUS y").countdowns.first?.state == .cancelled)
+            // STATUS on the host that made the change sees it at once, and says which copy answered.
+            let status = try control.request("STATUS y")
+            #expect(status.countdowns.first?.state == .cancelled)
+            guard case .ok(let text) = status.outcome, text.hasPrefix("1 replica ") else {
+                Issue.record("a read says it came from the host's copy: \(status.outcome)")
+                return
+            }
             func lifecycle(_ connection: CountdownConnection) throws -> [EventInfo] {
                 var seen: [EventInfo] = []
                 while !seen.contains(where: { $0.kind == .done }) {
