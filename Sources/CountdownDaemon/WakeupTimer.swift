@@ -17,11 +17,13 @@ final class WakeupTimer {
 
     /// The least time between two wake-ups. With 100,000 countdowns something is due every few
     /// tens of microseconds; waking for each costs more in the kernel (timerfd re-arm, context
-    /// switch) than the work itself. Waking at most every 500 µs batches them, adds at most
-    /// 500 µs to an event, and changes nothing when events are sparse. Measured at 100,000
-    /// ticking countdowns (three runs each): 250 µs gave 1.95–2.06 µs of CPU per event and a
-    /// `tick` p99 of 0.30–0.36 ms; 500 µs gives 1.29–1.37 µs and 0.55 ms, inside the 1 ms target.
-    static let minimumWakeInterval: Int64 = 500_000
+    /// switch) than the work itself. Waking at most every 400 µs batches them, adds at most
+    /// 400 µs to an event, and changes nothing when events are sparse. Measured at 100,000
+    /// ticking countdowns, three runs each: 250 µs gave 1.95–2.06 µs of CPU per event and a
+    /// `tick` p99 of 0.30–0.36 ms; 500 µs 1.32–1.51 µs and 0.55 ms alone, but 0.58–0.71 ms (and
+    /// once 1.10 ms) with STARTs arriving meanwhile; 400 µs 1.40–1.77 µs, 0.45–0.52 ms alone and
+    /// 0.48–0.55 ms with STARTs: a margin under the 1 ms target for a little CPU.
+    static let minimumWakeInterval: Int64 = 400_000
 
     /// Records that the timer fired at `now` (the next wake-up is at least
     /// `minimumWakeInterval` later).
