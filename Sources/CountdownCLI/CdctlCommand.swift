@@ -243,8 +243,7 @@ public enum CdctlCommandLine {
             }
             var prefix: String?
             if let text = parsed.value("prefix") {
-                // Any start of a valid name is a valid name once a character is added.
-                guard !text.isEmpty, (try? CountdownAddress.validate(bytes: Array((text + "a").utf8))) != nil else {
+                guard !text.isEmpty, (try? CountdownAddress.validatePrefix(bytes: Array(text.utf8))) != nil else {
                     throw UsageError("--prefix '\(text)' cannot start a name; names are \(CountdownName.allowedCharactersDescription)")
                 }
                 prefix = text

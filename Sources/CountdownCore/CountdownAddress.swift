@@ -44,6 +44,22 @@ public enum CountdownAddress {
         return String(decoding: uid, as: UTF8.self) + "/" + name
     }
 
+    /// Validates the start of a name, or of an address (`1000/`, `1000/te`), as `LIST … PREFIX`
+    /// and `cdctl list --prefix` take it: name characters, and for root a uid and a slash first.
+    /// - Throws: `bad-name`, saying what a name may hold.
+    public static func validatePrefix<Bytes: Collection<UInt8>>(bytes: Bytes) throws(ProtocolError) -> String {
+        // Any start of a valid address becomes a valid address once a name character is added.
+        do throws(ProtocolError) {
+            _ = try validate(bytes: Array(bytes) + [UInt8(ascii: "a")])
+        } catch {
+            throw ProtocolError(
+                .badName,
+                "'\(ProtocolText.sanitized(bytes))' cannot start a name: names are \(CountdownName.allowedCharactersDescription) (root may write <uid>/ first)"
+            )
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The key an address names for a client of uid `requester`.
     /// - Throws: `forbidden` when a non-root client names another user's countdown.
     public static func resolve(_ address: String, requester: UInt32) throws(ProtocolError) -> (key: String, owner: UInt32) {

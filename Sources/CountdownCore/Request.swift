@@ -234,28 +234,13 @@ public enum RequestParser {
                 }
                 states = chosen
             } else if keyword(option, is: "PREFIX"), prefix == nil {
-                prefix = try namePrefix(value)
+                prefix = try CountdownAddress.validatePrefix(bytes: value)
             } else {
                 throw ProtocolError(.badRequest, "unexpected '\(ProtocolText.sanitized(option))'; usage: \(listUsage)")
             }
             index += 2
         }
         return .list(states: states ?? [], prefix: prefix ?? "")
-    }
-
-    /// The start of a name, or of an address (`1000/`, `1000/te`): name characters, and for root
-    /// a uid and a slash first.
-    private static func namePrefix<Field: Collection<UInt8>>(_ field: Field) throws(ProtocolError) -> String {
-        // Any start of a valid address becomes a valid address once a name character is added.
-        do throws(ProtocolError) {
-            _ = try CountdownAddress.validate(bytes: Array(field) + [UInt8(ascii: "a")])
-        } catch {
-            throw ProtocolError(
-                .badName,
-                "'\(ProtocolText.sanitized(field))' cannot start a name: names are \(CountdownName.allowedCharactersDescription) (root may write <uid>/ first)"
-            )
-        }
-        return String(decoding: field, as: UTF8.self)
     }
 
     /// Whether `field` spells `upperCaseKeyword`, ignoring ASCII case.
