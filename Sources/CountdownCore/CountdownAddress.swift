@@ -73,3 +73,13 @@ public enum CountdownAddress {
         return (key(owner: owner, name: name), owner)
     }
 }
+
+extension CountdownSnapshot {
+    /// The countdown as `viewer` sees it: named as that client would write it
+    /// (`CountdownAddress.display`).
+    public func shown(to viewer: UInt32) -> CountdownSnapshot {
+        var copy = self
+        copy.name = CountdownAddress.display(name, owner: owner, to: viewer)
+        return copy
+    }
+}

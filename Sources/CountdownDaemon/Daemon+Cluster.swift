@@ -60,13 +60,11 @@ extension Daemon {
             if connection.eventKinds.includes(.snapshot) {
                 switch connection.subscription {
                 case .all where connection.listing == nil:
-                    let everyActive = ListFilter(viewer: viewer, states: [.running, .paused])
-                    beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
+                    beginActiveSnapshots(on: connection, clock: clock, now: now)
                 case .names(let keys):
                     for key in keys.sorted() {
-                        guard var snapshot = try? engine.status(of: key, now: now) else { continue }
-                        snapshot.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: viewer)
-                        WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &replyBuffer)
+                        guard let snapshot = try? engine.status(of: key, now: now) else { continue }
+                        WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot.shown(to: viewer), clock: clock, to: &replyBuffer)
                     }
                 default:
                     break
@@ -106,10 +104,7 @@ extension Daemon {
         case .startAt(let address, let unixMilliseconds, let replace):
             let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
             key = resolved
-            let milliseconds = unixMilliseconds - clock.unixMilliseconds(of: now)
-            guard milliseconds > 0 else {
-                throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
-            }
+            let milliseconds = try Self.milliseconds(until: unixMilliseconds, now: now, clock: clock)
             change = { engine, events throws(ProtocolError) in
                 try engine.start(resolved, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events)
             }
@@ -149,9 +144,8 @@ extension Daemon {
                     answer(connection) { out in
                         let now = SystemClock.now()
                         // Committed either way; from the replica once it has it, else as proposed.
-                        var shown = (caughtUp ? try? engine.status(of: key, now: now) : nil) ?? proposal.reply
-                        shown.name = CountdownAddress.display(shown.name, owner: shown.owner, to: uid)
-                        WireEncoder.appendOK(shown, clock: SystemClock.mapping(at: now), to: &out)
+                        let snapshot = (caughtUp ? try? engine.status(of: key, now: now) : nil) ?? proposal.reply
+                        WireEncoder.appendOK(snapshot.shown(to: uid), clock: SystemClock.mapping(at: now), to: &out)
                     }
                 }
             case .conflict(_, let revision):

@@ -39,6 +39,13 @@ extension Daemon {
         clients.beginListing(connection)
     }
 
+    /// Starts the snapshots of every running or paused countdown the connection's user may see,
+    /// live (`CountdownListing`): what a new subscriber to everything is sent after its `OK`.
+    func beginActiveSnapshots(on connection: Connection, clock: WallClockMapping, now: Instant) {
+        let everyActive = ListFilter(viewer: connection.peerUID, states: [.running, .paused])
+        beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
+    }
+
     /// Produces the next slice of every listing whose connection has room for it, as part of the
     /// current batch. Run once per batch.
     func continueListings(now: Instant) {
@@ -77,8 +84,7 @@ extension Daemon {
     private func produceSlice(of progress: inout ListingInProgress, for viewer: UInt32, now: Instant) {
         let slice = engine.nextSlice(of: &progress.listing, limit: Self.linesPerListingSlice, now: now)
         for snapshot in slice {
-            var shown = snapshot
-            shown.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: viewer)
+            let shown = snapshot.shown(to: viewer)
             switch progress.purpose {
             case .list:
                 WireEncoder.appendCountdown(shown, clock: progress.clock, to: &replyBuffer)

@@ -136,9 +136,7 @@ extension Daemon {
     ) throws(ProtocolError) {
         /// A countdown as `uid` sees it.
         func shown(_ snapshot: CountdownSnapshot) -> CountdownSnapshot {
-            var copy = snapshot
-            copy.name = CountdownAddress.display(snapshot.name, owner: snapshot.owner, to: uid)
-            return copy
+            snapshot.shown(to: uid)
         }
         if let cluster, request.isMutation {
             // Cluster mode: the change goes to etcd; the reply comes when it is decided.
@@ -153,10 +151,7 @@ extension Daemon {
             WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
         case .startAt(let address, let unixMilliseconds, let replace):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            let milliseconds = unixMilliseconds - clock.unixMilliseconds(of: now)
-            guard milliseconds > 0 else {
-                throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
-            }
+            let milliseconds = try Self.milliseconds(until: unixMilliseconds, now: now, clock: clock)
             recordUndo(key)
             let snapshot = try engine.start(
                 key, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events
@@ -210,8 +205,7 @@ extension Daemon {
             } else if kinds.includes(.snapshot), keys.isEmpty {
                 // The current state right after the OK, so a status bar draws its first frame at
                 // once; for everything, in slices (there may be a million).
-                let everyActive = ListFilter(viewer: uid, states: [.running, .paused])
-                beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
+                beginActiveSnapshots(on: connection, clock: clock, now: now)
             } else if kinds.includes(.snapshot) {
                 for snapshot in engine.activeSnapshots(matching: filter, now: now) where uid == 0 || snapshot.owner == uid {
                     WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, shown(snapshot), clock: clock, to: &replyBuffer)
@@ -243,6 +237,16 @@ extension Daemon {
         } else {
             WireEncoder.appendOK(count: count, to: &replyBuffer)
         }
+    }
+
+    /// How long until a wall-clock time (`START … AT`).
+    /// - Throws: `bad-duration` for a time that is not in the future.
+    static func milliseconds(until unixMilliseconds: Int64, now: Instant, clock: WallClockMapping) throws(ProtocolError) -> Int64 {
+        let milliseconds = unixMilliseconds - clock.unixMilliseconds(of: now)
+        guard milliseconds > 0 else {
+            throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
+        }
+        return milliseconds
     }
 
     /// Remembers the countdown's state before a change, so a failed commit can undo it. Reverting

@@ -211,9 +211,8 @@ enum JournalFormat {
         let end = min(bytes.count, frameHeaderSize + Int(load32(bytes, 4)))
         return bytes.withUnsafeBytes { raw -> Header? in
             var reader = Reader(bytes: raw, offset: frameHeaderSize, end: end)
-            guard (try? reader.byte()) == RecordType.header.rawValue,
-                  let generation = try? reader.u64(), let created = try? reader.i64(), let boot = try? reader.shortString() else { return nil }
-            return Header(generation: generation, createdUnixMilliseconds: Int64(created), bootID: boot.isEmpty ? nil : boot)
+            guard (try? reader.byte()) == RecordType.header.rawValue else { return nil }
+            return try? reader.header()
         }
     }
 
@@ -228,10 +227,7 @@ enum JournalFormat {
         while reader.offset < end {
             switch RecordType(rawValue: try reader.byte()) {
             case .header:
-                let generation = try reader.u64()
-                let created = try reader.i64()
-                let boot = try reader.shortString()
-                scan.header = Header(generation: generation, createdUnixMilliseconds: created, bootID: boot.isEmpty ? nil : boot)
+                scan.header = try reader.header()
             case .event:
                 let sequence = try reader.u64()
                 let kindIndex = Int(try reader.byte()), stateIndex = Int(try reader.byte())
@@ -305,6 +301,14 @@ enum JournalFormat {
 
         mutating func i64() throws(FormatError) -> Int64 {
             Int64(bitPattern: try u64())
+        }
+
+        /// The fields of a header record (after its type byte).
+        mutating func header() throws(FormatError) -> Header {
+            let generation = try u64()
+            let created = try i64()
+            let boot = try shortString()
+            return Header(generation: generation, createdUnixMilliseconds: created, bootID: boot.isEmpty ? nil : boot)
         }
 
         mutating func shortString() throws(FormatError) -> String {
