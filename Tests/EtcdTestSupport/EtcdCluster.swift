@@ -103,20 +103,27 @@ public final class EtcdCluster {
     }
 
     /// The index of the member that leads now, asked of each member over plain HTTP
-    /// (`/v3/maintenance/status`), or `nil` if none answers with a leader.
+    /// (`/v3/maintenance/status`: its own id, and its leader's), or `nil` if none names one.
     public func leaderIndex() -> Int? {
-        for member in members where member.process != nil {
+        var ids: [String: Int] = [:]
+        var leader: String?
+        for (index, member) in members.enumerated() where member.process != nil {
             guard let status = Self.post(member.clientURL, path: "/v3/maintenance/status", body: "{}"),
-                  let object = try? JSONSerialization.jsonObject(with: Data(status.utf8)) as? [String: Any],
-                  let leader = object["leader"] as? String else { continue }
-            for (index, candidate) in members.enumerated() where candidate.process != nil {
-                guard let other = Self.post(candidate.clientURL, path: "/v3/maintenance/status", body: "{}"),
-                      let reply = try? JSONSerialization.jsonObject(with: Data(other.utf8)) as? [String: Any],
-                      let header = reply["header"] as? [String: Any], header["member_id"] as? String == leader else { continue }
-                return index
-            }
+                  let object = try? JSONSerialization.jsonObject(with: Data(status.utf8)) as? [String: Any] else { continue }
+            if let id = (object["header"] as? [String: Any])?["member_id"] as? String { ids[id] = index }
+            leader = leader ?? object["leader"] as? String
         }
-        return nil
+        return leader.flatMap { ids[$0] }
+    }
+
+    /// Compacts etcd's history up to its current revision, through member `index`.
+    /// - Returns: whether the member told the current revision and answered the compaction.
+    @discardableResult
+    public func compactToNow(through index: Int) -> Bool {
+        let endpoint = members[index].clientURL
+        guard let status = Self.post(endpoint, path: "/v3/kv/range", body: #"{"key":"AA=="}"#),
+              let revision = status.firstMatch(of: #/"revision":"(\d+)"/#).map({ String($0.1) }) else { return false }
+        return Self.post(endpoint, path: "/v3/kv/compaction", body: #"{"revision":"\#(revision)","physical":true}"#) != nil
     }
 
     /// A minimal HTTP/1.0 POST to a loopback `http://` URL; the response body, or `nil`.
