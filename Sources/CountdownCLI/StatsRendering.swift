@@ -46,6 +46,8 @@ public enum StatsRendering {
             ])
         }
         metric("journal_bytes", "gauge", "Journal bytes written since the last snapshot.", [("", "journal_bytes", 1)])
+        metric("batches_undone_total", "counter", "Batches undone because their storage commit failed.", [("", "batches_undone", 1)])
+        metric("listing_slices_redone_total", "counter", "Listing slices produced again after their batch was undone.", [("", "listing_slices_redone", 1)])
         if let storage = values["storage"] {
             out += "# HELP countdownd_storage_ok Whether changes can be stored (0: changes are refused with ERR unavailable).\n"
             out += "# TYPE countdownd_storage_ok gauge\ncountdownd_storage_ok \(storage == "ok" ? 1 : 0)\n"

@@ -311,10 +311,12 @@ public final class Daemon: @unchecked Sendable {
         batch.timeEvents = timeEvents
         publish(timeEvents)
         let clock = SystemClock.mapping(at: now)
+        var slicesRedone = 0
         for (connection, item) in items where !connection.isClosed && rolledBack.contains(connection.id) {
             if case .listingSlice(let saved) = item {
                 batch.items.append((connection, item))
                 continueListing(from: saved, on: connection, now: now)
+                slicesRedone += 1
                 continue
             }
             replyBuffer.removeAll(keepingCapacity: true)
@@ -334,6 +336,7 @@ public final class Daemon: @unchecked Sendable {
             appendReply(to: connection)
             publish(events)
         }
+        statistics.countUndoneBatch(listingSlicesRedone: slicesRedone)
         phase = .sealing
         _ = journal.commit()  // Deferred: the journal is failing.
         release(batch.lifecycleEvents)

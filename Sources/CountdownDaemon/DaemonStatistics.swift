@@ -11,6 +11,10 @@ struct DaemonStatistics {
     /// How late, from the instant each was due to the moment its batch was written out.
     private(set) var doneLateness = LatenessHistogram()
     private(set) var tickLateness = LatenessHistogram()
+    /// Batches whose commit failed and were undone, and the listing slices among them that were
+    /// produced again: storage faults leave their trace here, not only in the log.
+    private(set) var batchesUndone: UInt64 = 0
+    private(set) var listingSlicesRedone: UInt64 = 0
 
     init(startedAt: Instant) {
         self.startedAt = startedAt
@@ -21,6 +25,12 @@ struct DaemonStatistics {
         for event in events {
             eventsByKind[event.kind, default: 0] += 1
         }
+    }
+
+    /// Counts an undone batch and the listing slices it produced again.
+    mutating func countUndoneBatch(listingSlicesRedone slices: Int) {
+        batchesUndone += 1
+        listingSlicesRedone += UInt64(slices)
     }
 
     /// Counts a batch's ticks (its lifecycle events are counted when released) and records how
@@ -74,6 +84,8 @@ extension Daemon {
         lines.append(("journal_bytes", "\(journal.bytesSinceSnapshot)"))
         lines.append(("journal_generation", "\(journal.generation)"))
         lines.append(("replay_kept_after", "\(ring.keptAfter)"))
+        lines.append(("batches_undone", "\(statistics.batchesUndone)"))
+        lines.append(("listing_slices_redone", "\(statistics.listingSlicesRedone)"))
         if let cluster {
             lines.append(("cluster_revision", "\(cluster.revision)"))
             lines.append(("cluster_watching", cluster.isWatching ? "1" : "0"))

@@ -35,16 +35,18 @@ extension Integration {
         @Test("status --follow prints on every change: one line a second, then done")
         func follow() throws {
             let daemon = try DaemonProcess()
-            _ = try cdctl(["start", "tea", "2500ms"], socket: daemon.socketPath)
-            // Bounded: the countdown ends after 2.5 s; the follower is stopped at 6 s.
-            let result = try runCommand(
-                "/usr/bin/timeout",
-                ["6", TestBinaries.cdctl, "--socket", daemon.socketPath, "status", "tea", "--follow", "--format", "{name} {remaining_s} {state}"],
-                timeout: 20
-            )
-            let lines = result.stdout.split(separator: "\n").map(String.init)
-            #expect(lines.suffix(3) == ["tea 2 running", "tea 1 running", "tea 0 done"], "\(lines)")
-            #expect(lines.count == 4, "a snapshot first, then two ticks and done: \(lines)")
+            _ = try cdctl(["start", "tea", "3500ms"], socket: daemon.socketPath)
+            // Read until its done line (it follows on: the name may be started again).
+            let lines = try outputLines(
+                of: TestBinaries.cdctl, ["--socket", daemon.socketPath, "status", "tea", "--follow", "--format", "{name} {remaining_s} {state}"]
+            ) { $0.last?.hasSuffix(" done") == true }
+            // A snapshot first (however late the follower started), then one line per whole
+            // second below it, in order, then done.
+            let snapshot = try #require(lines.first?.wholeMatch(of: #/tea (\d+) running/#).flatMap { Int($0.1) }, "\(lines)")
+            #expect(lines.last == "tea 0 done", "\(lines)")
+            let ticks = lines.dropFirst().dropLast().compactMap { $0.wholeMatch(of: #/tea (\d+) running/#).flatMap { Int($0.1) } }
+            #expect(ticks.count == lines.count - 2, "only tick lines between: \(lines)")
+            #expect(!ticks.isEmpty && ticks == Array((1...ticks[0]).reversed()) && ticks[0] <= snapshot, "one line a second: \(lines)")
         }
 
         @Test("start --if-idle leaves a running countdown alone and succeeds")
@@ -63,11 +65,11 @@ extension Integration {
         func watchLines() throws {
             let daemon = try DaemonProcess()
             _ = try cdctl(["start", "a", "1h"], socket: daemon.socketPath)
-            let plain = try runCommand("/usr/bin/timeout", ["1", TestBinaries.cdctl, "--socket", daemon.socketPath, "watch", "a"], timeout: 10)
-            let first = String(plain.stdout.split(separator: "\n").first ?? "")
-            #expect(first.wholeMatch(of: #/1 snapshot a \d+ 3600000 running/#) != nil, "\(plain.stdout)")
-            let json = try runCommand("/usr/bin/timeout", ["1", TestBinaries.cdctl, "--socket", daemon.socketPath, "watch", "--json", "a"], timeout: 10)
-            let firstLine = String(json.stdout.split(separator: "\n").first ?? "")
+            let plain = try firstLines(1, of: TestBinaries.cdctl, ["--socket", daemon.socketPath, "watch", "a"])
+            let first = plain.first ?? ""
+            #expect(first.wholeMatch(of: #/1 snapshot a \d+ 3600000 running/#) != nil, "\(plain)")
+            let json = try firstLines(1, of: TestBinaries.cdctl, ["--socket", daemon.socketPath, "watch", "--json", "a"])
+            let firstLine = json.first ?? ""
             let object = try #require(try JSONSerialization.jsonObject(with: Data(firstLine.utf8)) as? [String: Any])
             #expect(object["kind"] as? String == "snapshot")
             #expect(object["state"] as? String == "running")

@@ -80,8 +80,11 @@ extension Integration {
             #expect(stats["cluster_watching"] == "1")
             // B estimated A's clock from A's changes: one host seen, both on this machine's clock.
             #expect(stats["cluster_hosts_seen"] == "1" && stats["cluster_members"] == "3")
+            // Both read one clock, so the estimate is the smallest delay from A's write to B's
+            // copy: a correctness bound of a second (units, sign or a stale sample would be
+            // seconds off); BENCHMARKS.md has the real replica lag.
             let skew = try #require(stats["cluster_skew_max_ms"].flatMap(Int.init))
-            #expect(abs(skew) < 100, "skew \(skew) ms between two daemons on one machine")
+            #expect(abs(skew) < 1000, "skew \(skew) ms between two daemons on one machine")
         }
 
         @Test("a host killed at the deadline: the other announces done once; with every host down, the next to start finishes it")
@@ -95,13 +98,20 @@ extension Integration {
             hostA.crash()
             let done = try onB.waitForEvent(timeout: 10) { _ in true }
             #expect(done.kind == .done && done.name == "tea")
-            Thread.sleep(forTimeInterval: 1.5)  // Room for a second done (B retries each second): none must come.
-            _ = try onB.request("PING")
-            #expect(!onB.hasBufferedInput, "one done only")
+            // B asks again a second after a deadline it did not see finished. A witness
+            // countdown through B, due 1.5 s later, is the clock: the next done B announces must
+            // be the witness's, not a second one of tea's.
+            _ = try onB.request("START witness 1500ms")
+            let next = try onB.waitForEvent(timeout: 20) { _ in true }
+            #expect(next.kind == .done && next.name == "witness", "one done of tea only, then the witness's: \(next)")
+            // And etcd's own history holds one done of tea, whatever the subscribers saw.
+            let writes = try #require(etcd.writes(of: "/countdownd/tea"), "etcd answered the history reads")
+            #expect(writes.filter { $0.contains(#""state":"done""#) }.count == 1, "\(writes)")
             // Every host down past a deadline: the next host to start announces it.
-            _ = try onB.request("START late 800ms")
+            let late = try #require(try onB.request("START late 800ms").countdown?.deadlineUnixMilliseconds)
             hostB.crash()
-            Thread.sleep(forTimeInterval: 1.2)  // Past the deadline, with no daemon running: the fault under test.
+            // Past the deadline, with no daemon running: the fault under test.
+            try waitUntil(timeout: 20) { unixNowMilliseconds() > Double(late) + 200 }
             let hostC = try clusterDaemon(etcd)
             let onC = try hostC.connect()
             try waitUntil(timeout: 10) { try onC.request("STATUS late").countdowns.first?.state == .done }

@@ -23,21 +23,33 @@ extension Integration {
             }
             let quickDeadline = try #require(before["quick49"]?.deadlineUnixMilliseconds)
             daemon.crash()
-            // Let every "quick" deadline pass while the daemon is down.
-            try waitUntil(timeout: 10) { unixNowMilliseconds() > Double(quickDeadline) + 100 }
+            let crashedAt = monotonicNow()
+            // Let every "quick" deadline pass while the daemon is down, and at least a second:
+            // a deadline that stood still while the daemon was down would move by that much.
+            try waitUntil(timeout: 10) { unixNowMilliseconds() > Double(quickDeadline) + 100 && monotonicNow() - crashedAt > 1 }
 
             daemon = try DaemonProcess(directory: directory)
-            let list = try daemon.connect().request("LIST", timeout: 30)
-            let queriedAt = unixNowMilliseconds()
+            let listConnection = try daemon.connect()
+            let askedAt = unixNowMilliseconds()
+            let list = try listConnection.request("LIST", timeout: 30)
+            let answeredAt = unixNowMilliseconds()
             let after = Dictionary(uniqueKeysWithValues: list.countdowns.map { ($0.name, $0) })
             #expect(after.count == 1000)
             for index in 0..<900 {
                 let old = try #require(before["run\(index)"]), new = try #require(after["run\(index)"])
                 #expect(new.state == .running)
                 let oldDeadline = try #require(old.deadlineUnixMilliseconds), newDeadline = try #require(new.deadlineUnixMilliseconds)
-                #expect(abs(newDeadline - oldDeadline) <= 50, "run\(index) deadline moved by \(newDeadline - oldDeadline) ms")
-                let ideal = Double(oldDeadline) - queriedAt
-                #expect(abs(Double(new.remainingMilliseconds) - ideal) <= 50 + 5, "run\(index): \(new.remainingMilliseconds) vs \(ideal)")
+                // The deadline is kept on the boot clock and shown on the wall clock: it moves by
+                // no more than reading the two clocks apart takes (far below the second down).
+                #expect(abs(newDeadline - oldDeadline) <= 250, "run\(index) deadline moved by \(newDeadline - oldDeadline) ms")
+                // Time left is the deadline less the moment of the LIST, which lies between the
+                // test's asking and its answer, however long that took.
+                let remaining = Double(new.remainingMilliseconds)
+                #expect(
+                    remaining >= Double(newDeadline) - answeredAt - CorrectnessBounds.earlinessMilliseconds
+                        && remaining <= Double(newDeadline) - askedAt + CorrectnessBounds.earlinessMilliseconds,
+                    "run\(index): \(new.remainingMilliseconds) ms left, asked \(Double(newDeadline) - askedAt) and answered \(Double(newDeadline) - answeredAt) ms before its deadline"
+                )
             }
             for index in 0..<50 {
                 let old = try #require(before["hold\(index)"]), new = try #require(after["hold\(index)"])
@@ -108,7 +120,7 @@ extension Integration {
             #expect(try c.request("START fresh 1h").countdown?.state == .running)
         }
 
-        @Test("a subscriber that never reads, 20,000 countdowns: another subscriber's done stays within 20 ms; memory stays bounded")
+        @Test("a subscriber that never reads, 20,000 countdowns: another subscriber's done comes on time; memory stays bounded")
         func stuckSubscriberWith20k() throws {
             let daemon = try DaemonProcess()
             let baseline = daemon.residentBytes()
@@ -126,7 +138,10 @@ extension Integration {
             let deadline = Double(try #require(try control.request("START probe 2500ms").countdown?.deadlineUnixMilliseconds))
             _ = try probe.waitForEvent { $0.name == "probe" && $0.kind == .done }
             let lateness = unixNowMilliseconds() - deadline
-            #expect(lateness <= 20, "probe's done was \(lateness) ms late beside a stuck subscriber")
+            #expect(
+                lateness >= -CorrectnessBounds.earlinessMilliseconds && lateness <= CorrectnessBounds.latenessMilliseconds,
+                "probe's done was \(lateness) ms late beside a stuck subscriber"
+            )
             let growth = daemon.residentBytes() - baseline
             // The documented bound (README, Reliability): 64 MiB for this load.
             #expect(growth < 64 * 1024 * 1024, "RSS grew by \(growth / 1024) KiB")

@@ -126,6 +126,27 @@ public final class EtcdCluster {
         return Self.post(endpoint, path: "/v3/kv/compaction", body: #"{"revision":"\#(revision)","physical":true}"#) != nil
     }
 
+    /// Every value `key` was written with, oldest first, from etcd's own history: the key read
+    /// at each revision up to the current one (one entry per write, by its mod revision). For
+    /// counting writes, such as `done`s, that no subscriber has to have seen. Needs the history
+    /// uncompacted; `nil` when a member does not answer.
+    public func writes(of key: String, through index: Int = 0) -> [String]? {
+        let endpoint = members[index].clientURL
+        let encodedKey = Data(key.utf8).base64EncodedString()
+        guard let status = Self.post(endpoint, path: "/v3/kv/range", body: #"{"key":"AA=="}"#),
+              let current = status.firstMatch(of: #/"revision":"(\d+)"/#).flatMap({ Int($0.1) }) else { return nil }
+        var byRevision: [Int: String] = [:]
+        for revision in 1...max(1, current) {
+            guard let reply = Self.post(endpoint, path: "/v3/kv/range", body: #"{"key":"\#(encodedKey)","revision":"\#(revision)"}"#),
+                  let object = try? JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any] else { return nil }
+            guard let pair = (object["kvs"] as? [[String: Any]])?.first,
+                  let modified = (pair["mod_revision"] as? String).flatMap(Int.init),
+                  let value = (pair["value"] as? String).flatMap({ Data(base64Encoded: $0) }) else { continue }
+            byRevision[modified] = String(decoding: value, as: UTF8.self)
+        }
+        return byRevision.sorted { $0.key < $1.key }.map(\.value)
+    }
+
     /// A minimal HTTP/1.0 POST to a loopback `http://` URL; the response body, or `nil`.
     public static func post(_ url: String, path: String, body: String) -> String? {
         guard url.hasPrefix("http://127.0.0.1:"), let port = UInt16(url.dropFirst("http://127.0.0.1:".count)) else { return nil }

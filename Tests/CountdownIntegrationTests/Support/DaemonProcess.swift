@@ -182,3 +182,39 @@ extension CountdownConnection {
         }
     }
 }
+
+/// The value of one `STATS` key, as a number (`nil`: absent or not a number).
+func statValue(_ key: String, on connection: CountdownConnection) throws -> Int? {
+    try connection.request("STATS").stats.first { $0.key == key }.flatMap { Int($0.value) }
+}
+
+/// Runs a long-running command (such as `cdctl watch`) until its standard output has `lines`
+/// complete lines, then stops it; returns those lines. Waits on the output, not on a clock: a
+/// slow machine only makes it take longer.
+func firstLines(_ lines: Int, of executable: String, _ arguments: [String], timeout: Double = 30) throws -> [String] {
+    Array(try outputLines(of: executable, arguments, timeout: timeout) { $0.count >= lines }.prefix(lines))
+}
+
+/// Runs a long-running command until its complete output lines satisfy `enough` (or it exits),
+/// then stops it; returns the complete lines.
+func outputLines(of executable: String, _ arguments: [String], timeout: Double = 30, until enough: ([String]) -> Bool) throws -> [String] {
+    let directory = TemporaryDirectory()
+    let outPath = directory.file("stdout")
+    let out = open(outPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    let child: ChildProcess
+    do {
+        defer { close(out) }
+        child = try ChildProcess(executable, arguments, environment: ProcessInfo.processInfo.environment, stdout: out)
+    }
+    defer {
+        child.signal(SIGKILL)
+        child.wait()
+    }
+    var complete: [String] = []
+    try waitUntil(timeout: timeout) {
+        let text = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
+        complete = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        return enough(complete) || !child.isRunning
+    }
+    return complete
+}
