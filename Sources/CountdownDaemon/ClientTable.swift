@@ -80,9 +80,13 @@ final class ClientTable: @unchecked Sendable {
                     outOfDescriptorsLogged = true
                     logger.log(.warning, "cannot accept a connection: out of descriptors (\(connections.count) clients); retrying every 100 ms; raise LimitNOFILE= or lower --max-connections")
                 }
-                listener.setAccepting(false)
+                // If the poller cannot stop watching it, the socket is reported again at once:
+                // accepting goes on being tried, which costs CPU but loses nothing.
+                _ = listener.setAccepting(false)
                 queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
-                    if !isStopping { self.listener?.setAccepting(true) }
+                    if !isStopping, self.listener?.setAccepting(true) == false {
+                        logger.log(.error, "cannot watch the listening socket again (epoll_ctl: \(String(cString: strerror(errno)))); new clients wait until a restart")
+                    }
                 }
                 return
             }
@@ -92,7 +96,7 @@ final class ClientTable: @unchecked Sendable {
     /// A new client: greet it, or turn it away when the connection limit is reached.
     private func accept(_ descriptor: Int32, poller: EventPoller, batch: Int, readable: @escaping (Connection) -> Void) {
         guard !isStopping else {
-            Glibc.close(descriptor)
+            _ = Glibc.close(descriptor)  // Released whatever close reports.
             return
         }
         outOfDescriptorsLogged = false
@@ -102,8 +106,7 @@ final class ClientTable: @unchecked Sendable {
                 : "\(connectionLimit)); close idle clients or raise --max-connections"
             var line: [UInt8] = []
             WireEncoder.appendError(ProtocolError(.limit, "too many connections (\(why)"), to: &line)
-            _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            Glibc.close(descriptor)
+            refuse(descriptor, with: line)
             logger.log(.warning, "refused a connection: limit of \(connectionLimit) reached")
             return
         }
@@ -114,8 +117,7 @@ final class ClientTable: @unchecked Sendable {
                 ProtocolError(.limit, "uid \(peerUID) already has \(configuration.maximumConnectionsPerUser) connections (--max-connections-per-user); close idle ones"),
                 to: &line
             )
-            _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            Glibc.close(descriptor)
+            refuse(descriptor, with: line)
             logger.log(.warning, "refused a connection of uid \(peerUID): its limit of \(configuration.maximumConnectionsPerUser) reached")
             return
         }
@@ -127,6 +129,10 @@ final class ClientTable: @unchecked Sendable {
             outputCoalesceThreshold: configuration.outputCoalesceThreshold
         )
         nextConnectionID += 1
+        connection.onPollerFailure = { [unowned self] connection in
+            logger.log(.warning, "cannot change what connection \(connection.id) is watched for (epoll_ctl: \(String(cString: strerror(errno)))); closing it")
+            close(connection)
+        }
         do throws(DaemonError) {
             try connection.start(
                 readable: readable,
@@ -144,6 +150,14 @@ final class ClientTable: @unchecked Sendable {
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
         touch(connection, batch: batch)
         connection.output.appendReply(greeting)
+    }
+
+    /// Tells a client it is not taken, in one non-blocking send, and closes it.
+    private func refuse(_ descriptor: Int32, with line: [UInt8]) {
+        // Ignored on purpose: one attempt, never a wait; a client that cannot take one short line
+        // into an empty socket buffer has gone, and is closed either way.
+        _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        _ = Glibc.close(descriptor)  // Released whatever close reports.
     }
 
     // MARK: - Reading
@@ -330,6 +344,8 @@ final class ClientTable: @unchecked Sendable {
         listener?.close()
         for connection in connections.values {
             connection.output.appendReply(notice)
+            // Ignored on purpose: one non-blocking attempt at stop; a client that cannot take
+            // it is closed all the same.
             _ = connection.output.write(to: connection.descriptor, scratch: &scratch)
             connection.close()
         }

@@ -48,6 +48,10 @@ final class Connection {
     /// Reading is paused because too many replies wait to be written (backpressure).
     private(set) var isReadingPaused = false
 
+    /// Called when the poller cannot watch the connection as asked (`epoll_ctl` failed): the
+    /// client table closes it, since it could otherwise never be read or written again.
+    var onPollerFailure: ((Connection) -> Void)?
+
     private let poller: EventPoller
     private var token: EventPoller.Token?
     private var wantsInput = false
@@ -130,7 +134,9 @@ final class Connection {
             poller.unregister(token)
             self.token = nil
         }
-        Glibc.close(descriptor)
+        // Ignored on purpose: the descriptor is released either way (Linux closes it even when
+        // close reports EINTR or EIO), and a socket has no unwritten data to report.
+        _ = Glibc.close(descriptor)
     }
 
     private func updateInterest() {
@@ -138,6 +144,8 @@ final class Connection {
         var interest: EventPoller.Interest = []
         if wantsInput { interest.insert(.readable) }
         if wantsRoom { interest.insert(.writable) }
-        poller.setInterest(interest, for: token)
+        if !poller.setInterest(interest, for: token) {
+            onPollerFailure?(self)
+        }
     }
 }

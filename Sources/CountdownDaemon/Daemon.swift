@@ -274,7 +274,7 @@ public final class Daemon: @unchecked Sendable {
         phase = .flushing
         clients.flushTouched()  // The only place output is written while running.
         phase = .idle
-        timer?.arm(at: engine.nextWakeup)
+        armTimer()
         takeSnapshotIfDue()
         service.report(statusCounts())
     }
@@ -355,6 +355,29 @@ public final class Daemon: @unchecked Sendable {
     private func takeSnapshotIfDue() {
         guard journal.snapshotIsDue(now: SystemClock.now()) else { return }
         journal.takeSnapshot(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
+    }
+
+    /// How often the poll thread wakes by itself while the wake-up timer cannot be armed: each
+    /// batch catches up on what fell due, so events go out up to this late, never not at all.
+    static let fallbackWakeMilliseconds: Int32 = 1
+
+    /// Arms the wake-up timer for the engine's next due instant. Should the kernel refuse
+    /// (`timerfd_settime` failed), the poller wakes every millisecond instead until it works
+    /// again, and the log says so once each way.
+    private func armTimer() {
+        guard let timer else { return }
+        do throws(DaemonError) {
+            try timer.arm(at: engine.nextWakeup)
+            if poller?.idleWakeMilliseconds != nil {
+                poller?.idleWakeMilliseconds = nil
+                logger.log(.notice, "the wake-up timer works again")
+            }
+        } catch {
+            if poller?.idleWakeMilliseconds == nil {
+                poller?.idleWakeMilliseconds = Self.fallbackWakeMilliseconds
+                logger.log(.error, "cannot arm the wake-up timer (\(error)); waking every \(Self.fallbackWakeMilliseconds) ms instead, so events still go out")
+            }
+        }
     }
 
     // MARK: - Stopping

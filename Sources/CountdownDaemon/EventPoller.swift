@@ -119,12 +119,17 @@ final class EventPoller: @unchecked Sendable {
 
     /// Changes what a registered descriptor is watched for; an empty interest still reports
     /// errors and hang-ups.
-    func setInterest(_ interest: Interest, for token: Token) {
+    /// - Returns: `false` when the kernel refused (`epoll_ctl` failed, ENOMEM): the registration
+    ///   keeps its old interest, and the caller should give the descriptor up.
+    func setInterest(_ interest: Interest, for token: Token) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard var registration = registrations[token.value], registration.interest != interest else { return }
+        guard var registration = registrations[token.value], registration.interest != interest else { return true }
+        guard countdownd_epoll_control(epollDescriptor, Int32(COUNTDOWND_POLL_MODIFY), registration.descriptor, interest.rawValue, token.value) == 0 else {
+            return false
+        }
         registration.interest = interest
         registrations[token.value] = registration
-        _ = countdownd_epoll_control(epollDescriptor, Int32(COUNTDOWND_POLL_MODIFY), registration.descriptor, interest.rawValue, token.value)
+        return true
     }
 
     /// The interest a registration has now (empty once removed).
@@ -136,8 +141,15 @@ final class EventPoller: @unchecked Sendable {
     func unregister(_ token: Token) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let registration = registrations.removeValue(forKey: token.value) else { return }
+        // Ignored on purpose: the caller closes the descriptor next, which removes it from the
+        // epoll set anyway; an event already read for it finds no registration and is skipped.
         _ = countdownd_epoll_control(epollDescriptor, Int32(COUNTDOWND_POLL_DELETE), registration.descriptor, 0, 0)
     }
+
+    /// How long the poll thread waits when nothing is ready and no work is left, in
+    /// milliseconds (`nil`: until something is ready). Set while the wake-up timer cannot be
+    /// armed, so that due events are still served, by every batch's catch-up.
+    var idleWakeMilliseconds: Int32?
 
     /// Starts the poll thread. `runBatch` runs on the queue for each wake-up with what is ready;
     /// it returns `true` when work is left over, so the next poll does not block.
@@ -171,8 +183,9 @@ final class EventPoller: @unchecked Sendable {
                 continue
             }
             let batch = Batch(tokens: tokens, events: events, count: Int(count), poller: self)
-            let workLeft = queue.sync { runBatch(batch) }
-            timeout = workLeft ? 0 : -1
+            // `idleWakeMilliseconds` is set on the queue, inside the batch just run.
+            let (workLeft, idleWake) = queue.sync { (runBatch(batch), idleWakeMilliseconds) }
+            timeout = workLeft ? 0 : idleWake ?? -1
         }
     }
 }

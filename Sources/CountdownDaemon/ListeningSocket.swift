@@ -63,8 +63,8 @@ final class ListeningSocket {
     }
 
     /// Adopts a listening socket passed by systemd. It is never unlinked: systemd owns the file.
-    static func adopt(descriptor: Int32, displayPath: String) -> ListeningSocket {
-        UnixSocket.setNonBlocking(descriptor)
+    static func adopt(descriptor: Int32, displayPath: String) throws(DaemonError) -> ListeningSocket {
+        try UnixSocket.setNonBlocking(descriptor)
         return ListeningSocket(descriptor: descriptor, ownedPath: nil, displayPath: displayPath)
     }
 
@@ -76,9 +76,10 @@ final class ListeningSocket {
 
     /// Stops or restarts watching for connections (while out of descriptors, a pending connection
     /// would otherwise be reported again at once, forever).
-    func setAccepting(_ accepting: Bool) {
-        guard let poller, let token else { return }
-        poller.setInterest(accepting ? .readable : [], for: token)
+    /// - Returns: `false` when the poller could not change it (`epoll_ctl` failed).
+    func setAccepting(_ accepting: Bool) -> Bool {
+        guard let poller, let token else { return true }
+        return poller.setInterest(accepting ? .readable : [], for: token)
     }
 
     /// What one `accept` gave.

@@ -25,6 +25,13 @@ struct OutputQueue {
     private var queuedTicks: [String: Int] = [:]
     /// Chunks removed from the front so far, to turn absolute indices into array indices.
     private var removedChunks = 0
+    /// Replaced ticks whose emptied chunks are still in `chunks`: compacted away once they are
+    /// most of it, so a subscriber that never reads costs memory and write time for what it
+    /// holds, not for every tick it missed.
+    private var emptiedChunks = 0
+
+    /// How many chunks the queue holds, emptied ones included (for the tests).
+    var chunkCount: Int { chunks.count - head }
 
     /// Bytes waiting to be written.
     private(set) var byteCount = 0
@@ -74,6 +81,7 @@ struct OutputQueue {
         }
         queuedTicks = queuedTicks.filter { $0.value < markChunkCount }
         byteCount = chunks[head...].reduce(0) { $0 + $1.bytes.count } - headOffset
+        emptiedChunks = chunks[head...].reduce(0) { $0 + ($1.bytes.isEmpty ? 1 : 0) }
         return true
     }
 
@@ -99,6 +107,7 @@ struct OutputQueue {
                 chunks[index].bytes = []
                 chunks[index].tickName = nil
                 coalescedTickCount += 1
+                emptiedChunks += 1
                 if index == head {
                     dropEmptyHeadChunks()
                 }
@@ -106,6 +115,45 @@ struct OutputQueue {
         }
         queuedTicks[tickName] = removedChunks + chunks.count
         chunks.append(Chunk(bytes: bytes, tickName: tickName, isAppendable: false))
+        if emptiedChunks > 1024 && emptiedChunks * 2 > chunks.count - head {
+            compact()
+        }
+    }
+
+    /// Removes the emptied chunks of replaced ticks, renumbering what refers to chunks by
+    /// absolute index (queued ticks, the batch mark) as if the kept chunks had always been the
+    /// only ones. O(chunks), run once the emptied ones are the majority: amortised O(1) a tick.
+    private mutating func compact() {
+        let newBase = removedChunks + chunks.count  // Past every old absolute index.
+        var kept: [Chunk] = []
+        kept.reserveCapacity(chunks.count - head - emptiedChunks)
+        // The mark sits before the chunk numbered `markChunkCount` (or past the end).
+        var newMark = markChunkCount < removedChunks + head ? newBase - 1 : nil
+        for index in head..<chunks.count {
+            let absolute = removedChunks + index
+            if absolute == markChunkCount { newMark = newBase + kept.count }
+            let chunk = chunks[index]
+            // The head is never an emptied chunk (`dropEmptyHeadChunks`); it may be partly written.
+            if chunk.bytes.isEmpty && index != head { continue }
+            if let name = chunk.tickName, queuedTicks[name] == absolute {
+                queuedTicks[name] = newBase + kept.count
+            }
+            kept.append(chunk)
+        }
+        let mark = newMark ?? newBase + kept.count  // No chunk at the mark: it was at the end.
+        // The chunk that was last when the mark was set, by array index.
+        let lastAtMark = markChunkCount - removedChunks - 1
+        if lastAtMark >= head, lastAtMark < chunks.count, chunks[lastAtMark].bytes.isEmpty, mark > newBase {
+            // It was a tick, emptied since: its kept predecessor had nothing appended after the
+            // mark (appends go to the last chunk only, and that was the tick), so a rollback
+            // keeps all of it.
+            markLastChunkLength = kept[mark - newBase - 1].bytes.count
+        }
+        markChunkCount = mark
+        chunks = kept
+        removedChunks = newBase
+        head = 0
+        emptiedChunks = 0
     }
 
     /// Adds bytes to the last chunk while it is small; otherwise starts a new one.
@@ -212,6 +260,7 @@ struct OutputQueue {
         if let name = chunks[head].tickName, queuedTicks[name] == removedChunks + head {
             queuedTicks[name] = nil
         }
+        if chunks[head].bytes.isEmpty { emptiedChunks -= 1 }
         chunks[head].bytes = []
         head += 1
         headOffset = 0
@@ -224,5 +273,6 @@ struct OutputQueue {
         queuedTicks.removeAll(keepingCapacity: false)
         head = 0
         headOffset = 0
+        emptiedChunks = 0
     }
 }

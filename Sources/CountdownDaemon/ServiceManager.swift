@@ -25,7 +25,7 @@ struct StatusCounts: Equatable, CustomStringConvertible {
 /// blocks run there and nowhere else).
 final class ServiceManager: @unchecked Sendable {
     private let queue: DispatchQueue
-    private let notifier = SystemdNotifier()
+    private let notifier: SystemdNotifier
     private let logger: Logger
     private let statusIntervalNanoseconds: Int64
     private var signalSources: [any DispatchSourceSignal] = []
@@ -36,9 +36,10 @@ final class ServiceManager: @unchecked Sendable {
     private var latest: StatusCounts?
     private var retryAttempt: (() -> Bool)?
 
-    init(queue: DispatchQueue, statusInterval milliseconds: Int, logger: Logger) {
+    init(queue: DispatchQueue, statusInterval milliseconds: Int, logger: Logger, notifier: SystemdNotifier = SystemdNotifier()) {
         self.queue = queue
         self.logger = logger
+        self.notifier = notifier
         statusIntervalNanoseconds = Int64(milliseconds) * 1_000_000
     }
 
@@ -60,9 +61,18 @@ final class ServiceManager: @unchecked Sendable {
         let period = DispatchTimeInterval.microseconds(Int(min(interval / 2, UInt64(Int32.max))))
         let source = DispatchSource.makeTimerSource(queue: queue)
         source.schedule(deadline: .now(), repeating: period, leeway: .milliseconds(10))
-        source.setEventHandler { [notifier, queue] in
+        var failing = false
+        source.setEventHandler { [notifier, queue, logger] in
             dispatchPrecondition(condition: .onQueue(queue))
-            notifier.notify("WATCHDOG=1")
+            let sent = notifier.notify("WATCHDOG=1")
+            // Said once each way: a ping that cannot be sent ends with systemd killing us.
+            if sent < 0 && !failing {
+                failing = true
+                logger.log(.error, "cannot send the watchdog ping to systemd (\(String(cString: strerror(-sent)))); systemd will restart the daemon")
+            } else if sent > 0 && failing {
+                failing = false
+                logger.log(.notice, "watchdog pings reach systemd again")
+            }
         }
         source.activate()
         watchdog = source
@@ -73,12 +83,16 @@ final class ServiceManager: @unchecked Sendable {
     func ready(status: StatusCounts) {
         reported = status
         reportedAt = SystemClock.now()
-        notifier.notify("READY=1\nSTATUS=\(status.description)")
+        let sent = notifier.notify("READY=1\nSTATUS=\(status.description)")
+        if sent < 0 {
+            logger.log(.error, "cannot tell systemd READY=1 (\(String(cString: strerror(-sent)))); under Type=notify the start will time out")
+        }
     }
 
     /// `STOPPING=1`.
     func stopping() {
-        notifier.notify("STOPPING=1")
+        // Ignored on purpose: the daemon stops either way, and systemd sees the exit.
+        _ = notifier.notify("STOPPING=1")
     }
 
     /// Tells systemd the new status if it changed, at most once per `--status-interval` (250 ms

@@ -27,7 +27,7 @@ enum SocketActivation {
             let descriptor = first + offset
             if sd_is_socket_unix(descriptor, Int32(SOCK_STREAM.rawValue), 1, nil, 0) > 0 {
                 let name = names?[Int(offset)].map { String(cString: $0) } ?? "unnamed"
-                return ListeningSocket.adopt(descriptor: descriptor, displayPath: "fd \(descriptor) (\(name))")
+                return try ListeningSocket.adopt(descriptor: descriptor, displayPath: "fd \(descriptor) (\(name))")
             }
         }
         throw .unusablePassedSocket("none of the \(count) passed descriptors is a listening AF_UNIX stream socket")

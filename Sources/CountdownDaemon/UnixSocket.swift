@@ -25,9 +25,11 @@ enum UnixSocket {
     }
 
     /// Makes a descriptor non-blocking.
-    static func setNonBlocking(_ fd: Int32) {
+    /// - Throws: `DaemonError.system` when `fcntl` fails (a blocking listener would stall the queue).
+    static func setNonBlocking(_ fd: Int32) throws(DaemonError) {
         let flags = fcntl(fd, F_GETFL)
-        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+        guard flags >= 0 else { throw .system("fcntl(F_GETFL)", errno) }
+        guard fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw .system("fcntl(F_SETFL, O_NONBLOCK)", errno) }
     }
 
     /// The uid of the process at the other end of a connected Unix socket.

@@ -32,11 +32,17 @@ final class WakeupTimer {
     }
 
     /// Creates the timer; `handler` runs on the poller's queue each time it fires.
-    init(poller: EventPoller, handler: @escaping () -> Void) throws(DaemonError) {
+    convenience init(poller: EventPoller, handler: @escaping () -> Void) throws(DaemonError) {
         let fd = timerfd_create(CLOCK_BOOTTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else {
             throw DaemonError.system("timerfd_create(CLOCK_BOOTTIME)", errno)
         }
+        try self.init(descriptor: fd, poller: poller, handler: handler)
+    }
+
+    /// Wraps a timer descriptor it then owns (closed on failure and by `cancel`). The tests hand
+    /// it other descriptors too, to see a failing `timerfd_settime`.
+    init(descriptor fd: Int32, poller: EventPoller, handler: @escaping () -> Void) throws(DaemonError) {
         descriptor = fd
         self.poller = poller
         do {
@@ -45,7 +51,9 @@ final class WakeupTimer {
                 // instant.
                 armedFor = nil
                 var expirations: UInt64 = 0
-                _ = read(fd, &expirations, MemoryLayout<UInt64>.size)  // EAGAIN after a re-arm is fine.
+                // Ignored on purpose: the count of expirations is not needed, and EAGAIN (re-armed
+                // since the poll saw it) just means there is nothing to clear.
+                _ = read(fd, &expirations, MemoryLayout<UInt64>.size)
                 handler()
             }
         } catch {
@@ -56,10 +64,11 @@ final class WakeupTimer {
 
     /// Arms the timer for `requested` (no sooner than `minimumWakeInterval` after it last fired),
     /// or disarms it for `nil`. An instant already past fires at once.
-    func arm(at requested: Instant?) {
+    /// - Throws: `DaemonError.system` when `timerfd_settime` fails; the timer is then unarmed
+    ///   (the next `arm` tries again), and the caller must wake up by other means.
+    func arm(at requested: Instant?) throws(DaemonError) {
         let instant = requested.map { max($0, lastFired.advanced(byNanoseconds: Self.minimumWakeInterval)) }
         guard instant != armedFor else { return }
-        armedFor = instant
         var spec = itimerspec()
         if let instant {
             // An all-zero it_value would disarm the timer; never ask for less than 1 ns.
@@ -67,7 +76,19 @@ final class WakeupTimer {
             spec.it_value.tv_sec = Int(ns / 1_000_000_000)
             spec.it_value.tv_nsec = Int(ns % 1_000_000_000)
         }
-        timerfd_settime(descriptor, Int32(TFD_TIMER_ABSTIME), &spec, nil)
+        guard timerfd_settime(descriptor, Int32(TFD_TIMER_ABSTIME), &spec, nil) == 0 else {
+            armedFor = nil
+            throw .system("timerfd_settime", errno)
+        }
+        armedFor = instant
+    }
+
+    /// What the kernel holds: the time until the timer fires, in nanoseconds (`nil`: disarmed).
+    func kernelTimeLeft() throws(DaemonError) -> Int64? {
+        var spec = itimerspec()
+        guard timerfd_gettime(descriptor, &spec) == 0 else { throw .system("timerfd_gettime", errno) }
+        let left = Int64(spec.it_value.tv_sec) * 1_000_000_000 + Int64(spec.it_value.tv_nsec)
+        return left == 0 ? nil : left
     }
 
     /// Stops the timer and closes its descriptor.
@@ -75,6 +96,7 @@ final class WakeupTimer {
         guard let token else { return }
         poller.unregister(token)
         self.token = nil
-        close(descriptor)
+        // Ignored on purpose: nothing is pending on a timer, and a failed close leaves nothing to do.
+        _ = close(descriptor)
     }
 }

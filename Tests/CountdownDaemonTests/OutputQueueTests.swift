@@ -66,6 +66,68 @@ struct OutputQueueTests {
         #expect(pair.readAll() == "EVENT 1 started a 3000 3000\nEVENT 4 tick a 1000 3000\nEVENT 5 done a 0 3000\nEVENT 6 tick b 4000 6000\n")
     }
 
+    @Test("100,000 ticks to a subscriber that never reads: the queue holds the newest per countdown, not a trace of each one replaced")
+    func coalescingIsBounded() {
+        let pair = SocketPair(sendBuffer: 4096)
+        var queue = OutputQueue(coalesceThreshold: 0)
+        var scratch: [UInt8] = []
+        queue.appendReply(line("OK " + String(repeating: "x", count: 100_000)))
+        #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
+        queue.appendEvent(line("EVENT 1 started a 3000 3000"), tickName: nil)
+        for second in stride(from: 100_000, to: 0, by: -1) {
+            for name in ["a", "b", "c"] {
+                queue.appendEvent(line("EVENT 1 tick \(name) \(second) 3000"), tickName: name)
+            }
+            // A failed write attempt now and then, as the daemon's flush makes: it must not cost
+            // a walk over every tick replaced so far.
+            if second % 1000 == 0 { _ = queue.write(to: pair.writer, scratch: &scratch) }
+        }
+        queue.appendEvent(line("EVENT 2 done a 0 3000"), tickName: nil)
+        #expect(queue.coalescedTickCount == 299_997)
+        #expect(queue.chunkCount < 3000, "\(queue.chunkCount) chunks held for 3 ticks and 2 events")
+        var received = ""
+        for _ in 0..<100_000 where !queue.isEmpty {
+            received += pair.readAll()
+            _ = queue.write(to: pair.writer, scratch: &scratch)
+        }
+        received += pair.readAll()
+        let lines = received.split(separator: "\n").dropFirst().map(String.init)
+        #expect(lines == ["EVENT 1 started a 3000 3000", "EVENT 1 tick a 1 3000", "EVENT 1 tick b 1 3000", "EVENT 1 tick c 1 3000", "EVENT 2 done a 0 3000"])
+    }
+
+    @Test("a rollback after the emptied ticks were compacted away still leaves exactly what came before the batch")
+    func rollbackAfterCompaction() {
+        let pair = SocketPair(sendBuffer: 4096)
+        var queue = OutputQueue(coalesceThreshold: 0)
+        var scratch: [UInt8] = []
+        queue.appendReply(line("OK " + String(repeating: "x", count: 100_000)))
+        #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
+        queue.appendEvent(line("EVENT 1 started a 3000 3000"), tickName: nil)
+        queue.appendEvent(line("EVENT 1 tick a 99999999 3000"), tickName: "a")
+        // The last chunk when the batch begins is a tick that the batch's own ticks replace:
+        // compaction removes it, and the rollback must not cut its (longer) predecessor instead.
+        queue.appendEvent(line("EVENT 1 tick b 9 3000"), tickName: "b")
+        queue.mark(batch: 3)
+        for second in stride(from: 5000, to: 0, by: -1) {
+            queue.appendEvent(line("EVENT 1 tick b \(second) 3000"), tickName: "b")
+        }
+        queue.appendReply(line("OK undone"))
+        #expect(queue.chunkCount < 5000, "compacted during the batch: \(queue.chunkCount)")
+        let rolledBack = queue.rollback(batch: 3)
+        #expect(rolledBack)
+        queue.appendReply(line("ERR unavailable"))
+        var received = ""
+        for _ in 0..<100_000 where !queue.isEmpty {
+            received += pair.readAll()
+            _ = queue.write(to: pair.writer, scratch: &scratch)
+        }
+        received += pair.readAll()
+        let lines = received.split(separator: "\n").dropFirst().map(String.init)
+        // (b's tick from before the batch was replaced by the batch's, which the rollback takes
+        // back: a countdown's tick may go missing, never a line be cut.)
+        #expect(lines == ["EVENT 1 started a 3000 3000", "EVENT 1 tick a 99999999 3000", "ERR unavailable"])
+    }
+
     @Test("a full socket parks output; a partly written tick is never replaced; the rest follows intact")
     func partialWrites() {
         let pair = SocketPair(sendBuffer: 4096)

@@ -98,9 +98,14 @@ final class ClusterReplica: @unchecked Sendable {
         var spec = itimerspec()
         spec.it_value.tv_nsec = 200_000_000
         spec.it_interval.tv_nsec = 200_000_000
-        timerfd_settime(fd, 0, &spec, nil)
+        guard timerfd_settime(fd, 0, &spec, nil) == 0 else {
+            let code = errno
+            close(fd)
+            throw .system("timerfd_settime (cluster housekeeping)", code)
+        }
         housekeepingToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
             var expirations: UInt64 = 0
+            // Ignored on purpose: only clears the timer; the count of expirations is not needed.
             _ = read(housekeepingDescriptor, &expirations, MemoryLayout<UInt64>.size)
             housekeeping()
         }

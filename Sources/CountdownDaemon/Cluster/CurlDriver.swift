@@ -119,16 +119,17 @@ final class CurlDriver {
         let context = Unmanaged.passUnretained(self).toOpaque()
         _ = countdownd_curl_multi_set_socket_function(multi, { _, socket, what, context, _ in
             // The context is the driver set just above: never nil.
-            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().socketChanged(socket, what: what)
-            return 0
+            // -1 tells libcurl the socket cannot be watched: it fails that transfer, at once.
+            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().socketChanged(socket, what: what) ? 0 : -1
         }, context)
         _ = countdownd_curl_multi_set_timer_function(multi, { _, milliseconds, context in
-            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().timerChanged(milliseconds)
-            return 0
+            // -1 tells libcurl its timeout cannot be kept: it fails the transfers it drives.
+            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().timerChanged(milliseconds) ? 0 : -1
         }, context)
         do {
             timerToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
                 var expirations: UInt64 = 0
+                // Ignored on purpose: only clears the timer; EAGAIN means it was re-armed meanwhile.
                 _ = read(timerDescriptor, &expirations, MemoryLayout<UInt64>.size)
                 act(on: CURL_SOCKET_TIMEOUT, flags: 0)
             }
@@ -213,7 +214,8 @@ final class CurlDriver {
     // MARK: - libcurl's callbacks (inside curl_multi_* calls, on the queue)
 
     /// libcurl wants `socket` watched for `what` (in, out, both) or forgotten.
-    private func socketChanged(_ socket: Int32, what: Int32) {
+    /// - Returns: whether the poller does as asked.
+    private func socketChanged(_ socket: Int32, what: Int32) -> Bool {
         var interest: EventPoller.Interest = []
         if what == CURL_POLL_IN || what == CURL_POLL_INOUT { interest.insert(.readable) }
         if what == CURL_POLL_OUT || what == CURL_POLL_INOUT { interest.insert(.writable) }
@@ -221,11 +223,10 @@ final class CurlDriver {
             if let token = sockets.removeValue(forKey: socket) {
                 poller.unregister(token)
             }
-            return
+            return true
         }
         if let token = sockets[socket] {
-            poller.setInterest(interest, for: token)
-            return
+            return poller.setInterest(interest, for: token)
         }
         do {
             sockets[socket] = try poller.register(socket, interest: interest) { [unowned self] readiness in
@@ -234,13 +235,15 @@ final class CurlDriver {
                 if readiness.writable { flags |= CURL_CSELECT_OUT }
                 act(on: socket, flags: flags)
             }
+            return true
         } catch {
-            // Unwatched, the transfer runs into its timeout and fails; nothing else is lost.
+            return false  // libcurl fails the transfer; the caller sees it as any failed request.
         }
     }
 
     /// libcurl wants to be woken in `milliseconds` (-1: not at all).
-    private func timerChanged(_ milliseconds: Int) {
+    /// - Returns: whether the timer is set.
+    private func timerChanged(_ milliseconds: Int) -> Bool {
         var spec = itimerspec()
         if milliseconds >= 0 {
             // An all-zero it_value would disarm the timer: at least 1 µs.
@@ -248,7 +251,7 @@ final class CurlDriver {
             spec.it_value.tv_sec = Int(nanoseconds / 1_000_000_000)
             spec.it_value.tv_nsec = Int(nanoseconds % 1_000_000_000)
         }
-        timerfd_settime(timerDescriptor, 0, &spec, nil)
+        return timerfd_settime(timerDescriptor, 0, &spec, nil) == 0
     }
 
     // MARK: - Driving

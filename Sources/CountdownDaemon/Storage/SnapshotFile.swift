@@ -179,7 +179,14 @@ enum SnapshotFile {
     static func write(_ contents: Contents, directory: String) throws(StorageError) {
         let path = directory + "/" + fileName
         let temporary = path + ".tmp"
-        unlink(temporary)
+        // Ignored on purpose: usually there is none; one that cannot be removed fails the open below.
+        _ = unlink(temporary)
+        // SQLite would create the file 0644 less the umask; the snapshot holds every name (phone
+        // numbers, for OTP cooldowns), so it is made here, the owner's alone like the journal,
+        // and SQLite opens it as it is.
+        let created = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard created >= 0 else { throw .system(what: "cannot create \(temporary)", errno: errno) }
+        _ = close(created)  // Nothing was written through it.
         do throws(SQLiteError) {
             let database = try SQLiteDatabase(path: temporary)
             // The file is renamed into place only once complete and synced, so SQLite's own
@@ -248,16 +255,17 @@ enum SnapshotFile {
                 }
             }
         } catch {
-            unlink(temporary)
+            _ = unlink(temporary)  // Ignored on purpose: a leftover is removed before the next attempt.
             throw .writeFailed(path: temporary, reason: error.message)
         }
         try FileSystem.sync(path: temporary)
         // A WAL left by countdownd 0.1 belongs to the old file; SQLite must not apply it to this one.
-        unlink(path + "-wal")
-        unlink(path + "-shm")
+        // (Ignored on purpose when there is none, the usual case.)
+        _ = unlink(path + "-wal")
+        _ = unlink(path + "-shm")
         guard rename(temporary, path) == 0 else {
             let code = errno
-            unlink(temporary)
+            _ = unlink(temporary)  // As above.
             throw .system(what: "rename \(temporary) to \(path)", errno: code)
         }
         try FileSystem.sync(path: directory)

@@ -30,6 +30,8 @@ final class StateDirectoryLock {
             throw .locked(directory: directory, holder: holder)
         }
         let pid = Array("\(getpid())\n".utf8)
+        // Ignored on purpose: the pid is a note for the operator's message; the flock is the lock
+        // (a read-only lock file takes no note at all).
         _ = ftruncate(descriptor, 0)
         _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
         self.descriptor = descriptor

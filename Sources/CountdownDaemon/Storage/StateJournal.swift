@@ -163,7 +163,9 @@ final class StateJournal: @unchecked Sendable {
             highest = max(highest, fileGeneration)
             guard fileGeneration >= firstGeneration else {
                 // Left by a crash between a snapshot landing and the old files being removed.
-                unlink(path)
+                // Ignored on purpose if it cannot be removed: older than the snapshot, it is
+                // skipped by every recovery, and tried again at the next start.
+                _ = unlink(path)
                 continue
             }
             let bytes = try FileSystem.readAll(path)
@@ -262,7 +264,8 @@ final class StateJournal: @unchecked Sendable {
             try FileSystem.sync(path: directory)
         } catch {
             close(descriptor)
-            unlink(path)
+            // Ignored on purpose: a journal file with no frame after its header reads as empty.
+            _ = unlink(path)
             throw error
         }
         if file >= 0 { close(file) }
@@ -315,7 +318,8 @@ final class StateJournal: @unchecked Sendable {
         // A deleted directory takes the open file with it: writes would still succeed, into a
         // file nobody will read. One fstat per commit notices.
         var info = stat()
-        if fstat(file, &info) == 0 && info.st_nlink == 0 {
+        guard fstat(file, &info) == 0 else { throw .system(what: "cannot check \(filePath)", errno: errno) }
+        if info.st_nlink == 0 {
             throw .directoryGone(path: directory)
         }
         JournalFormat.sealFrame(in: &pending, at: 0)
@@ -323,6 +327,8 @@ final class StateJournal: @unchecked Sendable {
         if durability == .power {
             guard fdatasync(file) == 0 else {
                 let code = errno
+                // Ignored on purpose: the next frame is written at `fileLength` all the same, over
+                // whatever this one left; past it, recovery sees a torn tail and cuts it.
                 _ = ftruncate(file, off_t(fileLength))
                 throw .system(what: "fdatasync \(filePath)", errno: code)
             }
@@ -353,7 +359,8 @@ final class StateJournal: @unchecked Sendable {
         guard case .failing(let error) = health else { return acceptsChanges }
         do throws(StorageError) {
             var info = stat()
-            let lost = file < 0 || (fstat(file, &info) == 0 && info.st_nlink == 0)
+            // A journal file that cannot even be looked at is given up like a deleted one.
+            let lost = file < 0 || fstat(file, &info) != 0 || info.st_nlink == 0
             if lost {
                 let directoryWasGone = access(directory, F_OK) != 0
                 try FileSystem.createDirectory(directory)
@@ -448,7 +455,9 @@ final class StateJournal: @unchecked Sendable {
         do throws(StorageError) {
             try SnapshotFile.write(contents, directory: directory)
             if let files = try? journalFiles() {
-                for (_, path) in files { unlink(path) }
+                // Ignored on purpose: the snapshot continues with generation + 1, so a file left
+                // behind is older than it and skipped (and removed) by the next start.
+                for (_, path) in files { _ = unlink(path) }
             }
         } catch {
             logger.log(.warning, "cannot write a snapshot at stop: \(error); the journal has everything")
@@ -463,7 +472,7 @@ final class StateJournal: @unchecked Sendable {
             // Everything before `covered` is in the snapshot now.
             if let files = try? journalFiles() {
                 for (fileGeneration, path) in files where fileGeneration < covered {
-                    unlink(path)
+                    _ = unlink(path)  // As at stop: a file left behind is older than the snapshot.
                 }
             }
             bytesSinceSnapshot = fileLength

@@ -124,6 +124,8 @@ enum FileSystem {
                 continue
             } else {
                 let code = count == 0 ? ENOSPC : errno
+                // Ignored on purpose: the caller writes its next frame at `offset` again; what
+                // is left past that reads as a torn tail, which recovery cuts.
                 _ = ftruncate(descriptor, off_t(offset))
                 throw .system(what: "cannot write \(path)", errno: code)
             }

@@ -1,0 +1,189 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Dispatch
+import Foundation
+import Glibc
+import Testing
+
+/// A fresh directory under /tmp, removed with everything in it when dropped.
+final class ScratchDirectory {
+    let path: String
+
+    init() {
+        var template = Array((NSTemporaryDirectory() + "countdownd-journal-XXXXXX").utf8CString)
+        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+/// Runs a command to completion; its exit status.
+@discardableResult
+func runTool(_ path: String, _ arguments: [String]) -> Int32 {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return -1 }
+    process.waitUntilExit()
+    return process.terminationStatus
+}
+
+@Suite("The state journal on real files: commit, rollback, lock, failure and recovery")
+struct StateJournalTests {
+    let queue = DispatchQueue(label: "journal-test")
+    let logger = Logger(threshold: .error, environment: [:])
+
+    func journal(in directory: String) -> StateJournal {
+        StateJournal(directory: directory, durability: .power, logger: logger, queue: queue)
+    }
+
+    /// A running countdown and its `started` event.
+    func started(_ name: String, sequence: UInt64) -> (CountdownEvent, PersistedCountdown) {
+        let deadline = SystemClock.now().advanced(byMilliseconds: 3_600_000)
+        return (
+            CountdownEvent(sequence: sequence, kind: .started, name: name, remainingMilliseconds: 3_600_000, totalMilliseconds: 3_600_000),
+            PersistedCountdown(name: name, state: .running, totalMilliseconds: 3_600_000, deadline: deadline, remainingNanoseconds: 0, finishedAt: nil, owner: 0)
+        )
+    }
+
+    /// One batch noting `names`: its commit's outcome.
+    func batch(_ journal: StateJournal, _ names: [String], from sequence: UInt64, rollback: Bool = false) -> StateJournal.CommitOutcome {
+        queue.sync {
+            journal.beginBatch()
+            for (offset, name) in names.enumerated() {
+                let (event, state) = started(name, sequence: sequence + UInt64(offset))
+                journal.note(event, state: state, clock: SystemClock.mapping())
+            }
+            if rollback { journal.rollbackBatch() }
+            return journal.commit()
+        }
+    }
+
+    func recover(_ journal: StateJournal) throws(StorageError) -> StateJournal.Recovered {
+        let result: Result<StateJournal.Recovered, StorageError> = queue.sync {
+            do throws(StorageError) {
+                let recovered = try journal.recover(clock: SystemClock.mapping(), bootID: SystemClock.bootID, keepEvents: 100)
+                journal.startWriting()
+                return .success(recovered)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    func mode(_ path: String) -> mode_t {
+        var info = stat()
+        return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
+    }
+
+    @Test("a committed batch is recovered by the next journal; a rolled-back one is not; files are 0600; the directory is locked meanwhile")
+    func commitAndRecover() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        var first: StateJournal? = journal(in: directory)
+        #expect(try recover(try #require(first)).countdowns.isEmpty)
+        #expect(batch(try #require(first), ["tea", "egg"], from: 1) == .durable)
+        #expect(batch(try #require(first), ["undone"], from: 3, rollback: true) == .durable)
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix("journal.") }
+        #expect(files.count == 1)
+        for file in files + ["countdownd.lock"] {
+            #expect(mode(directory + "/" + file) == 0o600, "\(file) is \(String(mode(directory + "/" + file), radix: 8))")
+        }
+        // A second journal on the same directory is refused while the first holds it.
+        do throws(StorageError) {
+            _ = try recover(journal(in: directory))
+            Issue.record("a second journal recovered a locked directory")
+        } catch {
+            guard case .locked = error else {
+                Issue.record("refused for another reason: \(error)")
+                return
+            }
+        }
+        first = nil  // Released: the lock goes with it.
+        let recovered = try recover(journal(in: directory))
+        #expect(recovered.countdowns.map(\.name).sorted() == ["egg", "tea"])
+        #expect(recovered.lastSequence == 2)
+        #expect(recovered.events.map(\.name) == ["tea", "egg"])
+    }
+
+    @Test(
+        "a full disk fails the commit; later events are deferred and written once there is room, with nothing failed kept",
+        .enabled(if: getuid() == 0 && access("/bin/mount", X_OK) == 0, "needs root to mount a small tmpfs")
+    )
+    func fullDisk() throws {
+        let scratch = ScratchDirectory()
+        let mountPoint = scratch.path + "/small"
+        #expect(mkdir(mountPoint, 0o700) == 0)
+        try #require(runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=256k", "tmpfs", mountPoint]) == 0, "mount a tmpfs")
+        defer { runTool("/bin/umount", ["-l", mountPoint]) }
+        let directory = mountPoint + "/state"
+        var journal: StateJournal? = self.journal(in: directory)
+        _ = try recover(try #require(journal))
+        #expect(batch(try #require(journal), ["before"], from: 1) == .durable)
+        // Fill what is left.
+        let filler = mountPoint + "/filler"
+        let fd = open(filler, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        let block = [UInt8](repeating: 1, count: 4096)
+        while block.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
+        close(fd)
+        // More than the page the journal's last frame sits in: a small frame could still fit there.
+        let refused = (0..<200).map { "refused\($0)" }
+        guard case .failed = batch(try #require(journal), refused, from: 2) else {
+            Issue.record("a commit to a full disk did not fail")
+            return
+        }
+        queue.sync {
+            #expect(!journal!.acceptsChanges)
+            journal!.rollbackBatch()  // What the daemon does with the failed batch.
+        }
+        // While failing, a batch's events (time's, in the daemon) are kept for later.
+        let deferred = (0..<200).map { "deferred\($0)" }
+        #expect(batch(try #require(journal), deferred, from: 202) == .deferred)
+        #expect(queue.sync { journal!.retry() } == false, "still full")
+        #expect(unlink(filler) == 0)
+        #expect(queue.sync { journal!.retry() } == true, "room again: the deferred events are written")
+        #expect(batch(try #require(journal), ["after"], from: 402) == .durable)
+        journal = nil
+        let recovered = try recover(self.journal(in: directory))
+        #expect(recovered.countdowns.map(\.name).sorted() == (["after", "before"] + deferred).sorted())
+        #expect(recovered.lastSequence == 402, "nothing of the failed batch: its numbers were not reused on disk")
+    }
+
+    @Test("a deleted directory fails the next commit; retry recreates it and a full snapshot makes it whole again, 0600")
+    func deletedDirectory() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        let journal = self.journal(in: directory)
+        _ = try recover(journal)
+        #expect(batch(journal, ["tea"], from: 1) == .durable)
+        try FileManager.default.removeItem(atPath: directory)
+        guard case .failed(.directoryGone) = batch(journal, ["lost"], from: 2) else {
+            Issue.record("a commit into a deleted directory did not fail as such")
+            return
+        }
+        queue.sync { journal.rollbackBatch() }
+        #expect(queue.sync { journal.retry() } == false, "recreated, but not whole until a snapshot lands")
+        #expect(queue.sync { journal.health } == .awaitingSnapshot)
+        #expect(access(directory, F_OK) == 0, "recreated")
+        var engine = CountdownEngine()
+        var events: [CountdownEvent] = []
+        _ = try engine.start("tea", milliseconds: 3_600_000, requester: 0, now: SystemClock.now(), events: &events)
+        queue.sync {
+            #expect(journal.snapshotIsDue(now: SystemClock.now()))
+            journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping())
+        }
+        // The snapshot is written off the queue and lands back on it.
+        let deadline = Date().addingTimeInterval(60)
+        while queue.sync(execute: { journal.health }) != .available && Date() < deadline {
+            usleep(10_000)
+        }
+        #expect(queue.sync { journal.health } == .available)
+        #expect(mode(directory + "/countdownd.db") == 0o600, "the snapshot is private like the journal")
+        #expect(batch(journal, ["after"], from: 3) == .durable)
+    }
+}

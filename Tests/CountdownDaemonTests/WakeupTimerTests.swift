@@ -1,0 +1,98 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Dispatch
+import Glibc
+import Testing
+
+@Suite("The wake-up timer: a CLOCK_BOOTTIME timerfd on the poller")
+struct WakeupTimerTests {
+    /// What the timer's handler saw, touched only on the queue.
+    final class Fired: @unchecked Sendable {
+        var count = 0
+    }
+
+    @Test("arming, re-arming earlier and later, and disarming reach the kernel; an armed instant fires the handler on the queue")
+    func armAndFire() throws {
+        let queue = DispatchQueue(label: "timer-test")
+        let poller = try EventPoller(queue: queue)
+        let fired = Fired()
+        let firedSignal = DispatchSemaphore(value: 0)
+        let timer = try #require(queue.sync {
+            try? WakeupTimer(poller: poller) {
+                dispatchPrecondition(condition: .onQueue(queue))
+                fired.count += 1
+                firedSignal.signal()
+            }
+        })
+        defer { queue.sync { timer.cancel() } }
+        // The kernel's own view (timerfd_gettime), so nothing here waits for the clock.
+        try queue.sync { () throws in
+            let now = SystemClock.now()
+            #expect(try timer.kernelTimeLeft() == nil, "a new timer is disarmed")
+            try timer.arm(at: now.advanced(byMilliseconds: 3_600_000))
+            let hour = try #require(try timer.kernelTimeLeft())
+            #expect(hour > 3_000 * 1_000_000_000 && hour <= 3_600 * 1_000_000_000)
+            try timer.arm(at: now.advanced(byMilliseconds: 60_000))  // Earlier: re-armed.
+            let minute = try #require(try timer.kernelTimeLeft())
+            #expect(minute > 0 && minute <= 60 * 1_000_000_000)
+            try timer.arm(at: now.advanced(byMilliseconds: 7_200_000))  // Later: re-armed too.
+            #expect(try #require(try timer.kernelTimeLeft()) > 3_600 * 1_000_000_000)
+            try timer.arm(at: nil)
+            #expect(try timer.kernelTimeLeft() == nil, "nil disarms")
+        }
+        try poller.start { batch in
+            batch.deliverUrgent()
+            batch.deliverOthers()
+            return false
+        }
+        // An instant already past fires at once, through the poller, on the queue.
+        try queue.sync { () throws in try timer.arm(at: SystemClock.now()) }
+        #expect(firedSignal.wait(timeout: .now() + 30) == .success, "the timer fired")
+        queue.sync {
+            #expect(fired.count == 1)
+            timer.fired(at: SystemClock.now())
+        }
+        // The same instant again after firing arms again (a fired one-shot timer is disarmed).
+        try queue.sync { () throws in try timer.arm(at: SystemClock.now()) }
+        #expect(firedSignal.wait(timeout: .now() + 30) == .success, "the timer fired again")
+        queue.sync { #expect(fired.count == 2) }
+    }
+
+    @Test("wake-ups are at least the minimum interval apart: an instant just after the last firing is moved")
+    func minimumInterval() throws {
+        let queue = DispatchQueue(label: "timer-interval-test")
+        let poller = try EventPoller(queue: queue)
+        let timer = try #require(queue.sync { try? WakeupTimer(poller: poller) {} })
+        defer { queue.sync { timer.cancel() } }
+        try queue.sync { () throws in
+            let now = SystemClock.now()
+            timer.fired(at: now.advanced(byMilliseconds: 10_000))  // As if it fired 10 s from now.
+            try timer.arm(at: now)
+            let left = try #require(try timer.kernelTimeLeft())
+            #expect(left >= 10_000 * 1_000_000, "armed for the last firing plus \(WakeupTimer.minimumWakeInterval) ns, not for now: \(left) ns")
+        }
+    }
+
+    @Test("a failing timerfd_settime is reported, leaves the timer unarmed, and the next arm tries again")
+    func failedSettime() throws {
+        let queue = DispatchQueue(label: "timer-failure-test")
+        let poller = try EventPoller(queue: queue)
+        // A socket is a real descriptor the poller can watch, and timerfd_settime refuses it (EINVAL).
+        var ends: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+        defer { close(ends[1]) }
+        let timer = try #require(queue.sync { try? WakeupTimer(descriptor: ends[0], poller: poller) {} })
+        defer { queue.sync { timer.cancel() } }
+        queue.sync {
+            let instant = SystemClock.now().advanced(byMilliseconds: 1000)
+            for attempt in 0..<2 {
+                do throws(DaemonError) {
+                    try timer.arm(at: instant)
+                    Issue.record("attempt \(attempt): arming a socket succeeded")
+                } catch {
+                    #expect("\(error)".contains("timerfd_settime"), "\(error)")
+                }
+            }
+        }
+    }
+}
