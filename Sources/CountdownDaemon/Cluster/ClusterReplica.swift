@@ -31,8 +31,9 @@ final class ClusterReplica: @unchecked Sendable {
     }
 
     let configuration: ClusterConfiguration
-    let client: EtcdClient
-    private let driver: CurlDriver
+    let client: any EtcdTransport
+    /// libcurl's driver under `client` (`nil` with a test's store).
+    private let driver: CurlDriver?
     private let queue: DispatchQueue
     private let logger: Logger
     /// The last revision applied to the replica.
@@ -73,11 +74,9 @@ final class ClusterReplica: @unchecked Sendable {
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
 
-    init(configuration: ClusterConfiguration, poller: EventPoller, queue: DispatchQueue, logger: Logger) throws(DaemonError) {
-        self.configuration = configuration
-        self.queue = queue
-        self.logger = logger
-        driver = try CurlDriver(poller: poller, queue: queue)
+    /// The replica on a real etcd, through libcurl on the daemon's poller.
+    convenience init(configuration: ClusterConfiguration, poller: EventPoller, queue: DispatchQueue, logger: Logger) throws(DaemonError) {
+        let driver = try CurlDriver(poller: poller, queue: queue)
         var credentials: (user: String, password: String)?
         if let user = configuration.user, let file = configuration.passwordFile {
             guard let bytes = try? FileSystem.readAll(file), let password = String(validating: bytes, as: UTF8.self) else {
@@ -87,9 +86,24 @@ final class ClusterReplica: @unchecked Sendable {
             while let last = trimmed.last, last.isNewline { trimmed.removeLast() }  // A file ends in one.
             credentials = (user, trimmed)
         }
-        client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue)
+        let client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue)
+        try self.init(configuration: configuration, client: client, driver: driver, poller: poller, queue: queue, logger: logger)
+    }
+
+    /// The replica on `client`: an `EtcdClient` on `driver`, or a test's store (no driver).
+    init(
+        configuration: ClusterConfiguration, client: any EtcdTransport, driver: CurlDriver?, poller: EventPoller,
+        queue: DispatchQueue, logger: Logger
+    ) throws(DaemonError) {
+        self.configuration = configuration
+        self.queue = queue
+        self.logger = logger
+        self.client = client
+        self.driver = driver
         var name = [CChar](repeating: 0, count: 256)
-        gethostname(&name, name.count)
+        // A name that does not fit is cut (and then not NUL-terminated): the last byte stays 0,
+        // and an operation id only needs to differ from other hosts', which the pid helps with.
+        _ = gethostname(&name, name.count - 1)
         hostID = String(cString: name) + "-\(getpid())"
         self.poller = poller
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
@@ -342,7 +356,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// Stops the watch and every transfer.
     func stop() {
         if let watch { client.cancel(watch) }
-        driver.close()
+        driver?.close()
         if let housekeepingToken { poller.unregister(housekeepingToken) }
         close(housekeepingDescriptor)
     }

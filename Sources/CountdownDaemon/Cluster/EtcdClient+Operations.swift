@@ -19,7 +19,8 @@ final class EtcdWatch {
     fileprivate(set) var revision: Int64
     fileprivate var ended = false
 
-    fileprivate init(revision: Int64) {
+    /// A watch from just after `revision` (made by `EtcdClient.watch`, or a test's store).
+    init(revision: Int64) {
         self.revision = revision
     }
 }
@@ -64,7 +65,7 @@ extension EtcdClient {
 
     /// One etcd transaction: if every compare holds, `success`, else `failure`; atomically.
     func transaction(
-        if compares: [Compare], then success: [Operation], else failure: [Operation], timeoutMilliseconds: Int = 3000,
+        if compares: [Compare], then success: [Operation], else failure: [Operation], timeoutMilliseconds: Int,
         completion: @escaping (Result<EtcdTransactionResult, EtcdError>) -> Void
     ) {
         let body: [String: Any] = [

@@ -1,0 +1,253 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Dispatch
+import Testing
+
+/// A scripted etcd: it records every call and answers only when the test says so, on the
+/// queue. The one fake in the daemon's tests: the lost answers and lost races it scripts are
+/// what a real cluster produces only by chance (the real-etcd tests cover the rest).
+final class ScriptedEtcd: EtcdTransport {
+    struct Transaction {
+        var compares: [EtcdClient.Compare]
+        var success: [EtcdClient.Operation]
+        var failure: [EtcdClient.Operation]
+        var completion: (Result<EtcdTransactionResult, EtcdError>) -> Void
+
+        /// The value the success branch puts, decoded.
+        var putValue: ClusterValue? {
+            for operation in success {
+                if case .put(_, let bytes, _) = operation { return ClusterValue.decode(bytes) }
+            }
+            return nil
+        }
+    }
+
+    struct Watch {
+        var prefix: String
+        var from: Int64
+        var onEvents: ([EtcdWatchEvent], Int64) -> Void
+        var onEnd: (EtcdClient.WatchEnd) -> Void
+        var handle: EtcdWatch
+    }
+
+    let endpoints = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    private(set) var currentEndpoint = 0
+    var transactions: [Transaction] = []
+    var ranges: [(prefix: String, completion: (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void)] = []
+    var watches: [Watch] = []
+    var cancelled = 0
+
+    func authenticate(completion: @escaping (EtcdError?) -> Void) { completion(nil) }
+
+    func transaction(
+        if compares: [EtcdClient.Compare], then success: [EtcdClient.Operation], else failure: [EtcdClient.Operation],
+        timeoutMilliseconds: Int, completion: @escaping (Result<EtcdTransactionResult, EtcdError>) -> Void
+    ) {
+        transactions.append(Transaction(compares: compares, success: success, failure: failure, completion: completion))
+    }
+
+    func range(prefix: String, completion: @escaping (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void) {
+        ranges.append((prefix, completion))
+    }
+
+    func watch(
+        prefix: String, from revision: Int64, onEvents: @escaping ([EtcdWatchEvent], Int64) -> Void,
+        onEnd: @escaping (EtcdClient.WatchEnd) -> Void
+    ) -> EtcdWatch {
+        let handle = EtcdWatch(revision: revision - 1)
+        watches.append(Watch(prefix: prefix, from: revision, onEvents: onEvents, onEnd: onEnd, handle: handle))
+        return handle
+    }
+
+    func cancel(_ watch: EtcdWatch) { cancelled += 1 }
+
+    func rotateAfterFailure(of endpoint: String) {
+        currentEndpoint = (currentEndpoint + 1) % endpoints.count
+    }
+
+    /// Answers the oldest transaction not yet answered.
+    func answer(_ result: Result<EtcdTransactionResult, EtcdError>) {
+        transactions.removeFirst().completion(result)
+    }
+}
+
+@Suite("The cluster replica against a scripted etcd: lost answers, lost races, the watch")
+struct ClusterReplicaTests {
+    let queue = DispatchQueue(label: "replica-test")
+
+    /// A replica on a scripted store, on a poller that is never started (no timer fires).
+    func replica(_ store: ScriptedEtcd) throws -> ClusterReplica {
+        let poller = try EventPoller(queue: queue)
+        return try #require(queue.sync {
+            try? ClusterReplica(
+                configuration: ClusterConfiguration(endpoints: store.endpoints), client: store, driver: nil, poller: poller,
+                queue: queue, logger: Logger(threshold: .error, environment: [:])
+            )
+        })
+    }
+
+    func value(_ replica: ClusterReplica, operation: String? = nil) -> ClusterValue {
+        let state = PersistedCountdown(
+            name: "otp:1", state: .running, totalMilliseconds: 60_000, deadline: SystemClock.now().advanced(byMilliseconds: 60_000),
+            remainingNanoseconds: 0, finishedAt: nil, owner: 0
+        )
+        return ClusterValue(state, event: .started, eventRemainingMilliseconds: 60_000, operation: operation ?? replica.nextOperation(), clock: SystemClock.mapping())
+    }
+
+    func stored(_ value: ClusterValue, revision: Int64) -> EtcdKeyValue {
+        EtcdKeyValue(key: "/countdownd/otp:1", value: value.encoded, createRevision: revision, modRevision: revision)
+    }
+
+    /// Runs one change and returns its outcome, answering each transaction with the next of
+    /// `answers` (each built from the transaction it answers).
+    func change(
+        _ replica: ClusterReplica, _ store: ScriptedEtcd, value: ClusterValue?, expecting: ClusterReplica.Expectation = .absent,
+        answers: [(ScriptedEtcd.Transaction) -> Result<EtcdTransactionResult, EtcdError>]
+    ) -> (ClusterReplica.ChangeOutcome?, [ScriptedEtcd.Transaction]) {
+        queue.sync {
+            var outcome: ClusterReplica.ChangeOutcome?
+            var sent: [ScriptedEtcd.Transaction] = []
+            replica.change("otp:1", to: value, expecting: expecting) { outcome = $0 }
+            for answer in answers {
+                guard let next = store.transactions.first else { break }
+                sent.append(next)
+                store.answer(answer(next))
+            }
+            #expect(store.transactions.isEmpty, "no transaction left unanswered: \(store.transactions.count)")
+            return (outcome, sent)
+        }
+    }
+
+    @Test("an answer lost once is sent again with the same operation id; its commit then counts")
+    func ambiguousThenCommitted() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        let mine = value(replica)
+        let (outcome, sent) = change(replica, store, value: mine, answers: [
+            { _ in .failure(.ambiguous("timed out")) },
+            { _ in .success(EtcdTransactionResult(succeeded: true, revision: 42, ranges: [])) },
+        ])
+        #expect(sent.count == 2)
+        #expect(sent.map { $0.putValue?.operation } == [mine.operation, mine.operation], "the retry carries the same operation")
+        guard case .committed(42)? = outcome else {
+            Issue.record("\(String(describing: outcome))")
+            return
+        }
+    }
+
+    @Test("the retry finds its own first attempt committed (the compare fails on our value): committed, at that revision")
+    func retryFindsItsOwnCommit() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        let mine = value(replica)
+        let (outcome, _) = change(replica, store, value: mine, answers: [
+            { _ in .failure(.ambiguous("connection lost after sending")) },
+            { _ in .success(EtcdTransactionResult(succeeded: false, revision: 50, ranges: [[self.stored(mine, revision: 43)]])) },
+        ])
+        guard case .committed(43)? = outcome else {
+            Issue.record("our own commit at 43 is not a conflict: \(String(describing: outcome))")
+            return
+        }
+    }
+
+    @Test("a second lost answer is reported as such, never retried a third time")
+    func ambiguousTwice() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        let (outcome, sent) = change(replica, store, value: value(replica), answers: [
+            { _ in .failure(.ambiguous("first")) },
+            { _ in .failure(.ambiguous("second")) },
+        ])
+        #expect(sent.count == 2)
+        guard case .failed(.ambiguous("second"))? = outcome else {
+            Issue.record("\(String(describing: outcome))")
+            return
+        }
+    }
+
+    @Test("a delete whose answer was lost is not retried: the caller learns it may or may not have happened")
+    func ambiguousDelete() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        let (outcome, sent) = change(replica, store, value: nil, expecting: .unchangedSince(7), answers: [{ _ in .failure(.ambiguous("lost")) }])
+        #expect(sent.count == 1)
+        if case .modifiedAt(_, 7)? = sent.first?.compares.first {} else {
+            Issue.record("compared on the revision it was given: \(String(describing: sent.first?.compares))")
+        }
+        guard case .failed(.ambiguous)? = outcome else {
+            Issue.record("\(String(describing: outcome))")
+            return
+        }
+    }
+
+    @Test("a race lost to another host is a conflict with the winner's value, whose revision the next attempt compares on")
+    func lostRace() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        let theirs = value(replica, operation: "other-host-1-9")
+        let (outcome, _) = change(replica, store, value: value(replica), answers: [
+            { _ in .success(EtcdTransactionResult(succeeded: false, revision: 61, ranges: [[self.stored(theirs, revision: 60)]])) },
+        ])
+        guard case .conflict(let found?, revision: 60)? = outcome else {
+            Issue.record("\(String(describing: outcome))")
+            return
+        }
+        #expect(found.operation == "other-host-1-9")
+        #expect(queue.sync { replica.modifiedAt["otp:1"] } == 60)
+    }
+
+    @Test("the watch resumes after the kept revision, applies changes in order once each, and releases a waiter at its revision")
+    func watchOrder() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Seen: @unchecked Sendable {
+            var applied: [(String, Int64)] = []
+            var released: [Bool] = []
+        }
+        let seen = Seen()
+        queue.sync {
+            replica.apply = { key, _, revision in seen.applied.append((key, revision)) }
+            replica.resume(from: 10)
+            replica.start()
+            replica.afterRevision(12) { seen.released.append($0) }
+        }
+        let watch = try #require(queue.sync { store.watches.first })
+        #expect(watch.from == 11, "resumed after the kept revision")
+        let other = value(replica, operation: "other-host-1-1")
+        func put(_ revision: Int64) -> EtcdWatchEvent {
+            EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: revision))
+        }
+        queue.sync {
+            // A resumed stream may repeat what was applied already: 10 is skipped.
+            watch.onEvents([put(10), put(11)], 11)
+            #expect(seen.released.isEmpty, "revision 12 is not reached yet")
+            watch.onEvents([put(12), put(12)], 12)
+        }
+        queue.sync {
+            #expect(seen.applied.map(\.1) == [11, 12], "each change once, in order: \(seen.applied)")
+            #expect(seen.released == [true])
+            #expect(replica.revision == 12)
+        }
+    }
+
+    @Test("a compacted watch reads everything again, loads it, and watches from the revision read")
+    func compactedWatch() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Loaded: @unchecked Sendable { var loads: [(Int, Int64)] = [] }
+        let loaded = Loaded()
+        queue.sync {
+            replica.load = { countdowns, revision in loaded.loads.append((countdowns.count, revision)) }
+            replica.resume(from: 10)
+            replica.start()
+            store.watches[0].onEnd(.compacted(at: 30))
+            #expect(store.ranges.count == 1, "read everything again")
+            store.ranges.removeFirst().completion(.success(([self.stored(value(replica, operation: "h-1-1"), revision: 25)], 31)))
+        }
+        queue.sync {
+            #expect(loaded.loads.map(\.0) == [1] && loaded.loads.map(\.1) == [31])
+            #expect(store.watches.count == 2 && store.watches[1].from == 32, "watched from after the read")
+            #expect(replica.modifiedAt["otp:1"] == 25)
+        }
+    }
+}
