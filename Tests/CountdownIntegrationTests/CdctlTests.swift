@@ -63,7 +63,7 @@ extension Integration {
             #expect(try cdctl(["status", "quick"], socket: s).stdout.contains("done"))
 
             // Already finished: returns at once with the outcome.
-            #expect(try cdctl(["wait", "quick"], socket: s, timeout: 5).status == 0)
+            #expect(try cdctl(["wait", "quick"], socket: s, timeout: 30).status == 0)
 
             #expect(try cdctl(["wait", "ghost"], socket: s).status == 3)
 

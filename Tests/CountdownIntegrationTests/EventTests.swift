@@ -87,7 +87,7 @@ extension Integration {
             _ = try c.request("START other 1h")
             let subscriber = try daemon.connect()
             try subscriber.send("SUBSCRIBE a b\n")
-            #expect(try subscriber.readLine(timeout: 5) == "OK subscribed 2 seq 4")
+            #expect(try subscriber.readLine(timeout: 30) == "OK subscribed 2 seq 4")
             let first = try subscriber.waitForEvent { _ in true }
             let second = try subscriber.waitForEvent { _ in true }
             #expect(first.kind == .snapshot && first.name == "a" && first.state == .running && first.deadlineUnixMilliseconds != nil)
@@ -128,7 +128,7 @@ extension Integration {
             _ = try subscriber.request("SUBSCRIBE")
             #expect(FileManager.default.fileExists(atPath: daemon.socketPath))
             #expect(daemon.terminate() == 0)
-            #expect(try subscriber.nextEvent(timeout: 5) == nil)
+            #expect(try subscriber.nextEvent(timeout: 30) == nil)
             #expect(subscriber.shutdownReason?.contains("stopping") == true)
             #expect(daemon.notify.waitFor("STOPPING=1", timeout: 10) != nil)
             #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))

@@ -21,7 +21,7 @@ extension Integration {
             let countdownFields = #/^(OK|COUNTDOWN) tea (running|paused|done|cancelled) \d+ \d+ (\d{13}|-) \d+$/#
 
             try c.send("START tea 3m\n")
-            let started = try #require(try c.readLine(timeout: 5))
+            let started = try #require(try c.readLine(timeout: 30))
             #expect(started.wholeMatch(of: countdownFields) != nil, "\(started)")
             let fields = started.split(separator: " ")
             #expect(fields[2] == "running" && fields[3] == "180000" && fields[4] == "180000")
@@ -30,31 +30,31 @@ extension Integration {
             #expect(fields[6] == "\(getuid())")
 
             try c.send("STATUS tea\n")
-            let status = try #require(try c.readLine(timeout: 5))
+            let status = try #require(try c.readLine(timeout: 30))
             #expect(status.wholeMatch(of: countdownFields) != nil && status.hasPrefix("COUNTDOWN tea running"), "\(status)")
-            #expect(try c.readLine(timeout: 5) == "OK 1")
+            #expect(try c.readLine(timeout: 30) == "OK 1")
 
             _ = try c.request("START zz 10")
             try c.send("LIST\n")
-            #expect(try c.readLine(timeout: 5)?.hasPrefix("COUNTDOWN tea running") == true)
-            #expect(try c.readLine(timeout: 5)?.hasPrefix("COUNTDOWN zz running") == true)
-            #expect(try c.readLine(timeout: 5) == "OK 2")
+            #expect(try c.readLine(timeout: 30)?.hasPrefix("COUNTDOWN tea running") == true)
+            #expect(try c.readLine(timeout: 30)?.hasPrefix("COUNTDOWN zz running") == true)
+            #expect(try c.readLine(timeout: 30) == "OK 2")
 
             try c.send("PAUSE tea\n")
-            let paused = try #require(try c.readLine(timeout: 5))
+            let paused = try #require(try c.readLine(timeout: 30))
             #expect(paused.wholeMatch(of: countdownFields) != nil && paused.contains(" paused ") && paused.contains(" - "), "\(paused)")
             let pausedRemaining = try #require(Int(paused.split(separator: " ")[3]))
 
             try c.send("RESUME tea\n")
-            let resumed = try #require(try c.readLine(timeout: 5))
+            let resumed = try #require(try c.readLine(timeout: 30))
             #expect(resumed.contains(" running ") && Int(resumed.split(separator: " ")[3]) == pausedRemaining, "\(resumed)")
 
             try c.send("EXTEND tea 1m\n")
-            let extended = try #require(try c.readLine(timeout: 5))
+            let extended = try #require(try c.readLine(timeout: 30))
             #expect(extended.split(separator: " ")[4] == "240000", "\(extended)")
 
             try c.send("CANCEL tea\n")
-            let cancelled = try #require(try c.readLine(timeout: 5))
+            let cancelled = try #require(try c.readLine(timeout: 30))
             #expect(cancelled.wholeMatch(of: countdownFields) != nil && cancelled.contains(" cancelled "), "\(cancelled)")
 
             #expect(try c.request("PING").outcome == .ok("pong"))
@@ -102,7 +102,7 @@ extension Integration {
             let daemon = try DaemonProcess()
             let c = try daemon.connect()
             try c.send(line + "\n")
-            let reply = try #require(try c.readLine(timeout: 5))
+            let reply = try #require(try c.readLine(timeout: 30))
             #expect(reply.hasPrefix("ERR \(code) "), "\(line.prefix(40)) -> \(reply)")
             #expect(reply.count > "ERR \(code) ".count + 10, "the message explains the error")
             #expect(try c.request("PING").outcome == .ok("pong"))
@@ -121,7 +121,7 @@ extension Integration {
             ]
             for (bytes, prefix) in cases {
                 try c.sendBytes(bytes)
-                let reply = try #require(try c.readLine(timeout: 5))
+                let reply = try #require(try c.readLine(timeout: 30))
                 #expect(reply.hasPrefix(prefix), "\(bytes) -> \(reply)")
             }
             #expect(try c.request("PING").outcome == .ok("pong"))
@@ -159,7 +159,7 @@ extension Integration {
             #expect(try c.readReply().countdown?.name == "a")
             #expect(try c.readReply().countdown?.name == "b")
             #expect(try c.readReply().outcome == .ok("2"))
-            #expect(try c.readLine(timeout: 5) == nil, "then the daemon closes")
+            #expect(try c.readLine(timeout: 30) == nil, "then the daemon closes")
         }
 
         @Test("QUIT answers OK bye and closes; requests after it are not run")
@@ -167,8 +167,8 @@ extension Integration {
             let daemon = try DaemonProcess()
             let c = try daemon.connect()
             try c.send("QUIT\nSTART never 5\n")
-            #expect(try c.readLine(timeout: 5) == "OK bye")
-            #expect(try c.readLine(timeout: 5) == nil)
+            #expect(try c.readLine(timeout: 30) == "OK bye")
+            #expect(try c.readLine(timeout: 30) == nil)
             #expect(try daemon.connect().request("LIST").countdowns.isEmpty)
         }
     }

@@ -87,11 +87,11 @@ extension Integration {
             #expect(!refusals.isEmpty, "the tmpfs filled up")
             #expect(acknowledged.count > 100)
             #expect(refusals.allSatisfy { $0.contains("No space left on device") && $0.contains("free some space") }, "\(refusals.first ?? "")")
-            // Reads and PING go on, and do not slow down with the number of refused changes.
-            let before = monotonicNow()
+            // Reads and PING go on while storage fails: answered, and storage still failing after
+            // them (the disk is still full), so none of them waited for storage to work again.
             #expect(try c.request("PING").outcome == .ok("pong"))
-            #expect(monotonicNow() - before < 1.0, "PING took \(monotonicNow() - before) s while storage was failing")
             #expect(try c.request("STATUS otp:0").countdowns.first?.state == .running)
+            #expect(try c.request("STATS").stats.first { $0.key == "storage" }?.value == "failing")
             #expect(daemon.stderrText.contains("storage failed"))
             // STATS counts what happened: the starts that were undone are not among them.
             let started = try c.request("STATS").stats.first { $0.key == "events_started" }?.value
@@ -110,7 +110,7 @@ extension Integration {
                 if case .ok = try control.request("START after-recovery 1h").outcome { return true }
                 return false
             }
-            try waitUntil(timeout: 5) { daemon.stderrText.contains("storage works again") }
+            try waitUntil(timeout: 30) { daemon.stderrText.contains("storage works again") }
             daemon.crash()
             let third = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             #expect(try StorageFaults.names(third).contains("after-recovery"))
@@ -238,14 +238,14 @@ extension Integration {
             #expect(try c.request("STATUS a").countdowns.first?.state == .running)
             #expect(try c.request("STATUS b").outcome != .ok("1"), "the refused change was not made")
             // systemctl status says so.
-            let degraded = daemon.notify.waitFor("STATUS=1 running, 0 paused, 0 subscribers, 1 connections; storage degraded: ", timeout: 5)
+            let degraded = daemon.notify.waitFor("STATUS=1 running, 0 paused, 0 subscribers, 1 connections; storage degraded: ", timeout: 30)
             #expect(degraded?.contains("Operation not permitted") == true, "\(daemon.notify.lines(withPrefix: "STATUS="))")
             #expect(try runCommand("/usr/bin/chattr", ["-i", journal]).status == 0)
             try waitUntil(timeout: 15) {
                 if case .ok = try c.request("START c 1h").outcome { return true }
                 return false
             }
-            #expect(daemon.notify.waitFor("STATUS=2 running, 0 paused, 0 subscribers, 1 connections", timeout: 5) == "STATUS=2 running, 0 paused, 0 subscribers, 1 connections")
+            #expect(daemon.notify.waitFor("STATUS=2 running, 0 paused, 0 subscribers, 1 connections", timeout: 30) == "STATUS=2 running, 0 paused, 0 subscribers, 1 connections")
             daemon.crash()
             daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             #expect(try StorageFaults.names(daemon) == ["a", "c"])
@@ -336,15 +336,15 @@ extension Integration {
             _ = try control.request("CANCEL c")
             let subscriber = try daemon.connect()
             try subscriber.send("SUBSCRIBE SINCE 2\n")
-            #expect(try subscriber.readLine(timeout: 5) == "OK subscribed all seq 4")
-            #expect(try subscriber.readLine(timeout: 5) == "EVENT 3 started c 3600000 3600000")
-            #expect(try subscriber.readLine(timeout: 5) == "EVENT 4 cancelled c 3600000 3600000")
+            #expect(try subscriber.readLine(timeout: 30) == "OK subscribed all seq 4")
+            #expect(try subscriber.readLine(timeout: 30) == "EVENT 3 started c 3600000 3600000")
+            #expect(try subscriber.readLine(timeout: 30) == "EVENT 4 cancelled c 3600000 3600000")
             _ = try control.request("PAUSE a")
-            #expect(try subscriber.readLine(timeout: 5)?.hasPrefix("EVENT 5 paused a ") == true, "then live, with no gap")
+            #expect(try subscriber.readLine(timeout: 30)?.hasPrefix("EVENT 5 paused a ") == true, "then live, with no gap")
             let named = try daemon.connect()
             try named.send("SUBSCRIBE a SINCE 2\n")
-            #expect(try named.readLine(timeout: 5) == "OK subscribed 1 seq 5")
-            let aEvent = try #require(try named.readLine(timeout: 5))
+            #expect(try named.readLine(timeout: 30) == "OK subscribed 1 seq 5")
+            let aEvent = try #require(try named.readLine(timeout: 30))
             #expect(aEvent.hasPrefix("EVENT 5 paused a "), "only a's events: \(aEvent)")
             guard case .error(.gone?, _, let message) = try daemon.connect().request("SUBSCRIBE SINCE 0").outcome else {
                 Issue.record("a replay from before the kept events was served")

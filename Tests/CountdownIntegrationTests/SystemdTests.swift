@@ -20,7 +20,7 @@ extension Integration {
             let ready = try #require(daemon.notify.waitFor("READY=1", timeout: 20), "no READY=1: \(daemon.stderrText)")
             #expect(ready == "READY=1")
             // Connect exactly once, right now: no retry. A READY=1 sent early would fail here.
-            let connection = try CountdownConnection(path: daemon.socketPath, timeout: 5)
+            let connection = try CountdownConnection(path: daemon.socketPath, timeout: 30)
             #expect(try connection.request("PING").outcome == .ok("pong"))
             #expect(daemon.notify.lines(withPrefix: "STATUS=").first == "STATUS=0 running, 0 paused, 0 subscribers, 0 connections")
         }

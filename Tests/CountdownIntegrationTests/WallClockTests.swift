@@ -14,7 +14,7 @@ extension Integration {
             let c = try daemon.connect()
             let target = Int64(unixNowMilliseconds()) + 3_600_000
             try c.send("START standup AT \(target)\n")
-            let line = try #require(try c.readLine(timeout: 5))
+            let line = try #require(try c.readLine(timeout: 30))
             #expect(line.hasPrefix("OK standup running ") && line.hasSuffix(" \(target) 0 - at"), "\(line)")
             // Tomorrow, to the second, in RFC 3339.
             let tomorrow = (Int64(unixNowMilliseconds()) / 1000 + 86_400) * 1000
@@ -60,11 +60,19 @@ extension Integration {
         func clockStep() throws {
             let daemon = try DaemonProcess()
             let c = try daemon.connect()
-            let target = Int64(unixNowMilliseconds()) + 60_000
+            // Time on the test's monotonic clock since just before the two STARTs: what each
+            // countdown has left is checked against it, bracketed by the moments before and after
+            // each STATUS, so a slow machine only widens the bracket, never fails it.
+            let began = monotonicNow()
+            let target = Int64(unixNowMilliseconds()) + 120_000
             _ = try c.request("START pinned AT \(target)")
-            _ = try c.request("START plain 60s")
-            func remaining(_ name: String) throws -> Int64 {
-                try #require(try c.request("STATUS \(name)").countdowns.first?.remainingMilliseconds)
+            _ = try c.request("START plain 120s")
+            /// Whether `name` has `total` less the time passed left, within a second.
+            func left(_ name: String, is total: Int64) throws -> Bool {
+                let before = (monotonicNow() - began) * 1000
+                let left = Double(try #require(try c.request("STATUS \(name)").countdowns.first?.remainingMilliseconds))
+                let after = (monotonicNow() - began) * 1000
+                return left >= Double(total) - after - 1000 && left <= Double(total) - before + 1000
             }
             func step(by seconds: Int) {
                 var now = timespec()
@@ -74,11 +82,14 @@ extension Integration {
             }
             step(by: 10)
             defer { step(by: -10) }
-            try waitUntil(timeout: 5) { try remaining("pinned") <= 51_000 }
-            #expect(try remaining("plain") > 55_000, "a plain duration ignores the wall clock")
+            // Ten seconds nearer by the wall clock: the pinned one has 10 s less (an error of
+            // 10 s, far outside the bracket's second); the plain one is untouched.
+            try waitUntil(timeout: 30) { try left("pinned", is: 110_000) }
+            #expect(try left("plain", is: 120_000), "a plain duration ignores the wall clock")
             #expect(daemon.stderrText.contains("the wall clock was set; 1 countdowns to a time of day follow it"))
             step(by: -10)
-            try waitUntil(timeout: 5) { try remaining("pinned") > 55_000 }
+            try waitUntil(timeout: 30) { try left("pinned", is: 120_000) }
+            #expect(try left("plain", is: 120_000))
             step(by: 10)  // Undone by the deferred step back.
         }
     }
