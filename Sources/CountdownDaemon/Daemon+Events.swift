@@ -20,27 +20,36 @@ extension Daemon {
     }
 
     /// Logs a lifecycle event once it is released (after its commit): one line, with fields.
+    /// The countdown is named only with `--log-names` (or `--log-level debug`); otherwise the
+    /// line and the fields say its `seq` and owner, which `SUBSCRIBE … SINCE` and the snapshot's
+    /// `events` table also carry, and no name.
     func logLifecycle(_ event: CountdownEvent) {
         guard logger.threshold >= .info else { return }
-        logger.log(.info, describe(event), fields: [
-            "COUNTDOWN_NAME": event.name,
-            "COUNTDOWN_OWNER_UID": "\(event.owner)",
-            "COUNTDOWN_EVENT": event.kind.rawValue,
-            "COUNTDOWN_REMAINING_MS": "\(event.remainingMilliseconds)",
-            "COUNTDOWN_TOTAL_MS": "\(event.totalMilliseconds)",
-            "COUNTDOWN_SEQ": "\(event.sequence)",
-        ])
+        var fields = [
+            ("COUNTDOWN_OWNER_UID", "\(event.owner)"),
+            ("COUNTDOWN_EVENT", event.kind.rawValue),
+            ("COUNTDOWN_REMAINING_MS", "\(event.remainingMilliseconds)"),
+            ("COUNTDOWN_TOTAL_MS", "\(event.totalMilliseconds)"),
+            ("COUNTDOWN_SEQ", "\(event.sequence)"),
+        ]
+        if configuration.logsNames {
+            fields.insert(("COUNTDOWN_NAME", event.name), at: 0)
+            logger.log(.info, "\(event.name): \(describe(event))", fields: fields)
+        } else {
+            logger.log(.info, "seq \(event.sequence) (uid \(event.owner)): \(describe(event))", fields: fields)
+        }
     }
 
+    /// What happened, without saying to which countdown.
     private func describe(_ event: CountdownEvent) -> String {
         let total = CountdownDuration.format(milliseconds: event.totalMilliseconds)
         switch event.kind {
-        case .started: return "\(event.name): started, \(total)"
+        case .started: return "started, \(total)"
         case .done:
-            if let late = event.lateMilliseconds { return "\(event.name): done, \(late) ms late" }
-            return "\(event.name): done after \(total)"
+            if let late = event.lateMilliseconds { return "done, \(late) ms late" }
+            return "done after \(total)"
         default:
-            return "\(event.name): \(event.kind.rawValue), \(CountdownDuration.clock(milliseconds: event.remainingMilliseconds)) left of \(total)"
+            return "\(event.kind.rawValue), \(CountdownDuration.clock(milliseconds: event.remainingMilliseconds)) left of \(total)"
         }
     }
 }

@@ -37,6 +37,10 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var outputHardLimit = 16 * 1024 * 1024
     /// Log entries up to this level are written.
     public var logLevel = LogLevel.info
+    /// Whether lifecycle log lines and journal fields name the countdown (`--log-names`, or
+    /// `--log-level debug`). Off by default: names can be personal data (an OTP cooldown's is a
+    /// phone number), and a journal keeps them for weeks.
+    public var logsNames = false
     /// The least time between two `STATUS=` updates to systemd, in milliseconds (0: every change).
     public var statusIntervalMilliseconds = 250
     /// Where the journal, the snapshot and the lock live.
@@ -132,6 +136,9 @@ public enum DaemonCommandLine {
           --output-limit BYTES     unsent bytes after which a client is disconnected
                                    with ERR overflow (default 16777216)
           --log-level LEVEL        error, warning, notice, info or debug (default info)
+          --log-names              name countdowns in lifecycle log lines and journal
+                                   fields (default: only their seq and uid; on
+                                   with --log-level debug)
           --status-interval MS     least time between STATUS= updates to systemd
                                    (default 250; 0 sends every change)
           --cluster URL[,URL...]   cluster mode (preview, docs/CLUSTER.md): countdowns
@@ -163,6 +170,7 @@ public enum DaemonCommandLine {
         .init(["--max-subscriptions"], takesValue: true),
         .init(["--output-limit"], takesValue: true),
         .init(["--log-level"], takesValue: true),
+        .init(["--log-names"]),
         .init(["--status-interval"], takesValue: true),
         .init(["--cluster"], takesValue: true),
         .init(["--cluster-prefix"], takesValue: true),
@@ -183,6 +191,17 @@ public enum DaemonCommandLine {
 
     /// Parses arguments (without the program name).
     /// - Throws: `UsageError` naming the bad argument and what is expected.
+    /// `path` made absolute against the working directory: the state directory is created,
+    /// locked, recreated after a deletion and named in messages, all by one full path.
+    static func absolute(_ path: String) -> String {
+        guard !path.hasPrefix("/") else { return path }
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return path }  // Left relative: still works.
+        let directory = String(cString: buffer)
+        let trimmed = path.hasPrefix("./") ? String(path.dropFirst(2)) : path
+        return (directory == "/" ? "" : directory) + "/" + trimmed
+    }
+
     public static func parse(
         _ arguments: [String], environment: [String: String], uid: UInt32
     ) throws(UsageError) -> DaemonCommand {
@@ -199,7 +218,7 @@ public enum DaemonCommandLine {
         }
         var configuration = DaemonConfiguration(
             socketPath: parsed.value("socket") ?? SocketPath.resolve(environment: environment, uid: uid),
-            stateDirectory: parsed.value("state-dir") ?? DaemonConfiguration.defaultStateDirectory(environment: environment, uid: uid)
+            stateDirectory: absolute(parsed.value("state-dir") ?? DaemonConfiguration.defaultStateDirectory(environment: environment, uid: uid))
         )
         if let durability = parsed.value("durability") {
             guard let value = Durability(rawValue: durability) else {
@@ -275,6 +294,7 @@ public enum DaemonCommandLine {
             }
             configuration.logLevel = value
         }
+        configuration.logsNames = parsed.has("log-names") || configuration.logLevel == .debug
         return .run(configuration)
     }
 }

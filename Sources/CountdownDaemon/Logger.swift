@@ -45,7 +45,7 @@ final class Logger {
     }
 
     /// Logs one entry, with optional structured fields (journal field names, upper case).
-    func log(_ level: LogLevel, _ message: @autoclosure () -> String, fields: KeyValuePairs<String, String> = [:]) {
+    func log(_ level: LogLevel, _ message: @autoclosure () -> String, fields: [(String, String)] = []) {
         guard level <= threshold else { return }
         let text = message()
         if usesJournal {

@@ -1,5 +1,6 @@
 import CountdownCore
 @testable import CountdownDaemon
+import Foundation
 import Testing
 
 @Suite("countdownd's command line")
@@ -28,6 +29,15 @@ struct DaemonCommandLineTests {
         #expect(DaemonConfiguration.defaultStateDirectory(environment: ["XDG_STATE_HOME": "/x"], uid: 1000) == "/x/countdownd")
         #expect(DaemonConfiguration.defaultStateDirectory(environment: [:], uid: 0) == "/var/lib/countdownd")
         #expect(DaemonConfiguration.defaultStateDirectory(environment: ["HOME": "/home/a"], uid: 1000) == "/home/a/.local/state/countdownd")
+    }
+
+    @Test("a relative --state-dir is taken against the working directory")
+    func relativeStateDirectory() throws {
+        let working = FileManager.default.currentDirectoryPath
+        for given in ["state", "./state"] {
+            #expect(try parse(["--state-dir", given]).stateDirectory == (working == "/" ? "" : working) + "/state")
+        }
+        #expect(try parse(["--state-dir", "/abs/state"]).stateDirectory == "/abs/state")
     }
 
     @Test("every option is read")

@@ -10,7 +10,8 @@ extension Integration {
         @Test("SIGKILL with 1,000 countdowns: all come back on time; expired ones are done exactly once")
         func restartAfterKill() throws {
             let directory = TemporaryDirectory()
-            var daemon = try DaemonProcess(directory: directory)
+            // Names in the log (`--log-names`): each expired countdown's done is counted there.
+            var daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             let c = try daemon.connect()
             var batch = ""
             for index in 0..<900 { batch += "START run\(index) \(60 + index % 60)s\n" }
@@ -28,7 +29,7 @@ extension Integration {
             // a deadline that stood still while the daemon was down would move by that much.
             try waitUntil(timeout: 10) { unixNowMilliseconds() > Double(quickDeadline) + 100 && monotonicNow() - crashedAt > 1 }
 
-            daemon = try DaemonProcess(directory: directory)
+            daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             let listConnection = try daemon.connect()
             let askedAt = unixNowMilliseconds()
             let list = try listConnection.request("LIST", timeout: 30)
@@ -60,7 +61,7 @@ extension Integration {
             }
             // A second restart reports nothing again: each expired countdown was done exactly once.
             #expect(daemon.terminate() == 0)
-            let third = try DaemonProcess(directory: directory)
+            let third = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             _ = try third.connect().request("PING")
             let logs = daemon.stderrText + third.stderrText
             for index in 0..<50 {
@@ -72,7 +73,7 @@ extension Integration {
         @Test("a done delivered before a crash is not reported again, event numbers never repeat, and the sqlite3 tool shows it done")
         func doneBeforeCrash() throws {
             let directory = TemporaryDirectory()
-            let first = try DaemonProcess(directory: directory)
+            let first = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             let c = try first.connect()
             _ = try c.request("SUBSCRIBE brew")
             _ = try c.request("START brew 1200ms")
@@ -80,7 +81,7 @@ extension Integration {
             let done = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
             #expect(try c.request("PING").outcome == .ok("pong"))  // The batch with the done is committed.
             first.crash()
-            let second = try DaemonProcess(directory: directory)
+            let second = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             let watcher = try second.connect()
             _ = try watcher.request("SUBSCRIBE again")
             _ = try watcher.request("START again 1h")
@@ -97,6 +98,37 @@ extension Integration {
                 let rows = try runCommand("/usr/bin/sqlite3", [database, "SELECT name, state FROM countdowns ORDER BY name"])
                 #expect(rows.stdout == "again|running\nbrew|done\nlater|running\n", "\(rows.stdout)\(rows.stderr)")
             }
+        }
+
+        @Test("by default the log names no countdown (an OTP cooldown's name is a phone number); --log-names and debug do")
+        func privateLogs() throws {
+            let quiet = try DaemonProcess()
+            let c = try quiet.connect()
+            _ = try c.request("SUBSCRIBE otp:+4915112345678 EVENTS done")
+            _ = try c.request("START otp:+4915112345678 200ms")
+            _ = try c.waitForEvent { $0.kind == .done }
+            _ = try c.request("PING")  // The done's batch is released, and logged, before this reply.
+            #expect(quiet.stderrText.contains("seq 1 (uid \(getuid())): started, 200ms") && quiet.stderrText.contains("seq 2 (uid \(getuid())): done after"), "\(quiet.stderrText)")
+            #expect(!quiet.stderrText.contains("4915112345678"), "\(quiet.stderrText)")
+            for flags in [["--log-names"], ["--log-level", "debug"]] {
+                let named = try DaemonProcess(arguments: flags)
+                _ = try named.connect().request("START otp:+4915112345678 1h")
+                _ = try named.connect().request("PING")
+                #expect(named.stderrText.contains("otp:+4915112345678: started, 1h"), "\(flags): \(named.stderrText)")
+            }
+        }
+
+        @Test("a relative --state-dir that does not exist yet works on the first start, and keeps what it was given")
+        func relativeStateDirectory() throws {
+            let directory = TemporaryDirectory()
+            // Started from `directory`, as an operator's shell would: cd there, then the daemon.
+            let fromThere = ["/bin/sh", "-c", "cd '\(directory.path)' && exec \"$0\" \"$@\""]
+            let first = try DaemonProcess(arguments: ["--state-dir", "new/state"], directory: directory, launcher: fromThere)
+            #expect(try first.connect().request("START kept 1h").countdown?.state == .running)
+            #expect(first.terminate() == 0)
+            #expect(FileManager.default.fileExists(atPath: directory.file("new/state/countdownd.db")), "the snapshot is where the relative path points")
+            let second = try DaemonProcess(arguments: ["--state-dir", "new/state"], directory: directory, launcher: fromThere)
+            #expect(try second.connect().request("STATUS kept").countdowns.first?.state == .running)
         }
 
         @Test("a damaged snapshot stops the start with a clear message and is kept; moved aside, the daemon starts empty")

@@ -283,7 +283,8 @@ extension Integration {
         @Test("SIGKILL within milliseconds of 2,000 deadlines: every done is announced once on the wire and logged at most once")
         func killAtDeadlines() throws {
             let directory = TemporaryDirectory()
-            var daemon = try DaemonProcess(directory: directory)
+            // Names in the log (`--log-names`): the log is checked for each countdown's done below.
+            var daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             let subscriber = try daemon.connect()
             _ = try subscriber.request("SUBSCRIBE")
             let count = 2000
@@ -297,7 +298,7 @@ extension Integration {
             }
             daemon.crash()
             let firstLog = daemon.stderrText
-            daemon = try DaemonProcess(directory: directory)
+            daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             // What happened after the last event seen, replayed: the late dones of the restart
             // and any done committed just before the kill.
             let replay = try daemon.connect()
@@ -412,7 +413,7 @@ extension Integration {
                 INSERT INTO countdowns VALUES ('was', 'running', 60000, \(now - 5000), NULL, 0, NULL, 0, NULL);
                 """
             #expect(try runCommand("/usr/bin/sqlite3", [state + "/countdownd.db", script]).status == 0)
-            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let daemon = try DaemonProcess(arguments: ["--state-dir", state, "--log-names"], directory: directory)
             let list = Dictionary(uniqueKeysWithValues: try daemon.connect().request("LIST").countdowns.map { ($0.name, $0) })
             #expect(list["run"]?.state == .running)
             #expect(list["hold"]?.state == .paused && list["hold"]?.remainingMilliseconds == 1_800_000)

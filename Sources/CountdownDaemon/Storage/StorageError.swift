@@ -59,7 +59,8 @@ enum StorageError: Error, CustomStringConvertible, Equatable {
 enum FileSystem {
     /// Creates `path` and its parents (mode 0700) where missing.
     static func createDirectory(_ path: String) throws(StorageError) {
-        var prefix = ""
+        // A relative path is created relative to the working directory, component by component.
+        var prefix = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/", omittingEmptySubsequences: true) {
             prefix += "/" + component
             if mkdir(prefix, 0o700) != 0 && errno != EEXIST {
