@@ -22,8 +22,6 @@ final class ClientTable: @unchecked Sendable {
 
     /// The most connections accepted in one batch.
     static let acceptsPerBatch = 256
-    /// How long an overflowed connection gets to read its `ERR overflow` before it is closed.
-    static let overflowGracePeriod = DispatchTimeInterval.seconds(2)
 
     private let queue: DispatchQueue
     private let logger: Logger
@@ -82,10 +80,13 @@ final class ClientTable: @unchecked Sendable {
                 }
                 // If the poller cannot stop watching it, the socket is reported again at once:
                 // accepting goes on being tried, which costs CPU but loses nothing.
-                _ = listener.setAccepting(false)
+                try? listener.setAccepting(false)
                 queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
-                    if !isStopping, self.listener?.setAccepting(true) == false {
-                        logger.log(.error, "cannot watch the listening socket again (epoll_ctl: \(String(cString: strerror(errno)))); new clients wait until a restart")
+                    guard !isStopping else { return }
+                    do throws(DaemonError) {
+                        try self.listener?.setAccepting(true)
+                    } catch {
+                        logger.log(.error, "cannot watch the listening socket again (\(error)); new clients wait until a restart")
                     }
                 }
                 return
@@ -129,8 +130,8 @@ final class ClientTable: @unchecked Sendable {
             outputCoalesceThreshold: configuration.outputCoalesceThreshold
         )
         nextConnectionID += 1
-        connection.onPollerFailure = { [unowned self] connection in
-            logger.log(.warning, "cannot change what connection \(connection.id) is watched for (epoll_ctl: \(String(cString: strerror(errno)))); closing it")
+        connection.onPollerFailure = { [unowned self] connection, error in
+            logger.log(.warning, "cannot change what connection \(connection.id) is watched for (\(error)); closing it")
             close(connection)
         }
         do throws(DaemonError) {
@@ -330,7 +331,7 @@ final class ClientTable: @unchecked Sendable {
         connection.output.appendReply(line)
         touched[connection.id] = connection
         let id = connection.id
-        queue.asyncAfter(deadline: .now() + Self.overflowGracePeriod) { [self] in
+        queue.asyncAfter(deadline: .now() + .milliseconds(configuration.overflowGraceMilliseconds)) { [self] in
             if let connection = connections[id] {
                 close(connection)
             }

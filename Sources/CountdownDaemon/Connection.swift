@@ -50,7 +50,12 @@ final class Connection {
 
     /// Called when the poller cannot watch the connection as asked (`epoll_ctl` failed): the
     /// client table closes it, since it could otherwise never be read or written again.
-    var onPollerFailure: ((Connection) -> Void)?
+    var onPollerFailure: ((Connection, DaemonError) -> Void)?
+
+    /// What the poller watches the connection for now (empty once closed).
+    var watchedFor: EventPoller.Interest {
+        token.map { poller.interest(of: $0) } ?? []
+    }
 
     private let poller: EventPoller
     private var token: EventPoller.Token?
@@ -144,8 +149,10 @@ final class Connection {
         var interest: EventPoller.Interest = []
         if wantsInput { interest.insert(.readable) }
         if wantsRoom { interest.insert(.writable) }
-        if !poller.setInterest(interest, for: token) {
-            onPollerFailure?(self)
+        do throws(DaemonError) {
+            try poller.setInterest(interest, for: token)
+        } catch {
+            onPollerFailure?(self, error)
         }
     }
 }

@@ -35,6 +35,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var readPauseThreshold = 4 * 1024 * 1024
     /// Past this many bytes of events unsent, a subscriber gets `ERR overflow` and is closed.
     public var outputHardLimit = 16 * 1024 * 1024
+    /// How long a client cut off for overflow gets to read its `ERR overflow` before it is
+    /// closed, in milliseconds: one that never reads holds only a descriptor until then.
+    public var overflowGraceMilliseconds = 2000
     /// Log entries up to this level are written.
     public var logLevel = LogLevel.info
     /// Whether lifecycle log lines and journal fields name the countdown (`--log-names`, or
@@ -135,6 +138,8 @@ public enum DaemonCommandLine {
           --max-subscriptions N    most names one connection may subscribe to (default 10000)
           --output-limit BYTES     unsent bytes after which a client is disconnected
                                    with ERR overflow (default 16777216)
+          --overflow-grace MS      how long such a client gets to read its ERR
+                                   overflow before it is closed (default 2000)
           --log-level LEVEL        error, warning, notice, info or debug (default info)
           --log-names              name countdowns in lifecycle log lines and journal
                                    fields (default: only their seq and uid; on
@@ -169,6 +174,7 @@ public enum DaemonCommandLine {
         .init(["--max-connections"], takesValue: true),
         .init(["--max-subscriptions"], takesValue: true),
         .init(["--output-limit"], takesValue: true),
+        .init(["--overflow-grace"], takesValue: true),
         .init(["--log-level"], takesValue: true),
         .init(["--log-names"]),
         .init(["--status-interval"], takesValue: true),
@@ -246,6 +252,7 @@ public enum DaemonCommandLine {
         if let value = try count("max-connections") { configuration.maximumConnections = value }
         if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
         if let value = try count("output-limit") { configuration.outputHardLimit = value }
+        if let value = try count("overflow-grace") { configuration.overflowGraceMilliseconds = value }
         if let text = parsed.value("status-interval") {
             guard let value = Int(text), value >= 0 else {
                 throw UsageError(description: "--status-interval '\(text)' must be a whole number of milliseconds, 0 or more")

@@ -119,17 +119,16 @@ final class EventPoller: @unchecked Sendable {
 
     /// Changes what a registered descriptor is watched for; an empty interest still reports
     /// errors and hang-ups.
-    /// - Returns: `false` when the kernel refused (`epoll_ctl` failed, ENOMEM): the registration
-    ///   keeps its old interest, and the caller should give the descriptor up.
-    func setInterest(_ interest: Interest, for token: Token) -> Bool {
+    /// - Throws: `DaemonError.system` when the kernel refused (`epoll_ctl` failed, ENOMEM): the
+    ///   registration keeps its old interest, and the caller should give the descriptor up.
+    func setInterest(_ interest: Interest, for token: Token) throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard var registration = registrations[token.value], registration.interest != interest else { return true }
+        guard var registration = registrations[token.value], registration.interest != interest else { return }
         guard countdownd_epoll_control(epollDescriptor, Int32(COUNTDOWND_POLL_MODIFY), registration.descriptor, interest.rawValue, token.value) == 0 else {
-            return false
+            throw .system("epoll_ctl(EPOLL_CTL_MOD)", errno)
         }
         registration.interest = interest
         registrations[token.value] = registration
-        return true
     }
 
     /// The interest a registration has now (empty once removed).

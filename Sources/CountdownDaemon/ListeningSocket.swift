@@ -76,10 +76,10 @@ final class ListeningSocket {
 
     /// Stops or restarts watching for connections (while out of descriptors, a pending connection
     /// would otherwise be reported again at once, forever).
-    /// - Returns: `false` when the poller could not change it (`epoll_ctl` failed).
-    func setAccepting(_ accepting: Bool) -> Bool {
-        guard let poller, let token else { return true }
-        return poller.setInterest(accepting ? .readable : [], for: token)
+    /// - Throws: `DaemonError.system` when the poller could not change it (`epoll_ctl` failed).
+    func setAccepting(_ accepting: Bool) throws(DaemonError) {
+        guard let poller, let token else { return }
+        try poller.setInterest(accepting ? .readable : [], for: token)
     }
 
     /// What one `accept` gave.

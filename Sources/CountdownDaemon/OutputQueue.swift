@@ -73,8 +73,10 @@ struct OutputQueue {
     mutating func rollback(batch number: Int) -> Bool {
         guard markedBatch == number else { return false }
         markedBatch = -1
-        let keep = markChunkCount - removedChunks
-        guard keep >= head, keep <= chunks.count else { return false }
+        // Nothing is written during a batch, so the head can have passed the mark only by
+        // dropping the batch's own replaced ticks: everything from the head on is the batch's.
+        let keep = max(markChunkCount - removedChunks, head)
+        guard keep <= chunks.count else { return false }
         chunks.removeSubrange(keep...)
         if keep > 0, chunks[keep - 1].bytes.count > markLastChunkLength {
             chunks[keep - 1].bytes.removeSubrange(max(markLastChunkLength, head == keep - 1 ? headOffset : 0)...)
@@ -94,6 +96,7 @@ struct OutputQueue {
 
     /// Appends one event's bytes. `tickName` is set for ticks, which may be coalesced.
     mutating func appendEvent(_ bytes: [UInt8], tickName: String?) {
+        guard !bytes.isEmpty else { return }  // An empty chunk would read as a replaced tick.
         byteCount += bytes.count
         guard let tickName, byteCount > coalesceThreshold else {
             appendInPlace(bytes)
@@ -127,8 +130,9 @@ struct OutputQueue {
         let newBase = removedChunks + chunks.count  // Past every old absolute index.
         var kept: [Chunk] = []
         kept.reserveCapacity(chunks.count - head - emptiedChunks)
-        // The mark sits before the chunk numbered `markChunkCount` (or past the end).
-        var newMark = markChunkCount < removedChunks + head ? newBase - 1 : nil
+        // The mark sits before the chunk numbered `markChunkCount` (or past the end); one before
+        // the head (the batch's first chunks were dropped replaced ticks) moves to the head.
+        var newMark = markChunkCount < removedChunks + head ? newBase : nil
         for index in head..<chunks.count {
             let absolute = removedChunks + index
             if absolute == markChunkCount { newMark = newBase + kept.count }

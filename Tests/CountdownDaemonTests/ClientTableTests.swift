@@ -5,104 +5,6 @@ import Foundation
 import Glibc
 import Testing
 
-/// A client table and fan-out on a real listening socket and poller, with a minimal daemon-like
-/// readable handler: frame what arrives, close at the end of input. Everything but the test's
-/// client sockets is touched on `queue`. A poll thread runs for the life of the process, so the
-/// harness is held by it (strongly) and `finish` closes everything it watches.
-final class TableHarness: @unchecked Sendable {
-    let queue = DispatchQueue(label: "client-table-test")
-    let scratch = ScratchDirectory()
-    let socketPath: String
-    let poller: EventPoller
-    let clients: ClientTable
-    let fanOut: EventFanOut
-    /// Complete request lines framed so far, by connection id (on the queue).
-    var lines: [Int: [String]] = [:]
-    var batchNumber = 1
-
-    init(configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
-        socketPath = scratch.path + "/d.sock"
-        var configuration = DaemonConfiguration(socketPath: socketPath, stateDirectory: scratch.path + "/state")
-        configure(&configuration)
-        let logger = Logger(threshold: .error, environment: [:])
-        poller = try EventPoller(queue: queue)
-        clients = ClientTable(queue: queue, logger: logger, configuration: configuration)
-        fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
-        let listener = try ListeningSocket.bind(path: socketPath, mode: 0o600)
-        let started: Bool = queue.sync {
-            clients.listener = listener
-            clients.onClose = { [fanOut] connection in fanOut.unsubscribe(connection) }
-            return (try? listener.startAccepting(with: poller) { [self] in
-                clients.acceptPending(poller: poller, batch: batchNumber) { [self] connection in readable(connection) }
-            }) != nil
-        }
-        try #require(started)
-        try poller.start { [self] batch in
-            batchNumber += 1
-            batch.deliverUrgent()
-            batch.deliverOthers()
-            clients.flushTouched()
-            return false
-        }
-    }
-
-    /// Closes the listener and every connection: the poll thread has nothing left to watch.
-    func finish() {
-        queue.sync { clients.closeAll(notice: []) }
-    }
-
-    private func readable(_ connection: Connection) {
-        switch clients.read(connection) {
-        case .read:
-            while case .line(let bytes)? = connection.framer.nextFrame() {
-                lines[connection.id, default: []].append(String(decoding: bytes, as: UTF8.self))
-            }
-            clients.endTurn(connection, linesLeft: false)
-        case .endOfInput:
-            clients.close(connection)
-        case .wouldBlock, .failed:
-            break
-        }
-    }
-
-    /// A connected client socket (blocking, with a receive timeout), its greeting read.
-    func connect() throws -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let connected = NotifySocket.withAddress(socketPath) { Glibc.connect(fd, $0, $1) }
-        try #require(connected == 0, "connect: \(String(cString: strerror(errno)))")
-        return fd
-    }
-
-    /// Reads lines from a client socket until `count` have come (or the end).
-    func readLines(_ fd: Int32, count: Int) -> [String] {
-        var text = ""
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while text.split(separator: "\n", omittingEmptySubsequences: false).count - 1 < count {
-            let got = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            guard got > 0 else { break }
-            text += String(decoding: buffer[0..<got], as: UTF8.self)
-        }
-        return text.split(separator: "\n").map(String.init)
-    }
-
-    /// Polls a condition on the queue until it holds, up to `timeout` seconds.
-    func waitOnQueue(timeout: Double = 30, _ condition: @escaping () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while !queue.sync(execute: condition) {
-            guard Date() < deadline else { return false }
-            usleep(5000)
-        }
-        return true
-    }
-
-    /// The daemon-side connection of the only client, or of the newest one.
-    var newestConnection: Connection? {
-        queue.sync { clients.connections.values.max { $0.id < $1.id } }
-    }
-}
-
 @Suite("The client table and the fan-out on real sockets")
 struct ClientTableTests {
     @Test("a greeting first; lines are framed however the bytes are split")
@@ -113,7 +15,7 @@ struct ClientTableTests {
         defer { close(client) }
         #expect(harness.readLines(client, count: 1).first?.hasPrefix("HELLO ") == true)
         for piece in ["PI", "NG\nSTA", "TS\n", "LIST PREFIX otp:\n"] {
-            _ = piece.withCString { send(client, $0, strlen($0), 0) }
+            #expect(piece.withCString { send(client, $0, strlen($0), 0) } == piece.utf8.count)
         }
         let connection = try #require(harness.newestConnection)
         #expect(harness.waitOnQueue { harness.lines[connection.id]?.count == 3 })
@@ -133,28 +35,50 @@ struct ClientTableTests {
             connection.output.appendReply(Array(repeating: UInt8(ascii: "x"), count: 2047) + [UInt8(ascii: "\n")])
             harness.clients.endTurn(connection, linesLeft: false)
             #expect(connection.isReadingPaused, "2 KiB unsent, past 1 KiB")
+            #expect(!connection.watchedFor.contains(.readable), "the poller no longer reports its input")
             harness.clients.flushTouched()  // The socket takes it: drained, carried to the next batch.
             #expect(harness.clients.takeCarriedOver().map(\.id) == [connection.id])
-            #expect(!connection.isReadingPaused, "reading again")
+            #expect(!connection.isReadingPaused && connection.watchedFor.contains(.readable), "reading again")
         }
         #expect(harness.readLines(client, count: 1).first?.count == 2047)
     }
 
-    @Test("2,000 connections closed at once are all forgotten, and their descriptors released")
+    @Test("2,000 connections closed at once are all forgotten, and their sockets closed")
     func manyClosedAtOnce() throws {
+        // Two descriptors a connection (the test's end and the table's) in this one process.
+        var limit = rlimit()
+        try #require(getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0)
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)  // Checked just below.
+        }
+        try #require(getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0)
+        let count = min(2000, (Int(limit.rlim_cur) - 1000) / 2)
+        try #require(count >= 200, "the descriptor limit (\(limit.rlim_cur)) leaves room for too few connections")
         let harness = try TableHarness()
         defer { harness.finish() }
-        let descriptorsBefore = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count
         var clientSockets: [Int32] = []
-        for _ in 0..<2000 {
+        for _ in 0..<count {
             clientSockets.append(try harness.connect())
         }
-        #expect(harness.waitOnQueue { harness.clients.count == 2000 })
+        #expect(harness.waitOnQueue { harness.clients.count == count })
+        // The table's sockets, by inode: unique while open, whatever else this process opens.
+        let tableSockets: Set<UInt64> = harness.queue.sync {
+            Set(harness.clients.connections.values.map { connection in
+                var info = stat()
+                return fstat(connection.descriptor, &info) == 0 ? UInt64(info.st_ino) : 0
+            })
+        }
+        #expect(tableSockets.count == count && !tableSockets.contains(0))
         for fd in clientSockets { close(fd) }
         #expect(harness.waitOnQueue { harness.clients.count == 0 }, "\(harness.queue.sync { harness.clients.count }) still open")
-        let descriptorsAfter = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count
-        // Other tests run in this process at the same time and open descriptors of their own.
-        #expect(descriptorsAfter < descriptorsBefore + 200, "\(descriptorsBefore) before, \(descriptorsAfter) after")
+        var stillOpen = 0
+        for entry in try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
+            guard let fd = Int32(entry) else { continue }
+            var info = stat()
+            if fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK, tableSockets.contains(UInt64(info.st_ino)) { stillOpen += 1 }
+        }
+        #expect(stillOpen == 0, "\(stillOpen) of the table's sockets still open")
     }
 
     func event(_ sequence: UInt64, _ kind: EventKind, _ name: String, remaining: Int64 = 5000) -> CountdownEvent {
@@ -192,6 +116,9 @@ struct ClientTableTests {
         let harness = try TableHarness {
             $0.outputCoalesceThreshold = 4096
             $0.outputHardLimit = 256 * 1024
+            // Long enough that the client below reads its ERR overflow however slow it is; it
+            // is closed as soon as that is read.
+            $0.overflowGraceMilliseconds = 600_000
         }
         defer { harness.finish() }
         let stuck = try harness.connect()

@@ -5,33 +5,6 @@ import Foundation
 import Glibc
 import Testing
 
-/// A fresh directory under /tmp, removed with everything in it when dropped.
-final class ScratchDirectory {
-    let path: String
-
-    init() {
-        var template = Array((NSTemporaryDirectory() + "countdownd-journal-XXXXXX").utf8CString)
-        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
-    }
-
-    deinit {
-        try? FileManager.default.removeItem(atPath: path)
-    }
-}
-
-/// Runs a command to completion; its exit status.
-@discardableResult
-func runTool(_ path: String, _ arguments: [String]) -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    guard (try? process.run()) != nil else { return -1 }
-    process.waitUntilExit()
-    return process.terminationStatus
-}
-
 @Suite("The state journal on real files: commit, rollback, lock, failure and recovery")
 struct StateJournalTests {
     let queue = DispatchQueue(label: "journal-test")
@@ -113,7 +86,7 @@ struct StateJournalTests {
 
     @Test(
         "a full disk fails the commit; later events are deferred and written once there is room, with nothing failed kept",
-        .enabled(if: getuid() == 0 && access("/bin/mount", X_OK) == 0, "needs root to mount a small tmpfs")
+        .enabled(if: canMountTmpfs, "needs root with the right to mount a small tmpfs")
     )
     func fullDisk() throws {
         let scratch = ScratchDirectory()
@@ -122,36 +95,40 @@ struct StateJournalTests {
         try #require(runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=256k", "tmpfs", mountPoint]) == 0, "mount a tmpfs")
         defer { runTool("/bin/umount", ["-l", mountPoint]) }
         let directory = mountPoint + "/state"
-        var journal: StateJournal? = self.journal(in: directory)
-        _ = try recover(try #require(journal))
-        #expect(batch(try #require(journal), ["before"], from: 1) == .durable)
-        // Fill what is left.
-        let filler = mountPoint + "/filler"
-        let fd = open(filler, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        let block = [UInt8](repeating: 1, count: 4096)
-        while block.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
-        close(fd)
-        // More than the page the journal's last frame sits in: a small frame could still fit there.
-        let refused = (0..<200).map { "refused\($0)" }
-        guard case .failed = batch(try #require(journal), refused, from: 2) else {
-            Issue.record("a commit to a full disk did not fail")
-            return
-        }
-        queue.sync {
-            #expect(!journal!.acceptsChanges)
-            journal!.rollbackBatch()  // What the daemon does with the failed batch.
-        }
-        // While failing, a batch's events (time's, in the daemon) are kept for later.
         let deferred = (0..<200).map { "deferred\($0)" }
-        #expect(batch(try #require(journal), deferred, from: 202) == .deferred)
-        #expect(queue.sync { journal!.retry() } == false, "still full")
-        #expect(unlink(filler) == 0)
-        #expect(queue.sync { journal!.retry() } == true, "room again: the deferred events are written")
-        #expect(batch(try #require(journal), ["after"], from: 402) == .durable)
-        journal = nil
+        do {
+            // This journal is released at the end of the block, and its lock with it.
+            let journal = self.journal(in: directory)
+            _ = try recover(journal)
+            #expect(batch(journal, ["before"], from: 1) == .durable)
+            // Fill what is left.
+            let filler = mountPoint + "/filler"
+            let fd = open(filler, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+            try #require(fd >= 0)
+            let block = [UInt8](repeating: 1, count: 4096)
+            while block.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
+            #expect(errno == ENOSPC, "filled up")
+            close(fd)
+            // More than the page the journal's last frame sits in: a small frame could still fit there.
+            let refused = (0..<200).map { "refused\($0)" }
+            guard case .failed = batch(journal, refused, from: 2) else {
+                Issue.record("a commit to a full disk did not fail")
+                return
+            }
+            queue.sync {
+                #expect(!journal.acceptsChanges)
+                journal.rollbackBatch()  // What the daemon does with the failed batch.
+            }
+            // While failing, a batch's events (time's, in the daemon) are kept for later.
+            #expect(batch(journal, deferred, from: 202) == .deferred)
+            #expect(queue.sync { journal.retry() } == false, "still full")
+            #expect(unlink(filler) == 0)
+            #expect(queue.sync { journal.retry() } == true, "room again: the deferred events are written")
+            #expect(batch(journal, ["after"], from: 402) == .durable)
+        }
         let recovered = try recover(self.journal(in: directory))
         #expect(recovered.countdowns.map(\.name).sorted() == (["after", "before"] + deferred).sorted())
-        #expect(recovered.lastSequence == 402, "nothing of the failed batch: its numbers were not reused on disk")
+        #expect(recovered.lastSequence == 402, "the last event written is the one after the deferred ones")
     }
 
     @Test("a deleted directory fails the next commit; retry recreates it and a full snapshot makes it whole again, 0600")

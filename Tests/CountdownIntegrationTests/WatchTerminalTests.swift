@@ -53,28 +53,31 @@ extension Integration {
                 "env", "TERM=xterm-256color", "/bin/sh", "-c", script,
             ])
             defer { _ = try? tmux.run(["kill-server"]) }
-            _ = try tmux.waitForScreen(timeout: 10) { $0.contains("none running") }
+            _ = try tmux.waitForScreen(timeout: 30) { $0.contains("none running") }
             #expect(try tmux.value("#{cursor_flag}") == "0", "the cursor is hidden while drawing")
 
-            _ = try cdctl(["start", "tea", "4s"], socket: daemon.socketPath)
+            // A minute: long enough for the bar and resize checks whatever the machine's pace;
+            // then it is restarted for a second, to be seen finishing.
+            _ = try cdctl(["start", "tea", "60s"], socket: daemon.socketPath)
             func filledCells(_ screen: String) -> Int {
                 screen.split(separator: "\n").first { $0.hasPrefix("tea") }.map { $0.filter { $0 == "█" }.count } ?? -1
             }
-            let early = try tmux.waitForScreen(timeout: 10) { filledCells($0) > 0 }
-            let later = try tmux.waitForScreen(timeout: 10) { filledCells($0) > 0 && filledCells($0) < filledCells(early) }
+            let early = try tmux.waitForScreen(timeout: 30) { filledCells($0) > 0 }
+            let later = try tmux.waitForScreen(timeout: 30) { filledCells($0) > 0 && filledCells($0) < filledCells(early) }
             #expect(filledCells(later) < filledCells(early), "the bar shrinks: \(filledCells(early)) then \(filledCells(later))")
             #expect(later.contains("running"))
             // A narrower terminal: the next frames fit it, without wrapping.
             try tmux.run(["resize-window", "-t", tmux.session, "-x", "44", "-y", "10"])
-            let narrow = try tmux.waitForScreen(timeout: 10) { screen in
+            let narrow = try tmux.waitForScreen(timeout: 30) { screen in
                 screen.split(separator: "\n").first { $0.hasPrefix("tea") }.map { $0.count <= 43 && $0.contains("█") } ?? false
             }
             #expect(narrow.split(separator: "\n").allSatisfy { $0.count <= 44 })
-            let finished = try tmux.waitForScreen(timeout: 10) { $0.contains("tea") && $0.contains("done") }
+            _ = try cdctl(["start", "tea", "1s", "--replace"], socket: daemon.socketPath)
+            let finished = try tmux.waitForScreen(timeout: 30) { $0.contains("tea") && $0.contains("done") }
             #expect(finished.contains("0:00:00"))
 
             try tmux.run(["send-keys", "-t", tmux.session, "C-c"])
-            let after = try tmux.waitForScreen(timeout: 10) { $0.contains("watch exited") }
+            let after = try tmux.waitForScreen(timeout: 30) { $0.contains("watch exited") }
             #expect(after.contains("watch exited 130"), "Ctrl-C ends watch with 128 + SIGINT")
             #expect(try tmux.value("#{cursor_flag}") == "1", "the cursor is visible again")
             #expect(try tmux.value("#{pane_dead}") == "0")

@@ -119,12 +119,17 @@ final class CurlDriver {
         let context = Unmanaged.passUnretained(self).toOpaque()
         _ = countdownd_curl_multi_set_socket_function(multi, { _, socket, what, context, _ in
             // The context is the driver set just above: never nil.
-            // -1 tells libcurl the socket cannot be watched: it fails that transfer, at once.
-            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().socketChanged(socket, what: what) ? 0 : -1
+            // Always 0, on purpose: -1 would make libcurl abort every transfer of the multi
+            // handle, the watch included. A socket the poller cannot watch leaves its transfer to
+            // run into its own timeout and fail; nothing else is lost.
+            _ = Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().socketChanged(socket, what: what)
+            return 0
         }, context)
         _ = countdownd_curl_multi_set_timer_function(multi, { _, milliseconds, context in
-            // -1 tells libcurl its timeout cannot be kept: it fails the transfers it drives.
-            Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().timerChanged(milliseconds) ? 0 : -1
+            // 0 for the same reason. Should the timerfd not take the time, the transfers' own
+            // deadlines end them when their sockets are next active.
+            _ = Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().timerChanged(milliseconds)
+            return 0
         }, context)
         do {
             timerToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
@@ -226,7 +231,7 @@ final class CurlDriver {
             return true
         }
         if let token = sockets[socket] {
-            return poller.setInterest(interest, for: token)
+            return (try? poller.setInterest(interest, for: token)) != nil
         }
         do {
             sockets[socket] = try poller.register(socket, interest: interest) { [unowned self] readiness in

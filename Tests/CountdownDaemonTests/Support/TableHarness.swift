@@ -1,0 +1,106 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Dispatch
+import Foundation
+import Glibc
+import Testing
+
+/// A client table and fan-out on a real listening socket and poller, with a minimal daemon-like
+/// readable handler: frame what arrives, close at the end of input. Everything but the test's
+/// client sockets is touched on `queue`. A poll thread runs for the life of the process, so the
+/// harness is held by it (strongly) and `finish` closes everything it watches.
+final class TableHarness: @unchecked Sendable {
+    let queue = DispatchQueue(label: "client-table-test")
+    let scratch = ScratchDirectory()
+    let socketPath: String
+    let poller: EventPoller
+    let clients: ClientTable
+    let fanOut: EventFanOut
+    /// Complete request lines framed so far, by connection id (on the queue).
+    var lines: [Int: [String]] = [:]
+    var batchNumber = 1
+
+    init(configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+        socketPath = scratch.path + "/d.sock"
+        var configuration = DaemonConfiguration(socketPath: socketPath, stateDirectory: scratch.path + "/state")
+        configure(&configuration)
+        let logger = Logger(threshold: .error, environment: [:])
+        poller = try EventPoller(queue: queue)
+        clients = ClientTable(queue: queue, logger: logger, configuration: configuration)
+        fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
+        let listener = try ListeningSocket.bind(path: socketPath, mode: 0o600)
+        let started: Bool = queue.sync {
+            clients.listener = listener
+            clients.onClose = { [fanOut] connection in fanOut.unsubscribe(connection) }
+            return (try? listener.startAccepting(with: poller) { [self] in
+                clients.acceptPending(poller: poller, batch: batchNumber) { [self] connection in readable(connection) }
+            }) != nil
+        }
+        try #require(started)
+        try poller.start { [self] batch in
+            batchNumber += 1
+            batch.deliverUrgent()
+            batch.deliverOthers()
+            clients.flushTouched()
+            return false
+        }
+    }
+
+    /// Closes the listener and every connection: the poll thread has nothing left to watch.
+    func finish() {
+        queue.sync { clients.closeAll(notice: []) }
+    }
+
+    private func readable(_ connection: Connection) {
+        switch clients.read(connection) {
+        case .read:
+            while case .line(let bytes)? = connection.framer.nextFrame() {
+                lines[connection.id, default: []].append(String(decoding: bytes, as: UTF8.self))
+            }
+            clients.endTurn(connection, linesLeft: false)
+        case .endOfInput:
+            clients.close(connection)
+        case .wouldBlock, .failed:
+            break
+        }
+    }
+
+    /// A connected client socket (blocking, with a receive timeout), its greeting read.
+    func connect() throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        try #require(fd >= 0, "socket: \(String(cString: strerror(errno)))")
+        var timeout = timeval(tv_sec: 30, tv_usec: 0)
+        try #require(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)) == 0)
+        let connected = NotifySocket.withAddress(socketPath) { Glibc.connect(fd, $0, $1) }
+        try #require(connected == 0, "connect: \(String(cString: strerror(errno)))")
+        return fd
+    }
+
+    /// Reads lines from a client socket until `count` have come (or the end).
+    func readLines(_ fd: Int32, count: Int) -> [String] {
+        var text = ""
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while text.split(separator: "\n", omittingEmptySubsequences: false).count - 1 < count {
+            let got = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard got > 0 else { break }
+            text += String(decoding: buffer[0..<got], as: UTF8.self)
+        }
+        return text.split(separator: "\n").map(String.init)
+    }
+
+    /// Polls a condition on the queue until it holds, up to `timeout` seconds.
+    func waitOnQueue(timeout: Double = 30, _ condition: @escaping () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !queue.sync(execute: condition) {
+            guard Date() < deadline else { return false }
+            usleep(5000)
+        }
+        return true
+    }
+
+    /// The daemon-side connection of the only client, or of the newest one.
+    var newestConnection: Connection? {
+        queue.sync { clients.connections.values.max { $0.id < $1.id } }
+    }
+}
+
