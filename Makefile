@@ -3,7 +3,9 @@
 #   make run       install missing system packages, build, run countdownd in the foreground
 #   make test      install missing system packages, build, run the whole test suite
 #   make test-loaded   the same while stress-ng keeps both cores busy at a lower priority
-#   make install   install binaries and systemd units (PREFIX, DESTDIR)
+#   make release   a release build, the Swift runtime linked in (runs without the toolchain)
+#   make install   install what `make release` built (PREFIX, DESTDIR); never builds or fetches
+#   make deb       the Debian package, with debhelper, checked by lintian (.build/deb/)
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -15,20 +17,22 @@ MANDIR     ?= $(PREFIX)/share/man
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
-# The cluster drop-in (not enabled by installing it) and its guide.
+# The cluster drop-in (not enabled by installing it), the protocol and cluster guides.
 DOCDIR     ?= $(PREFIX)/share/doc/countdownd
+# Where `make release` leaves the binaries (SwiftPM's link to the release build directory).
+RELEASEDIR ?= .build/release
 SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev libcurl4-openssl-dev pkg-config
 # Only the tests use these (zsh and fish check their completions, etcd-server is a real cluster
 # for the etcd client); without them those tests are skipped with a message, so failing to
 # install them does not fail the build.
-TEST_PACKAGES := zsh fish etcd-server
+TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap
 
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded install uninstall clean fuzz fuzz-smoke bench bench-smoke
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke
 
 all: build
 
@@ -49,8 +53,12 @@ deps:
 build: deps
 	$(SWIFT) build
 
+# The Swift runtime (stdlib, Foundation, Dispatch) linked statically: the binaries need only
+# Debian's libc, libstdc++, libsystemd, libsqlite3 and libcurl, not the toolchain's directory.
+# Linked with full RELRO (-z relro -z now), as Debian's hardening asks.
+RELEASE_FLAGS := -c release --static-swift-stdlib -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now
 release: deps
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 
 run: build
 	$$($(SWIFT) build --show-bin-path)/countdownd
@@ -62,13 +70,26 @@ test-deps:
 	  echo "installing for the tests:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null >/dev/null; fi
 
-test: deps test-deps
+# As root, the suite also installs the package into a booted systemd (Tests/Scripts/booted-systemd.sh):
+# `make deb` builds it, and a minimal bookworm root is bootstrapped once into .build/booted.
+BOOTED_IMAGE := .build/booted/bookworm-minbase.tar
+test: deps test-deps test-package
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
+test-package:
+	@if [ "$$(id -u)" -ne 0 ]; then echo "not root: the package is not built, and the booted-systemd test is skipped"; else \
+	  $(MAKE) deb && $(MAKE) booted-image; fi
+
+booted-image:
+	@[ -s $(BOOTED_IMAGE) ] || { mkdir -p $(dir $(BOOTED_IMAGE)) && command -v mmdebstrap >/dev/null && \
+	  mmdebstrap --quiet --variant=minbase --include=systemd,systemd-sysv,dbus,libsystemd0,libsqlite3-0,libcurl4 \
+	    bookworm $(BOOTED_IMAGE).part && mv $(BOOTED_IMAGE).part $(BOOTED_IMAGE); } || \
+	  { rm -f $(BOOTED_IMAGE).part; echo "could not bootstrap a bookworm root (mmdebstrap needs Debian's mirror): the booted-systemd test is skipped"; }
+
 # The whole suite with every core busy (stress-ng at nice 19): a test that only passes on a
 # quiet machine fails here before it fails in CI. Installs stress-ng when it can.
-test-loaded: deps test-deps
+test-loaded: deps test-deps test-package
 	@command -v stress-ng >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng </dev/null >/dev/null; }
 	@command -v stress-ng >/dev/null || { echo "error: stress-ng is not installed; install it as root: apt-get install stress-ng" >&2; exit 1; }
@@ -77,24 +98,30 @@ test-loaded: deps test-deps
 	trap 'kill $$load 2>/dev/null; wait $$load 2>/dev/null' EXIT; \
 	$(SWIFT) test --skip-build
 
-install: release
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR)
-	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/countdownd $(DESTDIR)$(BINDIR)/countdownd
-	install -m 0755 $$($(SWIFT) build -c release --show-bin-path)/cdctl $(DESTDIR)$(BINDIR)/cdctl
-	for unit in systemd/countdownd.service systemd/countdownd.socket; do \
-	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(UNITDIR)/$$(basename $$unit); done
-	for unit in systemd/user/countdownd.service systemd/user/countdownd.socket; do \
-	  sed 's|@BINDIR@|$(BINDIR)|g' $$unit > $(DESTDIR)$(USERUNITDIR)/$$(basename $$unit); done
+# For packagers and operators: installs the release build as it is, with an explicit mode for
+# every file whatever the umask; it never builds (run `make release` first) and never fetches.
+install:
+	@for binary in countdownd cdctl; do [ -x $(RELEASEDIR)/$$binary ] || \
+	  { echo "error: $(RELEASEDIR)/$$binary is not built; run make release first (make install only installs)" >&2; exit 1; }; done
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) \
+	  $(DESTDIR)$(DOCDIR)
+	install -m 0755 $(RELEASEDIR)/countdownd $(DESTDIR)$(BINDIR)/countdownd
+	install -m 0755 $(RELEASEDIR)/cdctl $(DESTDIR)$(BINDIR)/cdctl
+	@staged=$$(mktemp -d) && trap 'rm -rf "$$staged"' EXIT && \
+	for unit in systemd/countdownd.service systemd/countdownd.socket systemd/countdownd-cluster.conf \
+	    systemd/user/countdownd.service systemd/user/countdownd.socket; do \
+	  mkdir -p "$$staged/$$(dirname $$unit)" && sed 's|@BINDIR@|$(BINDIR)|g' $$unit > "$$staged/$$unit" || exit 1; done && \
+	install -v -m 0644 "$$staged/systemd/countdownd.service" "$$staged/systemd/countdownd.socket" $(DESTDIR)$(UNITDIR)/ && \
+	install -v -m 0644 "$$staged/systemd/user/countdownd.service" "$$staged/systemd/user/countdownd.socket" $(DESTDIR)$(USERUNITDIR)/ && \
+	install -v -m 0644 "$$staged/systemd/countdownd-cluster.conf" $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf
 	install -m 0644 systemd/countdownd.sysusers $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
-	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0644 docs/man/cdctl.1 $(DESTDIR)$(MANDIR)/man1/cdctl.1
 	install -m 0644 docs/man/countdownd.8 $(DESTDIR)$(MANDIR)/man8/countdownd.8
 	install -m 0644 completions/cdctl.bash $(DESTDIR)$(BASHCOMPDIR)/cdctl
 	install -m 0644 completions/_cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl
 	install -m 0644 completions/cdctl.fish $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
-	install -d $(DESTDIR)$(DOCDIR)
-	sed 's|@BINDIR@|$(BINDIR)|g' systemd/countdownd-cluster.conf > $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf
-	install -m 0644 docs/CLUSTER.md $(DESTDIR)$(DOCDIR)/CLUSTER.md
+	install -m 0644 docs/PROTOCOL.md docs/CLUSTER.md $(DESTDIR)$(DOCDIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/countdownd $(DESTDIR)$(BINDIR)/cdctl
@@ -103,7 +130,26 @@ uninstall:
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man1/cdctl.1 $(DESTDIR)$(MANDIR)/man8/countdownd.8
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
-	rm -f $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf $(DESTDIR)$(DOCDIR)/CLUSTER.md
+	rm -f $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf $(DESTDIR)$(DOCDIR)/CLUSTER.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
+
+# The Debian package, built by debhelper (debian/rules runs `make release` and `make install`),
+# then checked by lintian; the .deb, .changes and .buildinfo end up in .build/deb/.
+DEB_TOOLS := debhelper lintian dpkg-dev fakeroot
+deb-deps: deps
+	@missing=""; for pkg in $(DEB_TOOLS); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -ne 0 ]; then echo "error: missing packages:$$missing; install them as root: apt-get install$$missing" >&2; exit 1; fi; \
+	  echo "installing:$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null >/dev/null; fi
+
+deb: deb-deps
+	dpkg-buildpackage -b -us -uc
+	mkdir -p .build/deb
+	version=$$(dpkg-parsechangelog -S Version) && arch=$$(dpkg-architecture -qDEB_HOST_ARCH) && \
+	mv ../countdownd_$${version}_$${arch}.deb ../countdownd-dbgsym_$${version}_$${arch}.deb \
+	  ../countdownd_$${version}_$${arch}.changes ../countdownd_$${version}_$${arch}.buildinfo .build/deb/ && \
+	lintian --fail-on error,warning --display-info --pedantic .build/deb/countdownd_$${version}_$${arch}.changes
 
 # libFuzzer over the request path (framer, parser, engine, encoder). SwiftPM cannot link a fuzzer
 # executable, so the pure core is compiled with swiftc directly (Fuzz/README.md).
@@ -127,7 +173,7 @@ fuzz-smoke: $(FUZZ_BIN)
 # linked code that inlined the old layout across modules (seen here as heap corruption at start).
 bench: deps
 	rm -rf "$$($(SWIFT) build -c release --show-bin-path)"
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 	-@command -v redis-server >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server </dev/null >/dev/null; }
 	python3 bench/run.py

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The Debian package in a booted systemd: a minimal bookworm root (mmdebstrap, cached), the .deb
+# installed with dpkg, booted with systemd-nspawn as PID 1, driven with nsenter.
+#
+#   booted-systemd.sh DEB ROOT_TARBALL
+#
+# Prints one "ok - …" or "not ok - …" line per check and "N passed, N failed" at the end; exits
+# non-zero when a check failed. Every wait is bounded; the container is stopped on exit.
+set -uo pipefail
+
+deb=$1
+tarball=$2
+work=$(mktemp -d /var/tmp/countdownd-booted.XXXXXX)
+root=$work/root
+machine=cdtest-$$
+passed=0
+failed=0
+nspawn=
+
+ok() { echo "ok - $1"; passed=$((passed + 1)); }
+not_ok() { echo "not ok - $1"; failed=$((failed + 1)); }
+check() { # check DESCRIPTION COMMAND...
+    local what=$1; shift
+    if "$@"; then ok "$what"; else not_ok "$what"; fi
+}
+
+cleanup() {
+    if [ -n "$nspawn" ] && kill -0 "$nspawn" 2>/dev/null; then
+        [ -n "${pid1:-}" ] && nsenter -t "$pid1" -a systemctl poweroff >/dev/null 2>&1
+        for _ in $(seq 100); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$nspawn" 2>/dev/null
+        wait "$nspawn" 2>/dev/null
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+mkdir -p "$root"
+tar -xf "$tarball" -C "$root" || { echo "not ok - unpack $tarball"; exit 1; }
+cp "$deb" "$root/tmp/countdownd.deb"
+
+# Installed as an operator would, before the boot: dpkg runs the maintainer scripts (the group
+# through systemd-sysusers, the socket enabled through deb-systemd-helper).
+check "dpkg -i installs the package" chroot "$root" dpkg -i /tmp/countdownd.deb
+check "the countdown group exists" chroot "$root" getent group countdown
+check "the socket is enabled for boot" test -L "$root/etc/systemd/system/sockets.target.wants/countdownd.socket"
+chroot "$root" useradd --create-home --groups countdown alice
+chroot "$root" useradd --create-home bob
+# For the watchdog check: a shorter interval than the unit's 20 s (the mechanism, not the figure).
+mkdir -p "$root/etc/systemd/system/countdownd.service.d"
+printf '[Service]\nWatchdogSec=4s\n' > "$root/etc/systemd/system/countdownd.service.d/test-watchdog.conf"
+
+systemd-nspawn -D "$root" -b --console=pipe -q --register=no --keep-unit --machine="$machine" \
+    > "$work/console.log" 2>&1 &
+nspawn=$!
+pid1=
+for _ in $(seq 200); do
+    pid1=$(ps -o pid= --ppid "$nspawn" | head -n 1 | tr -d ' ')
+    [ -n "$pid1" ] && break
+    sleep 0.1
+done
+[ -n "$pid1" ] || { echo "not ok - the container started"; cat "$work/console.log"; exit 1; }
+run() { nsenter -t "$pid1" -a "$@"; }
+as() { local user=$1; shift; nsenter -t "$pid1" -a runuser -u "$user" -- "$@"; }
+wait_for() { # wait_for SECONDS COMMAND...: until it succeeds, or the time is up
+    local tenths=$(($1 * 10)); shift
+    for _ in $(seq "$tenths"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+    return 1
+}
+booted() { case $(run systemctl is-system-running 2>/dev/null) in running | degraded) return 0 ;; *) return 1 ;; esac; }
+check "systemd booted as PID 1" wait_for 60 booted
+socket=/run/countdownd/countdownd.sock
+
+check "countdownd.socket is listening after boot" test "$(run systemctl is-active countdownd.socket)" = active
+check "the service waits for its first client" test "$(run systemctl is-active countdownd.service)" = inactive
+check "cdctl start socket-activates the service" run cdctl --socket "$socket" start tea 1h
+check "the service is active" test "$(run systemctl is-active countdownd.service)" = active
+status_shows() { run systemctl status --no-pager countdownd.service | grep -q 'Status: "1 running'; }
+check "systemctl status shows STATUS=" wait_for 10 status_shows
+check "ldd names no toolchain path" sh -c "! nsenter -t $pid1 -a ldd /usr/bin/countdownd | grep -q -e 'not found' -e /opt/swift"
+
+check "a member of the countdown group connects" as alice cdctl --socket "$socket" start tea 5m
+alice_uid=$(run id -u alice)
+check "…and gets a namespace of its own" sh -c "nsenter -t $pid1 -a runuser -u alice -- cdctl --socket $socket list --format '{name}' | grep -qx tea && nsenter -t $pid1 -a cdctl --socket $socket list --format '{name}' | grep -qx $alice_uid/tea"
+check "a user outside the group is refused" sh -c "! nsenter -t $pid1 -a runuser -u bob -- cdctl --socket $socket list >/dev/null 2>&1"
+
+restarts() { run systemctl show -p NRestarts --value countdownd.service; }
+before=$(restarts)
+run systemctl kill -s KILL countdownd.service
+restarted() { [ "$(restarts)" -gt "$before" ] && [ "$(run systemctl is-active countdownd.service)" = active ]; }
+check "SIGKILL: systemd restarts it (Restart=on-failure)" wait_for 30 restarted
+check "…with its state intact" sh -c "nsenter -t $pid1 -a cdctl --socket $socket status tea --format '{state}' | grep -qx running"
+
+before=$(restarts)
+run systemctl kill -s STOP countdownd.service
+check "SIGSTOP past WatchdogSec: the watchdog restarts it" wait_for 60 restarted
+check "…with its state intact" sh -c "nsenter -t $pid1 -a cdctl --socket $socket status tea --format '{state}' | grep -qx running"
+
+run systemctl stop countdownd.service countdownd.socket
+check "systemctl stop is clean" test "$(run systemctl show -p Result --value countdownd.service)" = success
+check "…and the daemon exited 0" test "$(run systemctl show -p ExecMainStatus --value countdownd.service)" = 0
+
+# The daemon's own lines in the whole journal: nothing at warning or worse it did not mean to
+# write, and none of libdispatch's thread-priority complaints.
+run journalctl -b --no-pager -o cat SYSLOG_IDENTIFIER=countdownd > "$work/daemon.log" 2>&1
+run journalctl -b --no-pager -o cat -p warning SYSLOG_IDENTIFIER=countdownd > "$work/warnings.log" 2>&1
+check "the journal has the daemon's lines" grep -q "listening on" "$work/daemon.log"
+check "no thread-priority noise in the journal" sh -c "! grep -q 'thread priority' '$work/daemon.log'"
+check "no warning or error from the daemon" test ! -s "$work/warnings.log"
+check "no countdown name in the journal" sh -c "! grep -q tea '$work/daemon.log'"
+
+check "apt purge removes the package" run env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q countdownd
+check "…and the state" sh -c "! nsenter -t $pid1 -a test -e /var/lib/private/countdownd && ! nsenter -t $pid1 -a test -e /var/lib/countdownd"
+check "…and the units" sh -c "! nsenter -t $pid1 -a test -e /lib/systemd/system/countdownd.service"
+
+if [ "$failed" -gt 0 ]; then
+    echo "--- the daemon's journal"; cat "$work/daemon.log"
+    echo "--- its warnings"; cat "$work/warnings.log"
+fi
+echo "booted-systemd: $passed ok, $failed not ok"
+[ "$failed" -eq 0 ]
