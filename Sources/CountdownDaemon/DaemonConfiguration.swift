@@ -195,8 +195,6 @@ public enum DaemonCommandLine {
         public var description: String
     }
 
-    /// Parses arguments (without the program name).
-    /// - Throws: `UsageError` naming the bad argument and what is expected.
     /// `path` made absolute against the working directory: the state directory is created,
     /// locked, recreated after a deletion and named in messages, all by one full path.
     static func absolute(_ path: String) -> String {
@@ -208,6 +206,8 @@ public enum DaemonCommandLine {
         return (directory == "/" ? "" : directory) + "/" + trimmed
     }
 
+    /// Parses arguments (without the program name).
+    /// - Throws: `UsageError` naming the bad argument and what is expected.
     public static func parse(
         _ arguments: [String], environment: [String: String], uid: UInt32
     ) throws(UsageError) -> DaemonCommand {

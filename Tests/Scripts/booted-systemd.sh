@@ -19,29 +19,34 @@ nspawn=
 
 ok() { echo "ok - $1"; passed=$((passed + 1)); }
 not_ok() { echo "not ok - $1"; failed=$((failed + 1)); }
-check() { # check DESCRIPTION COMMAND...
+check() { # check DESCRIPTION COMMAND...: its output goes to a log, shown when it fails
     local what=$1; shift
-    if "$@"; then ok "$what"; else not_ok "$what"; fi
+    if "$@" > "$work/check.log" 2>&1; then ok "$what"; else not_ok "$what"; sed 's/^/    /' "$work/check.log"; fi
 }
 
 cleanup() {
     if [ -n "$nspawn" ] && kill -0 "$nspawn" 2>/dev/null; then
         [ -n "${pid1:-}" ] && nsenter -t "$pid1" -a systemctl poweroff >/dev/null 2>&1
         for _ in $(seq 100); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.1; done
+        # Still there: ending the container's PID 1 ends its whole PID namespace.
+        [ -n "${pid1:-}" ] && kill -9 "$pid1" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$nspawn" 2>/dev/null
         wait "$nspawn" 2>/dev/null
     fi
     rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 1' TERM INT HUP
 
 mkdir -p "$root"
 tar -xf "$tarball" -C "$root" || { echo "not ok - unpack $tarball"; exit 1; }
-cp "$deb" "$root/tmp/countdownd.deb"
+# Not under /tmp: the booted system mounts a fresh tmpfs there.
+cp "$deb" "$root/root/countdownd.deb"
 
 # Installed as an operator would, before the boot: dpkg runs the maintainer scripts (the group
 # through systemd-sysusers, the socket enabled through deb-systemd-helper).
-check "dpkg -i installs the package" chroot "$root" dpkg -i /tmp/countdownd.deb
+check "dpkg -i installs the package" chroot "$root" dpkg -i /root/countdownd.deb
 check "the countdown group exists" chroot "$root" getent group countdown
 check "the socket is enabled for boot" test -L "$root/etc/systemd/system/sockets.target.wants/countdownd.socket"
 chroot "$root" useradd --create-home --groups countdown alice
@@ -53,9 +58,13 @@ printf '[Service]\nWatchdogSec=4s\n' > "$root/etc/systemd/system/countdownd.serv
 systemd-nspawn -D "$root" -b --console=pipe -q --register=no --keep-unit --machine="$machine" \
     > "$work/console.log" 2>&1 &
 nspawn=$!
+# The container's PID 1: the child of systemd-nspawn that runs systemd (not a short-lived
+# helper it may fork first).
 pid1=
-for _ in $(seq 200); do
-    pid1=$(ps -o pid= --ppid "$nspawn" | head -n 1 | tr -d ' ')
+for _ in $(seq 300); do
+    for child in $(ps -o pid= --ppid "$nspawn"); do
+        [ "$(cat /proc/"$child"/comm 2>/dev/null)" = systemd ] && pid1=$child
+    done
     [ -n "$pid1" ] && break
     sleep 0.1
 done
@@ -77,12 +86,15 @@ check "cdctl start socket-activates the service" run cdctl --socket "$socket" st
 check "the service is active" test "$(run systemctl is-active countdownd.service)" = active
 status_shows() { run systemctl status --no-pager countdownd.service | grep -q 'Status: "1 running'; }
 check "systemctl status shows STATUS=" wait_for 10 status_shows
-check "ldd names no toolchain path" sh -c "! nsenter -t $pid1 -a ldd /usr/bin/countdownd | grep -q -e 'not found' -e /opt/swift"
+libraries=$(run ldd /usr/bin/countdownd)
+check "ldd runs in the container" test -n "$libraries"
+check "…and names no toolchain path" sh -c "! printf '%s' \"\$1\" | grep -q -e 'not found' -e /opt/swift -e swift" - "$libraries"
 
 check "a member of the countdown group connects" as alice cdctl --socket "$socket" start tea 5m
 alice_uid=$(run id -u alice)
 check "…and gets a namespace of its own" sh -c "nsenter -t $pid1 -a runuser -u alice -- cdctl --socket $socket list --format '{name}' | grep -qx tea && nsenter -t $pid1 -a cdctl --socket $socket list --format '{name}' | grep -qx $alice_uid/tea"
-check "a user outside the group is refused" sh -c "! nsenter -t $pid1 -a runuser -u bob -- cdctl --socket $socket list >/dev/null 2>&1"
+refused=$(as bob cdctl --socket "$socket" list 2>&1; echo "exit $?")
+check "a user outside the group is refused, with cdctl's reason" sh -c "printf '%s' \"\$1\" | grep -qi 'permission' && ! printf '%s' \"\$1\" | grep -q 'exit 0'" - "$refused"
 
 restarts() { run systemctl show -p NRestarts --value countdownd.service; }
 before=$(restarts)
@@ -91,27 +103,40 @@ restarted() { [ "$(restarts)" -gt "$before" ] && [ "$(run systemctl is-active co
 check "SIGKILL: systemd restarts it (Restart=on-failure)" wait_for 30 restarted
 check "…with its state intact" sh -c "nsenter -t $pid1 -a cdctl --socket $socket status tea --format '{state}' | grep -qx running"
 
+old_pid=$(run systemctl show -p MainPID --value countdownd.service)
+check "reinstalled (an upgrade) over a running daemon" run dpkg -i /root/countdownd.deb
+new_pid=$(run systemctl show -p MainPID --value countdownd.service)
+check "…it is restarted on the new binary" sh -c "[ '$new_pid' != 0 ] && [ '$new_pid' != '$old_pid' ]"
+check "…the socket stayed listening" test "$(run systemctl is-active countdownd.socket)" = active
+check "…with its state intact" sh -c "nsenter -t $pid1 -a cdctl --socket $socket status tea --format '{state}' | grep -qx running"
+
 before=$(restarts)
 run systemctl kill -s STOP countdownd.service
 check "SIGSTOP past WatchdogSec: the watchdog restarts it" wait_for 60 restarted
 check "…with its state intact" sh -c "nsenter -t $pid1 -a cdctl --socket $socket status tea --format '{state}' | grep -qx running"
 
-run systemctl stop countdownd.service countdownd.socket
+check "an OTP cooldown named by a phone number" run cdctl --socket "$socket" start otp:+4915112345678 1m
+run systemctl stop countdownd.service
 check "systemctl stop is clean" test "$(run systemctl show -p Result --value countdownd.service)" = success
 check "…and the daemon exited 0" test "$(run systemctl show -p ExecMainStatus --value countdownd.service)" = 0
 
-# The daemon's own lines in the whole journal: nothing at warning or worse it did not mean to
-# write, and none of libdispatch's thread-priority complaints.
-run journalctl -b --no-pager -o cat SYSLOG_IDENTIFIER=countdownd > "$work/daemon.log" 2>&1
+# The daemon's own entries in the whole journal, every field: nothing at warning or worse it did
+# not mean to write, none of libdispatch's thread-priority complaints, and no name.
+run journalctl -b --no-pager -o export SYSLOG_IDENTIFIER=countdownd > "$work/daemon.log" 2>&1
 run journalctl -b --no-pager -o cat -p warning SYSLOG_IDENTIFIER=countdownd > "$work/warnings.log" 2>&1
 check "the journal has the daemon's lines" grep -q "listening on" "$work/daemon.log"
+check "…with its fields" grep -q "^COUNTDOWN_EVENT=started" "$work/daemon.log"
 check "no thread-priority noise in the journal" sh -c "! grep -q 'thread priority' '$work/daemon.log'"
 check "no warning or error from the daemon" test ! -s "$work/warnings.log"
-check "no countdown name in the journal" sh -c "! grep -q tea '$work/daemon.log'"
+check "no countdown name in the journal, in any field" sh -c "! grep -q -e 4915112345678 -e 'COUNTDOWN_NAME=' '$work/daemon.log'"
 
+# Removed while running: stopped, then purged with its state.
+check "socket activation once more before the purge" run cdctl --socket "$socket" status tea
 check "apt purge removes the package" run env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q countdownd
-check "…and the state" sh -c "! nsenter -t $pid1 -a test -e /var/lib/private/countdownd && ! nsenter -t $pid1 -a test -e /var/lib/countdownd"
-check "…and the units" sh -c "! nsenter -t $pid1 -a test -e /lib/systemd/system/countdownd.service"
+state_left=$(run sh -c 'ls -d /var/lib/private/countdownd /var/lib/countdownd 2>/dev/null; echo end')
+check "…and the state" test "$state_left" = end
+check "…the service is stopped" test "$(run systemctl is-active countdownd.service)" != active
+check "…and the socket's enablement" test ! -e "$root/etc/systemd/system/sockets.target.wants/countdownd.socket"
 
 if [ "$failed" -gt 0 ]; then
     echo "--- the daemon's journal"; cat "$work/daemon.log"

@@ -205,7 +205,8 @@ final class ClusterReplica: @unchecked Sendable {
                 for keyValue in keyValues {
                     let key = String(keyValue.key.dropFirst(configuration.prefix.count))
                     guard let value = ClusterValue.decode(keyValue.value) else {
-                        logger.log(.warning, "cluster: skipped \(keyValue.key): not a countdown this version reads")
+                        // The key is not named: it holds a countdown's name, which can be personal data.
+                        logger.log(.warning, "cluster: skipped a key under \(configuration.prefix) (revision \(keyValue.modRevision)): not a countdown this version reads")
                         continue
                     }
                     countdowns.append((key, value))

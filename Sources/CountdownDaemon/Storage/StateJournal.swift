@@ -151,8 +151,9 @@ final class StateJournal: @unchecked Sendable {
             recovered.events = snapshot.events
             recovered.eventsKeptAfter = snapshot.eventsKeptAfter
             firstGeneration = snapshot.journalGeneration
-            for name in snapshot.unreadableRows {
-                recovered.remarks.append("skipped an unreadable row for '\(name)' in \(directory)/\(SnapshotFile.fileName)")
+            if !snapshot.unreadableRows.isEmpty {
+                // Not named: a countdown's name can be personal data (sqlite3 shows the rows).
+                recovered.remarks.append("skipped \(snapshot.unreadableRows.count) unreadable rows in \(directory)/\(SnapshotFile.fileName)")
             }
             sources.append("\(SnapshotFile.fileName) (\(snapshot.rows.count) countdowns)")
         }
