@@ -119,14 +119,14 @@ extension Integration {
             func lines() -> [String] {
                 ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
             }
-            try waitUntil(timeout: 10) { lines().contains("tea running") }
+            try waitUntil(timeout: 60) { lines().contains("tea running") }
             #expect(daemon.terminate() == 0)
             let second = try DaemonProcess(directory: daemon.directory)
             _ = try cdctl(["pause", "tea"], socket: second.socketPath)
-            try waitUntil(timeout: 15) { lines().contains("tea paused") }
+            try waitUntil(timeout: 60) { lines().contains("tea paused") }
             _ = try cdctl(["cancel", "tea"], socket: second.socketPath)
             _ = try cdctl(["rm", "tea"], socket: second.socketPath)
-            try waitUntil(timeout: 10) { lines().contains("tea cancelled") && lines().suffix(2) == ["", ""] }
+            try waitUntil(timeout: 60) { lines().contains("tea cancelled") && lines().suffix(2) == ["", ""] }
             #expect(follower.isRunning, "it keeps following")
             #expect(lines().contains { $0.contains("reconnecting") }, "it said why it reconnected")
         }
@@ -147,7 +147,7 @@ extension Integration {
             let other = try runCommand(TestBinaries.cdctl, ["--socket", daemon.socketPath, "start", "other", "1h", "--then", "touch '\(cancelled)'"], environment: environment)
             let pid = try #require(other.stdout.firstMatch(of: #/from process (\d+)/#).flatMap { pid_t($0.1) })
             _ = try cdctl(["cancel", "other"], socket: daemon.socketPath)
-            try waitUntil(timeout: 15) { FileManager.default.fileExists(atPath: done) }
+            try waitUntil(timeout: 60) { FileManager.default.fileExists(atPath: done) }
             // Nothing ran before the countdown was done: the file is no older than its deadline,
             // which is at least 1.5 s after the moment before cdctl was started.
             var info = stat()
@@ -155,7 +155,7 @@ extension Integration {
             let touched = Double(info.st_mtim.tv_sec) * 1000 + Double(info.st_mtim.tv_nsec) / 1e6
             #expect(touched >= before + 1500 - CorrectnessBounds.earlinessMilliseconds - 10, "the command ran \(before + 1500 - touched) ms before the deadline")
             // The waiter of the cancelled one ends without running its command.
-            try waitUntil(timeout: 10) { kill(pid, 0) != 0 }
+            try waitUntil(timeout: 60) { kill(pid, 0) != 0 }
             #expect(!FileManager.default.fileExists(atPath: cancelled))
             #expect(try runCommand(TestBinaries.cdctl, ["start", "x", "--then", "  "]).status == 2, "an empty --then is a usage error")
         }

@@ -74,7 +74,7 @@ extension Integration {
             let waiter = try ChildProcess(TestBinaries.cdctl, ["--socket", s, "wait", "long"], environment: ProcessInfo.processInfo.environment)
             // The waiter subscribes before it reads STATUS; the daemon's STATUS= line to systemd
             // counts subscribers, so wait until it shows the waiter beside the watcher.
-            try waitUntil(timeout: 10) { subscriberCount(daemon) >= 2 }
+            try waitUntil(timeout: 60) { subscriberCount(daemon) >= 2 }
             _ = try cdctl(["cancel", "long"], socket: s)
             #expect(waiter.wait() == 5)
         }
@@ -87,7 +87,7 @@ extension Integration {
             let watcher = try daemon.connect()
             _ = try watcher.request("SUBSCRIBE build")
             let waiter = try ChildProcess(TestBinaries.cdctl, ["--socket", daemon.socketPath, "wait", "build"], environment: ProcessInfo.processInfo.environment)
-            try waitUntil(timeout: 10) { subscriberCount(daemon) >= 2 }  // The waiter is subscribed.
+            try waitUntil(timeout: 60) { subscriberCount(daemon) >= 2 }  // The waiter is subscribed.
             #expect(daemon.terminate() == 0)
             daemon = try DaemonProcess(directory: directory)
             #expect(waiter.wait() == 0, "the countdown finished after the restart, and wait saw it")

@@ -26,7 +26,7 @@ extension Integration {
             try startMany(30_000, on: control)
             let reader = try daemon.connect()
             try reader.send("LIST\n")  // And not read for now: the daemon keeps the listing going slice by slice.
-            try waitUntil(timeout: 10) { (try? statValue("listings_in_progress", on: control)) == 1 }
+            try waitUntil(timeout: 60) { (try? statValue("listings_in_progress", on: control)) == 1 }
             // Meanwhile: other clients' changes and reads are answered.
             for index in [0, 1, 29_999] {
                 #expect(try control.request("CANCEL c\(index)").countdown?.state == .cancelled)
@@ -129,7 +129,7 @@ extension Integration {
             // Lifecycle and snapshots only: ticks would overwrite snapshot states in the record
             // below whenever the read took longer than a second.
             try subscriber.send("SUBSCRIBE EVENTS lifecycle,snapshot\n")
-            try waitUntil(timeout: 10) { (try? statValue("listings_in_progress", on: control)) == 1 }
+            try waitUntil(timeout: 60) { (try? statValue("listings_in_progress", on: control)) == 1 }
             _ = try control.request("CANCEL c19999")  // Not yet sent as a snapshot: its slot is last.
             _ = try control.request("CANCEL c0")  // Sent already, in the first slice.
             #expect(try subscriber.readLine(timeout: 10) == "OK subscribed all seq 20000 events lifecycle,snapshot")

@@ -27,7 +27,7 @@ extension Integration {
             let crashedAt = monotonicNow()
             // Let every "quick" deadline pass while the daemon is down, and at least a second:
             // a deadline that stood still while the daemon was down would move by that much.
-            try waitUntil(timeout: 10) { unixNowMilliseconds() > Double(quickDeadline) + 100 && monotonicNow() - crashedAt > 1 }
+            try waitUntil(timeout: 60) { unixNowMilliseconds() > Double(quickDeadline) + 100 && monotonicNow() - crashedAt > 1 }
 
             daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
             let listConnection = try daemon.connect()
@@ -265,7 +265,7 @@ extension Integration {
             #expect(try daemon.connect().request("PAUSE 65534/mine").countdown?.state == .paused)
             #expect(try nobody.run(["status", "mine", "--format", "{state}"]).stdout == "paused\n")
             // The watcher saw its own countdowns, under their plain names, and nothing of root's.
-            try waitUntil(timeout: 10) { ((try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? "").contains(" paused mine ") }
+            try waitUntil(timeout: 60) { ((try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? "").contains(" paused mine ") }
             let seen = try String(contentsOfFile: watchOutput, encoding: .utf8)
             #expect(seen.contains(" started mine ") && seen.contains(" started otp:+4915199999999 "))
             #expect(!seen.contains("otp:+4915112345678") && !seen.contains("65534/"), "\(seen)")
@@ -305,7 +305,7 @@ extension Integration {
                 holders.append(try nobody.spawn(["watch"]))
             }
             // Both are connected when the daemon counts them (plus the connection asking).
-            try waitUntil(timeout: 10) {
+            try waitUntil(timeout: 60) {
                 try daemon.connect().request("STATS").stats.first { $0.key == "connections" }?.value == "3"
             }
             let refused = try nobody.run(["list"])
@@ -366,7 +366,7 @@ extension Integration {
                 default: break                         // nothing at all
                 }
             }
-            try waitUntil(timeout: 10) { daemon.openSocketCount() <= baseline }
+            try waitUntil(timeout: 60) { daemon.openSocketCount() <= baseline }
             #expect(daemon.openSocketCount() == baseline)
             // libdispatch may add a descriptor or two of its own as its thread pool grows.
             #expect(daemon.openDescriptorCount() <= descriptorsBefore + 4)
@@ -396,7 +396,7 @@ extension Integration {
             }
             #expect(try clients[0].request("PING").outcome == .ok("pong"), "the others are served")
             clients.removeLast()
-            try waitUntil(timeout: 10) { (try? daemon.connect()) != nil }
+            try waitUntil(timeout: 60) { (try? daemon.connect()) != nil }
         }
     }
 }

@@ -17,7 +17,7 @@ extension Integration {
         @Test("READY=1 comes only once the socket accepts connections, with a STATUS= line")
         func readiness() throws {
             let daemon = try DaemonProcess(waitForReady: false)
-            let ready = try #require(daemon.notify.waitFor("READY=1", timeout: 20), "no READY=1: \(daemon.stderrText)")
+            let ready = try #require(daemon.notify.waitFor("READY=1", timeout: 60), "no READY=1: \(daemon.stderrText)")
             #expect(ready == "READY=1")
             // Connect exactly once, right now: no retry. A READY=1 sent early would fail here.
             let connection = try CountdownConnection(path: daemon.socketPath, timeout: 30)
@@ -30,7 +30,7 @@ extension Integration {
             // A one-second interval: the 52 changes below take far less on any machine, and the
             // bound is computed from the time they really took, so a slow run only loosens it.
             let daemon = try DaemonProcess(arguments: ["--status-interval", "1000"])
-            _ = daemon.notify.waitFor("READY=1", timeout: 20)
+            _ = daemon.notify.waitFor("READY=1", timeout: 60)
             let began = monotonicNow()
             let c = try daemon.connect()
             _ = try c.request("SUBSCRIBE")
@@ -115,7 +115,7 @@ extension Integration {
                 TestBinaries.countdownd, "--socket", directory.file("unused.sock"),
             ], environment: ProcessInfo.processInfo.environment)
             // The tool binds first, and execs the daemon on the first connection.
-            try waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: socketPath) }
+            try waitUntil(timeout: 60) { FileManager.default.fileExists(atPath: socketPath) }
             let connection = try CountdownConnection(path: socketPath, timeout: 10)
             #expect(connection.protocolVersion == 1)
             #expect(try connection.request("START activated 1h").countdown?.name == "activated")

@@ -58,7 +58,7 @@ final class DaemonProcess {
         defer { close(log) }
         process = try ChildProcess(executable, fullArguments, environment: env, stderr: log)
         if waitForReady {
-            guard notify.waitFor("READY=1", timeout: 20) != nil else {
+            guard notify.waitFor("READY=1", timeout: 60) != nil else {
                 process.signal(SIGKILL)
                 throw HarnessError.notReady(stderr: stderrText)
             }
@@ -118,7 +118,7 @@ enum HarnessError: Error, CustomStringConvertible {
 
     var description: String {
         switch self {
-        case .notReady(let stderr): return "countdownd did not report READY=1 within 20 s; its stderr:\n\(stderr)"
+        case .notReady(let stderr): return "countdownd did not report READY=1 within 60 s; its stderr:\n\(stderr)"
         case .unexpected(let what): return what
         }
     }
@@ -171,7 +171,7 @@ func cdctl(_ arguments: [String], socket: String, timeout: Double = 30) throws -
 
 extension CountdownConnection {
     /// Reads events until one matches, failing the wait after `timeout` seconds.
-    func waitForEvent(timeout: Double = 10, where matches: (EventInfo) -> Bool) throws -> EventInfo {
+    func waitForEvent(timeout: Double = 30, where matches: (EventInfo) -> Bool) throws -> EventInfo {
         let deadline = monotonicNow() + timeout
         while true {
             let left = deadline - monotonicNow()
