@@ -37,6 +37,16 @@ struct OutputQueueTests {
 
     func line(_ text: String) -> [UInt8] { Array((text + "\n").utf8) }
 
+    /// Writes `queue` out while the test reads the other end, until it is empty; what came.
+    func drain(_ queue: inout OutputQueue, into pair: SocketPair, scratch: inout [UInt8]) -> String {
+        var received = ""
+        for _ in 0..<100_000 where !queue.isEmpty {
+            received += pair.readAll()
+            _ = queue.write(to: pair.writer, scratch: &scratch)
+        }
+        return received + pair.readAll()
+    }
+
     @Test("replies and events go out in order")
     func order() {
         let pair = SocketPair()
@@ -85,12 +95,7 @@ struct OutputQueueTests {
         queue.appendEvent(line("EVENT 2 done a 0 3000"), tickName: nil)
         #expect(queue.coalescedTickCount == 299_997)
         #expect(queue.chunkCount < 3000, "\(queue.chunkCount) chunks held for 3 ticks and 2 events")
-        var received = ""
-        for _ in 0..<100_000 where !queue.isEmpty {
-            received += pair.readAll()
-            _ = queue.write(to: pair.writer, scratch: &scratch)
-        }
-        received += pair.readAll()
+        let received = drain(&queue, into: pair, scratch: &scratch)
         let lines = received.split(separator: "\n").dropFirst().map(String.init)
         #expect(lines == ["EVENT 1 started a 3000 3000", "EVENT 1 tick a 1 3000", "EVENT 1 tick b 1 3000", "EVENT 1 tick c 1 3000", "EVENT 2 done a 0 3000"])
     }
@@ -116,12 +121,7 @@ struct OutputQueueTests {
         let rolledBack = queue.rollback(batch: 3)
         #expect(rolledBack)
         queue.appendReply(line("ERR unavailable"))
-        var received = ""
-        for _ in 0..<100_000 where !queue.isEmpty {
-            received += pair.readAll()
-            _ = queue.write(to: pair.writer, scratch: &scratch)
-        }
-        received += pair.readAll()
+        let received = drain(&queue, into: pair, scratch: &scratch)
         let lines = received.split(separator: "\n").dropFirst().map(String.init)
         // (b's tick from before the batch was replaced by the batch's, which the rollback takes
         // back: a countdown's tick may go missing, never a line be cut.)
@@ -138,12 +138,7 @@ struct OutputQueueTests {
         #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
         #expect(queue.isMidLine)
         queue.appendEvent(line("EVENT 2 tick a 1"), tickName: "a")
-        var received = ""
-        for _ in 0..<10_000 where !queue.isEmpty {
-            received += pair.readAll()
-            _ = queue.write(to: pair.writer, scratch: &scratch)
-        }
-        received += pair.readAll()
+        let received = drain(&queue, into: pair, scratch: &scratch)
         #expect(queue.isEmpty)
         #expect(received == "EVENT 1 tick a \(big)\nEVENT 2 tick a 1\n")
     }

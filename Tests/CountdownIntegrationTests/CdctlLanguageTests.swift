@@ -168,15 +168,8 @@ extension Integration {
             for _ in 0...1000 { _ = try c.readReply() }
             let bar = try daemon.connect()
             _ = try bar.request("SUBSCRIBE pomodoro")
-            var ticks: [EventInfo] = []
-            ticks.append(try bar.waitForEvent { $0.kind == .tick })
-            ticks.append(try bar.waitForEvent { $0.kind == .tick })
-            // Leaving ends the only interest in ticks; every tick made before is queued ahead of
-            // the OK (`request` keeps the events it reads meanwhile).
-            _ = try bar.request("UNSUBSCRIBE")
-            while bar.hasBufferedInput, let event = try bar.nextEvent(timeout: 10) {
-                if event.kind == .tick { ticks.append(event) }
-            }
+            // Leaving ends the only interest in ticks.
+            let ticks = try ticksUntilInterestEnds(on: bar, endingWith: "UNSUBSCRIBE")
             let emitted = try #require(try statValue("events_tick", on: c))
             #expect(emitted == ticks.count, "\(emitted) ticks emitted, \(ticks.count) delivered: only the followed countdown ticks")
         }

@@ -99,15 +99,8 @@ extension Integration {
             let bar = try daemon.connect()
             _ = try bar.request("SUBSCRIBE c3 EVENTS lifecycle")
             #expect(try bar.request("SUBSCRIBE c3").outcome == .ok("subscribed 1 seq \(done.sequence)"))
-            var ticksSeen: [EventInfo] = []
-            ticksSeen.append(try bar.waitForEvent { $0.kind == .tick })
-            ticksSeen.append(try bar.waitForEvent { $0.kind == .tick })
-            // Taking ticks again ends the only tick interest; every tick made before that was
-            // queued to bar ahead of the OK (`request` keeps events read meanwhile).
-            _ = try bar.request("SUBSCRIBE c3 EVENTS lifecycle")
-            while bar.hasBufferedInput, let event = try bar.nextEvent(timeout: 10) {
-                if event.kind == .tick { ticksSeen.append(event) }
-            }
+            // Leaving ticks again ends the only tick interest.
+            let ticksSeen = try ticksUntilInterestEnds(on: bar, endingWith: "SUBSCRIBE c3 EVENTS lifecycle")
             let ticks = try #require(try statValue("events_tick", on: control))
             #expect(ticks == ticksSeen.count, "the daemon made \(ticks) ticks, bar got \(ticksSeen.count): only the followed countdown ticks")
             let refused = try bar.request("SUBSCRIBE EVENTS ticks")

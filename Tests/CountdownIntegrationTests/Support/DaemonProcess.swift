@@ -218,3 +218,16 @@ func outputLines(of executable: String, _ arguments: [String], timeout: Double =
     }
     return complete
 }
+
+/// Takes two ticks on `connection`, then sends `request`, which ends its (only) interest in
+/// ticks; returns every tick it received. Each tick the daemon made before that request was
+/// queued ahead of its reply (`request` keeps the events it reads meanwhile), so the count is
+/// exact: STATS `events_tick` must equal it.
+func ticksUntilInterestEnds(on connection: CountdownConnection, endingWith request: String) throws -> [EventInfo] {
+    var ticks = [try connection.waitForEvent { $0.kind == .tick }, try connection.waitForEvent { $0.kind == .tick }]
+    _ = try connection.request(request)
+    while connection.hasBufferedInput, let event = try connection.nextEvent(timeout: 10) {
+        if event.kind == .tick { ticks.append(event) }
+    }
+    return ticks
+}
