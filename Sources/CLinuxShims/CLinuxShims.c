@@ -1,7 +1,11 @@
 #define _GNU_SOURCE
 #include "CLinuxShims.h"
 #include <malloc.h>
+#include <errno.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -58,4 +62,42 @@ int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int 
 
 int countdownd_set_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
+static void termination_set(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+}
+
+int countdownd_block_termination_signals(void) {
+    sigset_t set;
+    termination_set(&set);
+    int result = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (result != 0) {
+        errno = result;
+        return -1;
+    }
+    return 0;
+}
+
+int countdownd_termination_signalfd(void) {
+    sigset_t set;
+    termination_set(&set);
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int countdownd_read_signal(int fd) {
+    struct signalfd_siginfo info;
+    ssize_t count = read(fd, &info, sizeof info);
+    if (count == (ssize_t)sizeof info) {
+        return (int)info.ssi_signo;
+    }
+    if (count < 0 && errno == EAGAIN) {
+        return 0;
+    }
+    if (count >= 0) {
+        errno = EIO;  /* A short read from a signalfd does not happen; say so if it does. */
+    }
+    return -1;
 }

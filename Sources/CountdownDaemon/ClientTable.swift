@@ -24,6 +24,8 @@ final class ClientTable: @unchecked Sendable {
     static let acceptsPerBatch = 256
 
     private let queue: DispatchQueue
+    /// Where the retry of accepting and the end of an overflow's grace wait.
+    private let later: DelayedWork
     private let logger: Logger
     private let configuration: DaemonConfiguration
     var listener: ListeningSocket?
@@ -49,8 +51,9 @@ final class ClientTable: @unchecked Sendable {
     /// Called for a connection that is being closed (to forget its subscriptions).
     var onClose: (Connection) -> Void = { _ in }
 
-    init(queue: DispatchQueue, logger: Logger, configuration: DaemonConfiguration) {
+    init(queue: DispatchQueue, later: DelayedWork, logger: Logger, configuration: DaemonConfiguration) {
         self.queue = queue
+        self.later = later
         self.logger = logger
         self.configuration = configuration
         connectionLimit = configuration.maximumConnections
@@ -81,7 +84,7 @@ final class ClientTable: @unchecked Sendable {
                 // If the poller cannot stop watching it, the socket is reported again at once:
                 // accepting goes on being tried, which costs CPU but loses nothing.
                 try? listener.setAccepting(false)
-                queue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+                later.schedule(at: SystemClock.now().advanced(byNanoseconds: 100_000_000)) { [self] _ in
                     guard !isStopping else { return }
                     do throws(DaemonError) {
                         try self.listener?.setAccepting(true)
@@ -331,7 +334,8 @@ final class ClientTable: @unchecked Sendable {
         connection.output.appendReply(line)
         touched[connection.id] = connection
         let id = connection.id
-        queue.asyncAfter(deadline: .now() + .milliseconds(configuration.overflowGraceMilliseconds)) { [self] in
+        let grace = Int64(configuration.overflowGraceMilliseconds) * 1_000_000
+        later.schedule(at: SystemClock.now().advanced(byNanoseconds: grace)) { [self] _ in
             if let connection = connections[id] {
                 close(connection)
             }

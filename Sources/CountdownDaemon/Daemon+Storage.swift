@@ -51,7 +51,7 @@ extension Daemon {
         _ = journal.commit()
         release(batch.lifecycleEvents)
         if !journal.acceptsChanges {
-            service.startRetrying { [unowned self] in retryStorage() }
+            service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
         }
         phase = .idle
         let milliseconds = SystemClock.now().nanoseconds(since: began) / 1_000_000

@@ -42,6 +42,9 @@ public final class Daemon: @unchecked Sendable {
     /// What the current batch did, so it can be undone if its commit fails.
     var batch = BatchRecord()
     let service: ServiceManager
+    /// Work done after a batch at a later time (watchdog, retries, graces); the wake-up timer is
+    /// armed for it too.
+    let later: DelayedWork
     var timer: WakeupTimer?
     var wallClock: WallClockWatcher?
     var poller: EventPoller?
@@ -70,30 +73,39 @@ public final class Daemon: @unchecked Sendable {
             directory: configuration.stateDirectory, durability: configuration.durability, logger: logger, queue: queue
         )
         self.ring = EventRing(capacity: configuration.replayEventCapacity)
-        self.service = ServiceManager(queue: queue, statusInterval: configuration.statusIntervalMilliseconds, logger: logger)
-        let clients = ClientTable(queue: queue, logger: logger, configuration: configuration)
+        let later = DelayedWork(queue: queue)
+        self.later = later
+        self.service = ServiceManager(queue: queue, later: later, statusInterval: configuration.statusIntervalMilliseconds, logger: logger)
+        let clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration)
         self.clients = clients
         self.fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
     }
 
     /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT.
     /// - Throws: `DaemonError` when it cannot start (socket in use, bad path, unreadable state, …).
+    /// Blocks SIGTERM and SIGINT first: call it before the process starts any thread. The calling
+    /// thread becomes the poll thread.
     public func run() throws(DaemonError) -> Never {
+        // Before any thread exists, so that every thread inherits the mask and the signals wait
+        // for the signalfd (`TerminationSignals`), however early they come. (Not `dispatchMain`
+        // afterwards: it leaves the main thread with no signals blocked, and a SIGTERM sent to
+        // the process would kill it there.)
+        try TerminationSignals.block()
         signal(SIGPIPE, SIG_IGN)
-        let started: Result<Void, DaemonError> = queue.sync {
+        let started: Result<EventPoller, DaemonError> = queue.sync {
             do throws(DaemonError) {
-                try start()
-                return .success(())
+                return .success(try start())
             } catch {
                 return .failure(error)
             }
         }
-        try started.get()
-        dispatchMain()
+        // The first batch runs once `start` (and so READY=1, outside cluster mode) is done.
+        try started.get().run { [unowned self] batch in runBatch(batch) }
     }
 
     /// Sets everything up on the queue; READY=1 is the last step, once connections are accepted.
-    private func start() throws(DaemonError) {
+    /// - Returns: the poller, for the calling thread to run.
+    private func start() throws(DaemonError) -> EventPoller {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
         returnLargeBlocksToTheSystem()
@@ -117,13 +129,14 @@ public final class Daemon: @unchecked Sendable {
         let poller = try EventPoller(queue: queue)
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
+        later.onEarlierDeadline = { [unowned self] in armTimer() }
         wallClock = try WallClockWatcher(poller: poller) { [unowned self] in wallClockStepped() }
-        service.handleSignals { [unowned self] signalNumber in stop(signal: signalNumber) }
+        try service.watchSignals(on: poller)
         let openForClients = { [unowned self] () throws(DaemonError) in
             try listener.startAccepting(with: poller) { [unowned self] in
                 clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
             }
-            service.startWatchdog()
+            service.startWatchdog(now: SystemClock.now())
             logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
             service.ready(status: statusCounts())
         }
@@ -140,8 +153,7 @@ public final class Daemon: @unchecked Sendable {
         } else {
             try openForClients()
         }
-        // Its first batch waits for this block (and so for READY=1) to finish.
-        try poller.start { [unowned self] batch in runBatch(batch) }
+        return poller
     }
 
     func statusCounts() -> StatusCounts {
@@ -248,6 +260,9 @@ public final class Daemon: @unchecked Sendable {
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
+        if let signalNumber = service.stopSignal {
+            stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
+        }
         return clients.hasCarriedOver || hasListingWithRoom
     }
 
@@ -268,15 +283,16 @@ public final class Daemon: @unchecked Sendable {
             release(batch.lifecycleEvents)
         case .failed(let error):
             undoBatch(because: error)
-            service.startRetrying { [unowned self] in retryStorage() }
+            service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
         }
         statistics.recordTimeEvents(batch.timeEvents, writtenAt: SystemClock.now())
         phase = .flushing
         clients.flushTouched()  // The only place output is written while running.
         phase = .idle
-        armTimer()
         takeSnapshotIfDue()
-        service.report(statusCounts())
+        service.report(statusCounts(), now: SystemClock.now())
+        later.runDue(now: SystemClock.now())
+        armTimer()
     }
 
     /// Lifecycle events are released: they join the replay ring and the log, in that order, once.
@@ -348,7 +364,7 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         _ = journal.retry()
         takeSnapshotIfDue()
-        service.report(statusCounts())
+        service.report(statusCounts(), now: SystemClock.now())
         return journal.health != .available
     }
 
@@ -367,7 +383,7 @@ public final class Daemon: @unchecked Sendable {
     private func armTimer() {
         guard let timer else { return }
         do throws(DaemonError) {
-            try timer.arm(at: engine.nextWakeup)
+            try timer.arm(at: [engine.nextWakeup, later.nextDeadline].compactMap { $0 }.min())
             if poller?.idleWakeMilliseconds != nil {
                 poller?.idleWakeMilliseconds = nil
                 logger.log(.notice, "the wake-up timer works again")

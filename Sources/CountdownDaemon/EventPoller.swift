@@ -167,6 +167,13 @@ final class EventPoller: @unchecked Sendable {
         pthread_detach(thread)
     }
 
+    /// Polls on the calling thread (which must not be the queue's), for the life of the process:
+    /// the daemon's main thread becomes its poll thread. `runBatch` as for `start`.
+    func run(_ runBatch: @escaping (Batch) -> Bool) -> Never {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        poll(runBatch)
+    }
+
     /// The poll thread's loop: wait, then run the batch on the queue. Never returns.
     fileprivate func poll(_ runBatch: (Batch) -> Bool) -> Never {
         let capacity = Self.batchCapacity

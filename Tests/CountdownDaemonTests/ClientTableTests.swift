@@ -157,4 +157,36 @@ struct ClientTableTests {
         #expect(last.hasPrefix("ERR overflow "), "last line: \(last)")
         #expect(harness.waitOnQueue { harness.clients.count == 0 }, "closed")
     }
+
+    @Test("a client disconnected for overflow that never reads is closed when its grace ends, not before")
+    func overflowGraceEnds() throws {
+        let harness = try TableHarness {
+            $0.outputCoalesceThreshold = 4096
+            $0.outputHardLimit = 64 * 1024
+            $0.overflowGraceMilliseconds = 5_000
+        }
+        defer { harness.finish() }
+        let stuck = try harness.connect()
+        defer { close(stuck) }
+        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        let connection = try #require(harness.newestConnection)
+        let before = SystemClock.now()
+        harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            var sequence: UInt64 = 1
+            while harness.fanOut.subscriberCount == 1 && sequence < 100_000 {
+                harness.fanOut.deliver([event(sequence, .started, "c\(sequence)")], batch: harness.batchNumber)
+                harness.clients.flushTouched()
+                sequence += 1
+            }
+            #expect(harness.fanOut.subscriberCount == 0, "past 64 KiB it is disconnected")
+        }
+        let after = SystemClock.now()
+        let deadline = try #require(harness.queue.sync { harness.later.nextDeadline }, "the end of the grace is scheduled")
+        #expect(deadline >= before.advanced(byNanoseconds: 5_000_000_000) && deadline <= after.advanced(byNanoseconds: 5_000_000_000))
+        #expect(harness.queue.sync { harness.later.runDue(now: deadline.advanced(byNanoseconds: -1)) } == 0)
+        #expect(harness.queue.sync { harness.clients.count } == 1, "still there during its grace, so that it can read why")
+        #expect(harness.queue.sync { harness.later.runDue(now: deadline) } == 1)
+        #expect(harness.queue.sync { harness.clients.count } == 0, "closed when the grace ends, though it never read")
+    }
 }

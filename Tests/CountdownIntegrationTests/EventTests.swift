@@ -133,5 +133,21 @@ extension Integration {
             #expect(daemon.notify.waitFor("STOPPING=1", timeout: 10) != nil)
             #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
         }
+
+        @Test("a SIGTERM at any moment once the daemon has started (here: before READY=1, as systemd may send one) is a clean stop, never lost, never fatal")
+        func earlySIGTERM() throws {
+            let daemon = try DaemonProcess(waitForReady: false)
+            // The first thing the daemon does is block the signal, so that it waits for the
+            // poller's signalfd; from then on a SIGTERM cannot be lost, however busy the machine.
+            let terminationBit = UInt64(1) << (SIGTERM - 1)
+            let deadline = Date().addingTimeInterval(60)
+            while (daemon.blockedSignals() ?? 0) & terminationBit == 0 && Date() < deadline {
+                usleep(1_000)
+            }
+            try #require((daemon.blockedSignals() ?? 0) & terminationBit != 0, "the daemon never blocked SIGTERM; its stderr: \(daemon.stderrText)")
+            #expect(daemon.terminate() == 0, "exit 0, not killed by the signal; stderr: \(daemon.stderrText)")
+            #expect(daemon.stderrText.contains("received SIGTERM, stopping"))
+            #expect(daemon.stderrText.contains("stopped with 0 running"))
+        }
     }
 }

@@ -46,6 +46,17 @@ int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t event
 /// Returns how many are ready, or -1 with errno.
 int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int timeout_ms);
 
+/// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread it creates later),
+/// so that they stay pending until read from a signalfd. Returns 0, or -1 with errno.
+int countdownd_block_termination_signals(void);
+
+/// A non-blocking, close-on-exec signalfd for SIGTERM and SIGINT (block them first). Returns the
+/// descriptor, or -1 with errno.
+int countdownd_termination_signalfd(void);
+
+/// Reads one signal from a signalfd: its number, 0 when none is pending (EAGAIN), or -1 with errno.
+int countdownd_read_signal(int fd);
+
 /// The width of the terminal on `fd` in columns, or 0 when it is not a terminal.
 int countdownd_terminal_columns(int fd);
 #endif

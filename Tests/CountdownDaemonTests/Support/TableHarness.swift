@@ -16,6 +16,9 @@ final class TableHarness: @unchecked Sendable {
     let poller: EventPoller
     let clients: ClientTable
     let fanOut: EventFanOut
+    /// The table's delayed work; no timer runs it: a test calls `later.runDue` at the instant it
+    /// chooses.
+    let later: DelayedWork
     /// Complete request lines framed so far, by connection id (on the queue).
     var lines: [Int: [String]] = [:]
     var batchNumber = 1
@@ -26,7 +29,8 @@ final class TableHarness: @unchecked Sendable {
         configure(&configuration)
         let logger = Logger(threshold: .error, environment: [:])
         poller = try EventPoller(queue: queue)
-        clients = ClientTable(queue: queue, logger: logger, configuration: configuration)
+        later = DelayedWork(queue: queue)
+        clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration)
         fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
         let listener = try ListeningSocket.bind(path: socketPath, mode: 0o600)
         let started: Bool = queue.sync {

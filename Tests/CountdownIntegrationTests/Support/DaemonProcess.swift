@@ -102,6 +102,15 @@ final class DaemonProcess {
         return entries.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: directory + "/" + $0))?.hasPrefix("socket:") == true }.count
     }
 
+    /// The signals the daemon's main thread blocks now (`SigBlk` in /proc), as a bit mask where
+    /// signal n is bit n - 1; `nil` once it is gone.
+    func blockedSignals() -> UInt64? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }),
+              let mask = UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16) else { return nil }
+        return mask
+    }
+
     /// The daemon's resident set size, in bytes.
     func residentBytes() -> Int {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
