@@ -48,6 +48,10 @@ final class ClientTable: @unchecked Sendable {
     private var outOfDescriptorsLogged = false
     /// Connections by uid, for `--max-connections-per-user` (root is not limited by it).
     private var connectionsByUID: [UInt32: Int] = [:]
+    /// Warnings a client can cause at any rate, logged at most once per 10 s each.
+    private let refusedForLimit: RateLimitedWarning
+    private let refusedForUserLimit: RateLimitedWarning
+    private let overflowed: RateLimitedWarning
     /// Called for a connection that is being closed (to forget its subscriptions).
     var onClose: (Connection) -> Void = { _ in }
 
@@ -55,6 +59,9 @@ final class ClientTable: @unchecked Sendable {
         self.queue = queue
         self.later = later
         self.logger = logger
+        refusedForLimit = RateLimitedWarning("connections refused at the connection limit", logger: logger, later: later)
+        refusedForUserLimit = RateLimitedWarning("connections refused at a user's connection limit", logger: logger, later: later)
+        overflowed = RateLimitedWarning("clients disconnected for falling behind", logger: logger, later: later)
         self.configuration = configuration
         connectionLimit = configuration.maximumConnections
     }
@@ -111,7 +118,7 @@ final class ClientTable: @unchecked Sendable {
             var line: [UInt8] = []
             WireEncoder.appendError(ProtocolError(.limit, "too many connections (\(why)"), to: &line)
             refuse(descriptor, with: line)
-            logger.log(.warning, "refused a connection: limit of \(connectionLimit) reached")
+            refusedForLimit.warn("refused a connection: limit of \(connectionLimit) reached", now: SystemClock.now())
             return
         }
         let peerUID = UnixSocket.peerUID(descriptor) ?? UInt32.max
@@ -122,7 +129,7 @@ final class ClientTable: @unchecked Sendable {
                 to: &line
             )
             refuse(descriptor, with: line)
-            logger.log(.warning, "refused a connection of uid \(peerUID): its limit of \(configuration.maximumConnectionsPerUser) reached")
+            refusedForUserLimit.warn("refused a connection of uid \(peerUID): its limit of \(configuration.maximumConnectionsPerUser) reached", now: SystemClock.now())
             return
         }
         let connection = Connection(
@@ -319,9 +326,9 @@ final class ClientTable: @unchecked Sendable {
     /// short grace period, so it holds nothing but a descriptor until then.
     func overflow(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
-        logger.log(
-            .warning,
-            "connection \(connection.id) (uid \(connection.peerUID)) had more than \(configuration.outputHardLimit) bytes unsent; disconnecting it"
+        overflowed.warn(
+            "connection \(connection.id) (uid \(connection.peerUID)) had more than \(configuration.outputHardLimit) bytes unsent; disconnecting it",
+            now: SystemClock.now()
         )
         onClose(connection)
         connection.stopReading()

@@ -23,8 +23,12 @@ extension Daemon {
     /// The countdown is named only with `--log-names` (or `--log-level debug`); otherwise the
     /// line and the fields say its `seq` and owner, which `SUBSCRIBE … SINCE` and the snapshot's
     /// `events` table also carry, and no name.
-    func logLifecycle(_ event: CountdownEvent) {
-        guard logger.threshold >= .info else { return }
+    ///
+    /// At most `--log-lifecycle-limit` lines per 10 s: one user's 70,000 events a second must not
+    /// flood the journal (and trip journald's own limit, which would hide everyone's lines); the
+    /// rest are counted in one line.
+    func logLifecycle(_ event: CountdownEvent, now: Instant) {
+        guard lifecycleLog.isEnabled else { return }
         var fields = [
             ("COUNTDOWN_OWNER_UID", "\(event.owner)"),
             ("COUNTDOWN_EVENT", event.kind.rawValue),
@@ -34,9 +38,9 @@ extension Daemon {
         ]
         if configuration.logsNames {
             fields.insert(("COUNTDOWN_NAME", event.name), at: 0)
-            logger.log(.info, "\(event.name): \(describe(event))", fields: fields)
+            lifecycleLog.warn("\(event.name): \(describe(event))", fields: fields, now: now)
         } else {
-            logger.log(.info, "seq \(event.sequence) (uid \(event.owner)): \(describe(event))", fields: fields)
+            lifecycleLog.warn("seq \(event.sequence) (uid \(event.owner)): \(describe(event))", fields: fields, now: now)
         }
     }
 

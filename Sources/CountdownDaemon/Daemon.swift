@@ -59,6 +59,9 @@ public final class Daemon: @unchecked Sendable {
     /// Events by kind and lateness, for `STATS`.
     var statistics = DaemonStatistics(startedAt: SystemClock.now())
 
+    /// The lifecycle log lines, at most `--log-lifecycle-limit` per 10 s.
+    let lifecycleLog: RateLimitedWarning
+
     /// Reused buffers, so the hot paths do not allocate per request or per event.
     var events: [CountdownEvent] = []
     var replyBuffer: [UInt8] = []
@@ -78,6 +81,10 @@ public final class Daemon: @unchecked Sendable {
         self.service = ServiceManager(queue: queue, later: later, statusInterval: configuration.statusIntervalMilliseconds, logger: logger)
         let clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration)
         self.clients = clients
+        lifecycleLog = RateLimitedWarning(
+            "lifecycle events", level: .info, burst: configuration.lifecycleLogLimit == 0 ? .max : configuration.lifecycleLogLimit,
+            logger: logger, later: later
+        )
         self.fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
     }
 
@@ -300,9 +307,10 @@ public final class Daemon: @unchecked Sendable {
     /// released anyway, as nothing can be refused to time.)
     func release(_ lifecycle: [CountdownEvent]) {
         statistics.count(lifecycle)
+        let now = SystemClock.now()
         for event in lifecycle {
             ring.append(event)
-            logLifecycle(event)
+            logLifecycle(event, now: now)
         }
     }
 

@@ -44,6 +44,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     /// `--log-level debug`). Off by default: names can be personal data (an OTP cooldown's is a
     /// phone number), and a journal keeps them for weeks.
     public var logsNames = false
+    /// How many lifecycle events are logged one by one per 10 s; the rest are counted in one
+    /// line (0: no limit).
+    public var lifecycleLogLimit = 1_000
     /// The least time between two `STATUS=` updates to systemd, in milliseconds (0: every change).
     public var statusIntervalMilliseconds = 250
     /// Where the journal, the snapshot and the lock live.
@@ -144,6 +147,8 @@ public enum DaemonCommandLine {
           --log-names              name countdowns in lifecycle log lines and journal
                                    fields (default: only their seq and uid; on
                                    with --log-level debug)
+          --log-lifecycle-limit N  lifecycle events logged one by one per 10 s, the
+                                   rest counted in one line (default 1000; 0: all)
           --status-interval MS     least time between STATUS= updates to systemd
                                    (default 250; 0 sends every change)
           --cluster URL[,URL...]   cluster mode (preview, docs/CLUSTER.md): countdowns
@@ -177,6 +182,7 @@ public enum DaemonCommandLine {
         .init(["--overflow-grace"], takesValue: true),
         .init(["--log-level"], takesValue: true),
         .init(["--log-names"]),
+        .init(["--log-lifecycle-limit"], takesValue: true),
         .init(["--status-interval"], takesValue: true),
         .init(["--cluster"], takesValue: true),
         .init(["--cluster-prefix"], takesValue: true),
@@ -253,6 +259,12 @@ public enum DaemonCommandLine {
         if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
         if let value = try count("output-limit") { configuration.outputHardLimit = value }
         if let value = try count("overflow-grace") { configuration.overflowGraceMilliseconds = value }
+        if let text = parsed.value("log-lifecycle-limit") {
+            guard let value = Int(text), value >= 0 else {
+                throw UsageError(description: "--log-lifecycle-limit '\(text)' must be a whole number of lines per 10 s, 0 (no limit) or more")
+            }
+            configuration.lifecycleLogLimit = value
+        }
         if let text = parsed.value("status-interval") {
             guard let value = Int(text), value >= 0 else {
                 throw UsageError(description: "--status-interval '\(text)' must be a whole number of milliseconds, 0 or more")

@@ -283,8 +283,10 @@ extension Integration {
         @Test("SIGKILL within milliseconds of 2,000 deadlines: every done is announced once on the wire and logged at most once")
         func killAtDeadlines() throws {
             let directory = TemporaryDirectory()
-            // Names in the log (`--log-names`): the log is checked for each countdown's done below.
-            var daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            // Names in the log (`--log-names`), every line (4,000 of them, past the default
+            // limit): the log is checked for each countdown's done below.
+            let logEverything = ["--log-names", "--log-lifecycle-limit", "0"]
+            var daemon = try DaemonProcess(arguments: logEverything, directory: directory)
             let subscriber = try daemon.connect()
             _ = try subscriber.request("SUBSCRIBE")
             let count = 2000
@@ -298,7 +300,7 @@ extension Integration {
             }
             daemon.crash()
             let firstLog = daemon.stderrText
-            daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            daemon = try DaemonProcess(arguments: logEverything, directory: directory)
             // What happened after the last event seen, replayed: the late dones of the restart
             // and any done committed just before the kill.
             let replay = try daemon.connect()
