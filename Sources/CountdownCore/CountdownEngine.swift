@@ -398,6 +398,12 @@ public struct CountdownEngine {
                     "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
                 )
             }
+            guard slotsByName.count < RootReserve.usable(of: configuration.maximumCountdowns, by: requester) else {
+                throw ProtocolError(
+                    .limit,
+                    "the daemon holds \(slotsByName.count) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
+                )
+            }
             guard requester == 0 || countsByOwner[requester, default: 0] < configuration.maximumCountdownsPerOwner else {
                 throw ProtocolError(
                     .limit,

@@ -111,17 +111,19 @@ final class ClientTable: @unchecked Sendable {
             return
         }
         outOfDescriptorsLogged = false
-        guard connections.count < connectionLimit else {
+        let peerUID = UnixSocket.peerUID(descriptor) ?? UInt32.max
+        guard connections.count < RootReserve.usable(of: connectionLimit, by: peerUID) else {
+            let reserve = connections.count < connectionLimit
+                ? "; the last \(RootReserve.share(of: connectionLimit)) are kept for root" : ""
             let why = connectionLimit < configuration.maximumConnections
-                ? "the daemon's descriptor limit allows \(connectionLimit)); close idle clients, or raise its LimitNOFILE="
-                : "\(connectionLimit)); close idle clients or raise --max-connections"
+                ? "the daemon's descriptor limit allows \(connectionLimit)\(reserve)); close idle clients, or raise its LimitNOFILE="
+                : "\(connectionLimit)\(reserve)); close idle clients or raise --max-connections"
             var line: [UInt8] = []
             WireEncoder.appendError(ProtocolError(.limit, "too many connections (\(why)"), to: &line)
             refuse(descriptor, with: line)
-            refusedForLimit.warn("refused a connection: limit of \(connectionLimit) reached", now: SystemClock.now())
+            refusedForLimit.warn("refused a connection of uid \(peerUID): \(connections.count) of \(connectionLimit) connections in use\(reserve)", now: SystemClock.now())
             return
         }
-        let peerUID = UnixSocket.peerUID(descriptor) ?? UInt32.max
         guard peerUID == 0 || connectionsByUID[peerUID, default: 0] < configuration.maximumConnectionsPerUser else {
             var line: [UInt8] = []
             WireEncoder.appendError(

@@ -187,6 +187,30 @@ struct EngineMutationTests {
         #expect(try clock.start("c", 1000).state == .running)
     }
 
+    @Test("the last 5 % of --max-countdowns are root's: other uids are refused saying so, root fills the pool, and nobody goes past it")
+    func rootReserve() throws {
+        var clock = ManualClock(configuration: EngineConfiguration(maximumCountdowns: 40))
+        for index in 0..<19 {
+            try clock.start("a\(index)", 60_000, uid: 1000)
+            try clock.start("b\(index)", 60_000, uid: 1001)
+        }
+        do {
+            try clock.start("late", 60_000, uid: 1002)
+            Issue.record("a 39th countdown of a non-root uid was accepted")
+        } catch {
+            #expect(error.code == .limit && error.message.contains("the last 2 are kept for root"), "\(error)")
+        }
+        try clock.start("root1", 60_000, uid: 0)
+        try clock.start("root2", 60_000, uid: 0)
+        do {
+            try clock.start("root3", 60_000, uid: 0)
+            Issue.record("a 41st countdown was accepted")
+        } catch {
+            #expect(error.code == .limit && error.message.contains("maximum of 40"), "\(error)")
+        }
+        #expect(RootReserve.share(of: 19) == 0 && RootReserve.usable(of: 19, by: 1000) == 19, "small pools keep nothing back")
+    }
+
     @Test("active snapshots are sorted by name and show only running and paused countdowns")
     func activeSnapshots() throws {
         var clock = ManualClock()

@@ -39,7 +39,7 @@ extension Integration {
             _ = try StorageFaults.pipeline((0..<20).map { "START flood\($0) 1h" }, on: first)
             _ = try StorageFaults.pipeline((0..<20).map { "CANCEL flood\($0)" }, on: first)
             // Each window ends with its count; wait until every refusal and event is accounted for.
-            let refusedLine = "refused a connection: limit of 2 reached"
+            let refusedLine = "refused a connection of uid \(getuid()): 2 of 2 connections in use"
             let eventLine = #/seq \d+ \(uid \d+\): /#
             try waitUntil(timeout: 60) {
                 let log = daemon.stderrText
@@ -53,5 +53,45 @@ extension Integration {
             #expect(summarized("connections refused at the connection limit", in: log) > 0, "the count is said")
             _ = second
         }
+    
+        @Test(
+            "other users fill both daemon-wide pools: root keeps 5 % of each (2 of 40 countdowns, 2 of 40 connections), and is refused only past the whole pool",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func rootReserve() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--max-countdowns", "40", "--max-connections", "40"], directory: directory)
+            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", HostileTests.floodScript]
+            let starts = try runCommand(asNobody[0], Array(asNobody.dropFirst()) + ["countdowns", daemon.socketPath, "100"], timeout: 60)
+            #expect(starts.stdout.hasPrefix("ok=38 limit=62 "), "\(starts.stdout)\(starts.stderr)")
+            #expect(starts.stdout.contains("the last 2 are kept for root"), "\(starts.stdout)")
+            let root = try daemon.connect()
+            #expect(try root.request("START root1 1h").countdown != nil)
+            #expect(try root.request("START root2 1h").countdown != nil)
+            let full = try root.request("START root3 1h")
+            guard case .error(.limit?, _, let message) = full.outcome else {
+                Issue.record("root's 41st countdown: \(full.outcome)")
+                return
+            }
+            #expect(message.contains("maximum of 40"), "\(message)")
+            // Connections: the other uid takes what it may (38, with root's one open), root then
+            // takes the last two, and is refused past them.
+            let held = directory.file("held")
+            // Made here, writable by the other uid: the directory is root's.
+            #expect(FileManager.default.createFile(atPath: held, contents: nil, attributes: [.posixPermissions: 0o666]))
+            let holder = try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + ["connections", daemon.socketPath, held], environment: [:])
+            defer { holder.signal(SIGKILL); holder.wait() }
+            try waitUntil(timeout: 60) { ((try? String(contentsOfFile: held, encoding: .utf8)) ?? "").hasSuffix("\n") }
+            let report = try String(contentsOfFile: held, encoding: .utf8)
+            #expect(report.hasPrefix("held 37 ERR limit too many connections (40; the last 2 are kept for root)"), "\(report)")
+            let second = try daemon.connect(), third = try daemon.connect()
+            #expect(try third.request("PING").outcome == .ok("pong"), "root uses its reserve")
+            #expect(throws: (any Error).self, "the 41st connection is refused") { _ = try daemon.connect() }
+            _ = second
+        }
+
+        static let floodScript = packageRoot + "/Tests/Scripts/flood-as-user.py"
     }
 }

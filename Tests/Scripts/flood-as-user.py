@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""A hostile local user for the integration tests, run under setpriv as another uid.
+
+  flood-as-user.py connections SOCKET OUT   open connections until one is refused; write
+                                            "held N <refusal>" to OUT, then hold them until killed
+  flood-as-user.py countdowns SOCKET N      pipeline N STARTs on one connection; print
+                                            "ok=K limit=L" and the first ERR limit line
+"""
+import socket
+import sys
+import time
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(60)
+    s.connect(path)
+    return s
+
+
+def read_line(s, buffer):
+    while b"\n" not in buffer[0]:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise EOFError("connection closed")
+        buffer[0] += chunk
+    line, buffer[0] = buffer[0].split(b"\n", 1)
+    return line.decode()
+
+
+def connections(path, out):
+    held = []
+    while True:
+        s = connect(path)
+        greeting = read_line(s, [b""])
+        if greeting.startswith("ERR"):
+            break
+        held.append(s)
+    with open(out, "w") as f:
+        f.write("held %d %s\n" % (len(held), greeting))
+    while True:
+        time.sleep(3600)
+
+
+def countdowns(path, count):
+    s = connect(path)
+    buffer = [b""]
+    read_line(s, buffer)  # greeting
+    s.sendall(b"".join(b"START flood%d 1h\n" % i for i in range(count)))
+    ok = limit = 0
+    first = ""
+    for _ in range(count):
+        line = read_line(s, buffer)
+        if line.startswith("OK"):
+            ok += 1
+        elif line.startswith("ERR limit"):
+            limit += 1
+            first = first or line
+    print("ok=%d limit=%d %s" % (ok, limit, first))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "connections":
+        connections(sys.argv[2], sys.argv[3])
+    else:
+        countdowns(sys.argv[2], int(sys.argv[3]))
