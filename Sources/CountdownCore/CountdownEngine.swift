@@ -164,8 +164,8 @@ public struct CountdownEngine {
     private var freeSlots: [Int32] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
-    /// How many countdowns each owner holds (absent: none).
-    private var countsByOwner: [UInt32: Int] = [:]
+    /// What each owner holds (absent: nothing).
+    private var tallies: [UInt32: OwnerTally] = [:]
 
     /// The sequence number of the last lifecycle event (0 before the first). Only lifecycle events
     /// take a number: ticks and snapshots carry the last one, so numbers survive a restart exactly
@@ -207,6 +207,32 @@ public struct CountdownEngine {
 
     /// How many finished countdowns are still held for their retention period.
     public var finishedCount: Int { slotsByName.count - runningCount - pausedCount }
+
+    /// What one owner holds, for a non-root `STATS`. O(1).
+    public func tally(of owner: UInt32) -> OwnerTally {
+        tallies[owner] ?? OwnerTally()
+    }
+
+    /// Counts a countdown of `owner` in or out of what it holds.
+    private mutating func countHeld(by owner: UInt32, _ delta: Int) {
+        tallies[owner, default: OwnerTally()].held += delta
+        if tallies[owner] == OwnerTally() { tallies[owner] = nil }
+    }
+
+    /// Counts a countdown of `owner` into (`delta` 1) or out of (-1) `state`, if it is active.
+    private mutating func countState(_ state: CountdownState, of owner: UInt32, _ delta: Int) {
+        switch state {
+        case .running:
+            runningCount += delta
+            tallies[owner, default: OwnerTally()].running += delta
+        case .paused:
+            pausedCount += delta
+            tallies[owner, default: OwnerTally()].paused += delta
+        case .done, .cancelled:
+            return
+        }
+        if tallies[owner] == OwnerTally() { tallies[owner] = nil }
+    }
 
     /// When the engine next has something to do (a tick, a `done`, or dropping a finished
     /// countdown), or `nil` when nothing is scheduled. O(1).
@@ -336,7 +362,7 @@ public struct CountdownEngine {
         }
         let slot = allocateSlot()
         slotsByName.insert(hash: hash, slot: slot)
-        countsByOwner[record.owner, default: 0] += 1
+        countHeld(by: record.owner, 1)
         if record.state == .done && persisted.state == .running {
             emit(in: slot, .done, record, remaining: 0, into: &events)
         }
@@ -387,7 +413,12 @@ public struct CountdownEngine {
                 }
                 try authorize(requester, toChange: old, verb: "replace")
                 emit(in: existing, .cancelled, old, remaining: snapshot(of: old, now: now).remainingMilliseconds, into: &events)
-                leaveActiveState(old.state)
+                countState(old.state, of: old.owner, -1)
+            }
+            if old.owner != requester {
+                // Only outside the daemon, whose keys carry their owner: the slot changes hands.
+                countHeld(by: old.owner, -1)
+                countHeld(by: requester, 1)
             }
             slot = existing
             generation = old.generation &+ 1
@@ -404,7 +435,7 @@ public struct CountdownEngine {
                     "the daemon holds \(slotsByName.count) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
                 )
             }
-            guard requester == 0 || countsByOwner[requester, default: 0] < configuration.maximumCountdownsPerOwner else {
+            guard requester == 0 || tally(of: requester).held < configuration.maximumCountdownsPerOwner else {
                 throw ProtocolError(
                     .limit,
                     "uid \(requester) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
@@ -412,7 +443,7 @@ public struct CountdownEngine {
             }
             slot = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
-            countsByOwner[requester, default: 0] += 1
+            countHeld(by: requester, 1)
         }
         let record = Record(
             name: name,
@@ -427,7 +458,7 @@ public struct CountdownEngine {
             pinned: pinnedUnixMilliseconds ?? Self.notPinned
         )
         records[Int(slot)] = record
-        runningCount += 1
+        countState(.running, of: record.owner, 1)
         emit(in: slot, .started, record, remaining: milliseconds, into: &events)
         scheduleNext(slot: slot, now: now)
         dropStaleTop()
@@ -445,7 +476,7 @@ public struct CountdownEngine {
         try authorize(requester, toChange: old, verb: "cancel")
         let remaining = snapshot(of: old, now: now).remainingMilliseconds
         var record = old
-        leaveActiveState(record.state)
+        countState(record.state, of: record.owner, -1)
         finish(&record, as: .cancelled, at: now)
         // A cancelled countdown keeps its remaining time for display; it is stored as if paused.
         record.remainingNanoseconds = remaining * 1_000_000
@@ -475,8 +506,8 @@ public struct CountdownEngine {
         record.remainingNanoseconds = record.deadline.nanoseconds(since: now)
         record.generation &+= 1
         records[Int(slot)] = record
-        runningCount -= 1
-        pausedCount += 1
+        countState(.running, of: record.owner, -1)
+        countState(.paused, of: record.owner, 1)
         let result = snapshot(of: record, now: now)
         emit(in: slot, .paused, record, remaining: result.remainingMilliseconds, into: &events)
         dropStaleTop()
@@ -501,8 +532,8 @@ public struct CountdownEngine {
         record.pinned = Self.notPinned
         record.generation &+= 1
         records[Int(slot)] = record
-        pausedCount -= 1
-        runningCount += 1
+        countState(.paused, of: record.owner, -1)
+        countState(.running, of: record.owner, 1)
         let result = snapshot(of: record, now: now)
         emit(in: slot, .resumed, record, remaining: result.remainingMilliseconds, into: &events)
         scheduleNext(slot: slot, now: now)
@@ -623,12 +654,12 @@ public struct CountdownEngine {
         var generation: UInt32 = 0
         let slot: Int32
         if let existing, let current = records[Int(existing)] {
-            leaveActiveState(current.state)
+            countState(current.state, of: current.owner, -1)
             // Newer than any heap entry of the current record, so those become stale.
             generation = current.generation &+ 1
             guard previous != nil else {
                 slotsByName.remove(hash: hash, slot: existing)
-                countsByOwner[current.owner, default: 1] -= 1
+                countHeld(by: current.owner, -1)
                 records[Int(existing)] = nil
                 freeSlots.append(existing)
                 dropStaleTop()
@@ -639,7 +670,7 @@ public struct CountdownEngine {
             guard let previous else { return }
             slot = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
-            countsByOwner[previous.owner, default: 0] += 1
+            countHeld(by: previous.owner, 1)
         }
         guard let previous else { return }  // Both branches above return without one.
         place(Record(previous, generation: generation, now: now), in: slot, now: now)
@@ -648,12 +679,12 @@ public struct CountdownEngine {
     /// Puts a restored or reverted record into its slot, counted and scheduled for its state.
     private mutating func place(_ record: Record, in slot: Int32, now: Instant) {
         records[Int(slot)] = record
+        countState(record.state, of: record.owner, 1)
         switch record.state {
         case .running:
-            runningCount += 1
             scheduleNext(slot: slot, now: now)
         case .paused:
-            pausedCount += 1
+            break
         case .done, .cancelled:
             schedulePurge(slot: slot, record: record)
         }
@@ -823,14 +854,6 @@ public struct CountdownEngine {
         events.append(event)
     }
 
-    private mutating func leaveActiveState(_ state: CountdownState) {
-        if state == .running {
-            runningCount -= 1
-        } else if state == .paused {
-            pausedCount -= 1
-        }
-    }
-
     private func finish(_ record: inout Record, as state: CountdownState, at instant: Instant) {
         record.state = state
         record.finishedAt = instant
@@ -849,7 +872,7 @@ public struct CountdownEngine {
         }
         if left <= 0 {
             var record = old
-            runningCount -= 1
+            countState(.running, of: record.owner, -1)
             // Retention runs from the nominal deadline, not from a late wake-up.
             finish(&record, as: .done, at: record.deadline)
             // More than a second: not a timer's jitter but a gap in the daemon's life (or a
@@ -911,8 +934,7 @@ public struct CountdownEngine {
 
     private mutating func purge(slot: Int32, name: String) {
         if let owner = records[Int(slot)]?.owner {
-            countsByOwner[owner, default: 1] -= 1
-            if countsByOwner[owner] == 0 { countsByOwner[owner] = nil }
+            countHeld(by: owner, -1)
         }
         slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
         records[Int(slot)] = nil

@@ -69,6 +69,11 @@ final class ClientTable: @unchecked Sendable {
     /// How many clients are connected.
     var count: Int { connections.count }
 
+    /// How many of `uid`'s clients are connected.
+    func count(of uid: UInt32) -> Int {
+        connectionsByUID[uid] ?? 0
+    }
+
     // MARK: - Accepting
 
     /// Accepts pending connections, up to a fair share per batch: the poller reports the

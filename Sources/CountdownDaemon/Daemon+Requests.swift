@@ -217,7 +217,7 @@ extension Daemon {
         case .ping:
             WireEncoder.appendOK("pong", to: &replyBuffer)
         case .stats:
-            let lines = statisticsLines(now: now)
+            let lines = statisticsLines(now: now, uid: connection.peerUID)
             for (key, value) in lines {
                 WireEncoder.appendStat(key, value, to: &replyBuffer)
             }

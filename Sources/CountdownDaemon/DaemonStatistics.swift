@@ -1,4 +1,5 @@
 import CountdownCore
+import Glibc
 
 /// What `STATS` reports that the engine does not already count: events by kind and how late
 /// ticks and `done`s went out, since the daemon started. Cheap enough to keep always on: a
@@ -53,7 +54,32 @@ struct DaemonStatistics {
 extension Daemon {
     /// The `STAT <key> <value>` lines of a `STATS` reply, in a fixed order. Keys are lower-case
     /// words with underscores; values have no spaces. Later versions add keys at the end.
-    func statisticsLines(now: Instant) -> [(String, String)] {
+    ///
+    /// Root, and the uid the daemon runs as (a per-user daemon's own user, who can read its state
+    /// files anyway), see the whole daemon. Any other uid sees its own countdowns, connections and
+    /// subscribers, and the daemon's health (version, uptime, storage), never other users'
+    /// activity: not their counts, their event rates or the journal's growth. `scope` says which.
+    func statisticsLines(now: Instant, uid: UInt32) -> [(String, String)] {
+        let storage: String
+        switch journal.health {
+        case .available: storage = "ok"
+        case .failing: storage = "failing"
+        case .awaitingSnapshot: storage = "recovering"
+        }
+        guard uid == 0 || uid == geteuid() else {
+            let tally = engine.tally(of: uid)
+            return [
+                ("version", DaemonConfiguration.version),
+                ("uptime_s", "\(now.nanoseconds(since: statistics.startedAt) / 1_000_000_000)"),
+                ("running", "\(tally.running)"),
+                ("paused", "\(tally.paused)"),
+                ("finished", "\(tally.finished)"),
+                ("connections", "\(clients.count(of: uid))"),
+                ("subscribers", "\(fanOut.subscriberCount(of: uid))"),
+                ("storage", storage),
+                ("scope", "user"),
+            ]
+        }
         var lines: [(String, String)] = [
             ("version", DaemonConfiguration.version),
             ("uptime_s", "\(now.nanoseconds(since: statistics.startedAt) / 1_000_000_000)"),
@@ -74,12 +100,6 @@ extension Daemon {
             lines.append(("\(name)_late_p99_us", "\(histogram.percentileMicroseconds(0.99))"))
             lines.append(("\(name)_late_max_us", "\(histogram.maximumMicroseconds)"))
         }
-        let storage: String
-        switch journal.health {
-        case .available: storage = "ok"
-        case .failing: storage = "failing"
-        case .awaitingSnapshot: storage = "recovering"
-        }
         lines.append(("storage", storage))
         lines.append(("journal_bytes", "\(journal.bytesSinceSnapshot)"))
         lines.append(("journal_generation", "\(journal.generation)"))
@@ -95,6 +115,7 @@ extension Daemon {
             lines.append(("cluster_hosts_seen", "\(cluster.skews.count)"))
             lines.append(("cluster_skew_max_ms", "\(cluster.largestSkewMilliseconds)"))
         }
+        lines.append(("scope", "daemon"))
         return lines
     }
 }

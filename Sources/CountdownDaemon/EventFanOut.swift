@@ -26,6 +26,19 @@ final class EventFanOut {
     private var ownerEventBuffer: [UInt8] = []
     /// Connections subscribed to anything (all, or some names).
     private(set) var subscriberCount = 0
+    /// The same, by uid (absent: none), for a user's `STATS`.
+    private var subscribersByUID: [UInt32: Int] = [:]
+
+    /// How many of `uid`'s connections are subscribed to anything.
+    func subscriberCount(of uid: UInt32) -> Int {
+        subscribersByUID[uid] ?? 0
+    }
+
+    private func countSubscriber(_ connection: Connection, _ delta: Int) {
+        subscriberCount += delta
+        subscribersByUID[connection.peerUID, default: 0] += delta
+        if subscribersByUID[connection.peerUID] == 0 { subscribersByUID[connection.peerUID] = nil }
+    }
 
     /// Who wants ticks, as the engine learns it: every countdown (root follows all), a user's
     /// (that user follows all of theirs), or one key. Set by the daemon.
@@ -68,7 +81,7 @@ final class EventFanOut {
             if connection.subscription == .all { return }  // Already: nothing more changes.
             unsubscribe(connection)
             connection.eventKinds = kinds
-            subscriberCount += 1
+            countSubscriber(connection, 1)
             connection.subscription = .all
             if connection.peerUID == 0 {
                 allSubscribers[connection.id] = connection
@@ -84,7 +97,7 @@ final class EventFanOut {
             if kinds.includes(.tick) { tickInterest.key(name, true) }
         }
         if connection.subscription == .none {
-            subscriberCount += 1
+            countSubscriber(connection, 1)
         }
         connection.subscription = .names(wanted)
     }
@@ -126,7 +139,7 @@ final class EventFanOut {
         }
         connection.subscription = .none
         connection.eventKinds = .all
-        subscriberCount -= 1
+        countSubscriber(connection, -1)
     }
 
     /// Root's connections that follow everything and take ticks: while there is one, every

@@ -211,6 +211,47 @@ struct EngineMutationTests {
         #expect(RootReserve.share(of: 19) == 0 && RootReserve.usable(of: 19, by: 1000) == 19, "small pools keep nothing back")
     }
 
+    @Test("each owner's tally (for a user's STATS) matches what it holds, through 3,000 random changes, deadlines and purges")
+    func ownerTallies() {
+        var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 3_000))
+        var generator = SystemRandomNumberGenerator()
+        let owners: [UInt32] = [0, 1000, 1001]
+        for step in 0..<3_000 {
+            let uid = owners.randomElement(using: &generator)!
+            let name = "c\(Int.random(in: 0..<40, using: &generator))"
+            // Failures (busy, not found, not running) are part of the walk: they must change nothing.
+            switch Int.random(in: 0..<6, using: &generator) {
+            case 0, 1: _ = try? clock.start(name, Int64.random(in: 500...5_000, using: &generator), uid: uid)
+            case 2: _ = try? clock.perform { e, now, ev throws(ProtocolError) in try e.cancel(name, requester: uid, now: now, events: &ev) }
+            case 3: _ = try? clock.perform { e, now, ev throws(ProtocolError) in try e.pause(name, requester: uid, now: now, events: &ev) }
+            case 4: _ = try? clock.perform { e, now, ev throws(ProtocolError) in try e.resume(name, requester: uid, now: now, events: &ev) }
+            default: clock.advance(byMilliseconds: Int64.random(in: 1...700, using: &generator))
+            }
+            let active = clock.engine.activeSnapshots(matching: nil, now: clock.now)
+            var held = 0
+            for owner in owners {
+                let tally = clock.engine.tally(of: owner)
+                let mine = active.filter { $0.owner == owner }
+                guard tally.running == mine.filter({ $0.state == .running }).count,
+                      tally.paused == mine.filter({ $0.state == .paused }).count,
+                      tally.finished >= 0 else {
+                    Issue.record("step \(step): uid \(owner)'s tally \(tally) against \(mine.count) active")
+                    return
+                }
+                held += tally.held
+            }
+            guard held == clock.engine.count, active.count == clock.engine.runningCount + clock.engine.pausedCount else {
+                Issue.record("step \(step): tallies hold \(held) of \(clock.engine.count)")
+                return
+            }
+        }
+        for snapshot in clock.engine.activeSnapshots(matching: nil, now: clock.now) where snapshot.state == .paused {
+            _ = try? clock.perform { e, now, ev throws(ProtocolError) in try e.cancel(snapshot.name, requester: 0, now: now, events: &ev) }
+        }
+        clock.advance(byMilliseconds: 60_000)
+        #expect(owners.allSatisfy { clock.engine.tally(of: $0) == OwnerTally() }, "all finished and forgotten: nothing left in any tally")
+    }
+
     @Test("active snapshots are sorted by name and show only running and paused countdowns")
     func activeSnapshots() throws {
         var clock = ManualClock()

@@ -92,6 +92,35 @@ extension Integration {
             _ = second
         }
 
+        @Test(
+            "STATS as another uid: its own counts and the daemon's health, nothing of root's or anyone else's activity",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv")
+        )
+        func privateStatistics() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            let root = try daemon.connect()
+            for index in 0..<7 { _ = try root.request("START root\(index) 1h") }
+            _ = try root.request("SUBSCRIBE")
+            let nobody = CdctlAsNobody(socket: daemon.socketPath)
+            #expect(try nobody.run(["start", "mine", "1h"]).status == 0)
+            #expect(try nobody.run(["start", "other", "1h"]).status == 0)
+            #expect(try nobody.run(["pause", "other"]).status == 0)
+            let stats = try nobody.run(["stats", "--json"])
+            try #require(stats.status == 0, "\(stats.stderr)")
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any])
+            #expect(Set(object.keys) == ["version", "uptime_s", "running", "paused", "finished", "connections", "subscribers", "storage", "scope"], "\(object.keys.sorted())")
+            #expect(object["running"] as? Int == 1 && object["paused"] as? Int == 1 && object["finished"] as? Int == 0)
+            #expect(object["connections"] as? Int == 1 && object["subscribers"] as? Int == 0, "its own connection only: \(stats.stdout)")
+            #expect(object["scope"] as? String == "user" && object["storage"] as? String == "ok")
+            let everything = try root.request("STATS").stats
+            #expect(everything.first { $0.key == "running" }?.value == "8", "root sees all: \(everything)")
+            #expect(everything.first { $0.key == "subscribers" }?.value == "1")
+            #expect(everything.last?.key == "scope" && everything.last?.value == "daemon")
+            #expect(everything.contains { $0.key == "events_started" })
+        }
+
         static let floodScript = packageRoot + "/Tests/Scripts/flood-as-user.py"
     }
 }
