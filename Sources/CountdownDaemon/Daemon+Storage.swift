@@ -58,4 +58,37 @@ extension Daemon {
         let restoring = SystemClock.now().nanoseconds(since: now) / 1_000_000
         logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (snapshot \(recovered.snapshotMilliseconds) ms, journal \(recovered.journalMilliseconds) ms, engine \(restoring) ms)")
     }
+
+    /// Watches the state directory with inotify, so a deletion is handled at once. Without
+    /// inotify (its limits reached), the daemon runs on and notices at its next commit, as it
+    /// would anyway, and says so.
+    func watchStateDirectory(poller: EventPoller) {
+        do throws(DaemonError) {
+            stateWatcher = try StateDirectoryWatcher(directory: journal.directory, poller: poller) { [unowned self] in
+                // After the batch, between batches, once per burst of events.
+                guard !stateCheckScheduled else { return }
+                stateCheckScheduled = true
+                later.schedule(at: SystemClock.now()) { [unowned self] _ in
+                    stateCheckScheduled = false
+                    checkStateDirectory()
+                }
+            }
+        } catch {
+            logger.log(.warning, "cannot watch the state directory (\(error)); a deleted directory is noticed only at the next change, not at once")
+        }
+    }
+
+    /// The state directory changed: if it was lost, it is recreated now and a full snapshot of
+    /// what is in memory started, so an idle daemon loses nothing at its next stop or kill.
+    func checkStateDirectory() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if journal.checkDirectory() {
+            if case .failing = journal.health {
+                service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
+            }
+            takeSnapshotIfDue()
+            service.report(statusCounts(), now: SystemClock.now())
+        }
+        stateWatcher?.watch()
+    }
 }

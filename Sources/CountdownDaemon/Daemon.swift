@@ -47,6 +47,9 @@ public final class Daemon: @unchecked Sendable {
     let later: DelayedWork
     var timer: WakeupTimer?
     var wallClock: WallClockWatcher?
+    /// Notices the state directory deleted or moved (`nil` when inotify is not available).
+    var stateWatcher: StateDirectoryWatcher?
+    var stateCheckScheduled = false
     var poller: EventPoller?
     var isStopping = false
     /// Cluster mode: the link to etcd (`Daemon+Cluster`); `nil` on a daemon of its own.
@@ -138,6 +141,7 @@ public final class Daemon: @unchecked Sendable {
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         later.onEarlierDeadline = { [unowned self] in armTimer() }
         wallClock = try WallClockWatcher(poller: poller) { [unowned self] in wallClockStepped() }
+        watchStateDirectory(poller: poller)
         try service.watchSignals(on: poller)
         let openForClients = { [unowned self] () throws(DaemonError) in
             try listener.startAccepting(with: poller) { [unowned self] in
@@ -371,12 +375,13 @@ public final class Daemon: @unchecked Sendable {
     func retryStorage() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         _ = journal.retry()
+        stateWatcher?.watch()  // A recreated directory is a new inode.
         takeSnapshotIfDue()
         service.report(statusCounts(), now: SystemClock.now())
         return journal.health != .available
     }
 
-    private func takeSnapshotIfDue() {
+    func takeSnapshotIfDue() {
         guard journal.snapshotIsDue(now: SystemClock.now()) else { return }
         journal.takeSnapshot(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
     }

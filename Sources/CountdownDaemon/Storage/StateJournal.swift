@@ -96,6 +96,9 @@ final class StateJournal: @unchecked Sendable {
     private var eventsSinceSnapshot = false
     private var nextSnapshotAttempt = Instant(nanoseconds: .min)
     private var failingSince = Instant.zero
+    /// Counts recreations of the state directory: a snapshot started before the last one was
+    /// written into a directory that is gone, and does not make the state whole.
+    private var directoryEpoch = 0
 
     /// Snapshot when this much journal has accumulated: recovery time stays bounded.
     var snapshotBytes: Int64 = 32 << 20
@@ -343,6 +346,28 @@ final class StateJournal: @unchecked Sendable {
 
     // MARK: - Failure and recovery
 
+    /// Whether the journal file being written, or the directory holding it, is gone: deleted
+    /// (a deleted file takes writes that nobody will read) or moved away.
+    private var directoryIsLost: Bool {
+        var info = stat()
+        return file < 0 || fstat(file, &info) != 0 || info.st_nlink == 0 || access(directory, F_OK) != 0
+    }
+
+    /// Looks at the state directory now (the file system said something in it changed, or a
+    /// recovery snapshot is about to start). A lost directory is handled at once, as a failed
+    /// write would be, busy or idle: recreated, with a new journal, and `awaitingSnapshot` until
+    /// a full snapshot of what is in memory lands. Call between batches.
+    /// - Returns: whether the directory was lost (it may be recreated already, or still failing).
+    @discardableResult
+    func checkDirectory() -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if case .failing = health { return false }  // The retry loop is on it.
+        guard file >= 0, directoryIsLost else { return false }
+        enterFailing(.directoryGone(path: directory))
+        _ = retry()
+        return true
+    }
+
     private func enterFailing(_ error: StorageError) {
         if case .failing = health {
             health = .failing(error)
@@ -359,10 +384,9 @@ final class StateJournal: @unchecked Sendable {
     func retry() -> Bool {
         guard case .failing(let error) = health else { return acceptsChanges }
         do throws(StorageError) {
-            var info = stat()
-            // A journal file that cannot even be looked at is given up like a deleted one.
-            let lost = file < 0 || fstat(file, &info) != 0 || info.st_nlink == 0
-            if lost {
+            // A journal file that cannot even be looked at is given up like a deleted one, and
+            // one whose directory was moved away like one deleted with it.
+            if directoryIsLost {
                 let directoryWasGone = access(directory, F_OK) != 0
                 try FileSystem.createDirectory(directory)
                 if directoryWasGone || lock == nil {
@@ -373,7 +397,9 @@ final class StateJournal: @unchecked Sendable {
                 try writePending()
                 if directoryWasGone || error == .directoryGone(path: directory) {
                     // The old snapshot and journal went with the directory: only a full snapshot
-                    // makes the state durable again.
+                    // makes the state durable again, and one already being written does not.
+                    directoryEpoch += 1
+                    nextSnapshotAttempt = Instant(nanoseconds: .min)
                     health = .awaitingSnapshot
                     logger.log(.notice, "recreated the state directory \(directory); writing a full snapshot before accepting changes")
                     return false
@@ -410,6 +436,8 @@ final class StateJournal: @unchecked Sendable {
     func takeSnapshot(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard pending.count == JournalFormat.frameHeaderSize else { return }  // Only between batches.
+        // Deleted again while being recreated: recreated again first.
+        if health == .awaitingSnapshot && checkDirectory() && health != .awaitingSnapshot { return }
         do throws(StorageError) {
             // A file holding nothing but its header can start the snapshot's generation as it is.
             if fileLength > headerFrameLength {
@@ -426,6 +454,7 @@ final class StateJournal: @unchecked Sendable {
         let bootID = SystemClock.bootID
         let events = ring.events, keptAfter = ring.keptAfter
         let started = SystemClock.now()
+        let epoch = directoryEpoch
         snapshotQueue.async { [self] in
             let contents = SnapshotFile.Contents(
                 image, events: events, eventsKeptAfter: keptAfter, bootID: bootID, journalGeneration: covered, clock: clock
@@ -439,16 +468,30 @@ final class StateJournal: @unchecked Sendable {
             }
             let count = contents.rows.count
             queue.async { [self] in
-                snapshotFinished(result, covering: covered, countdowns: count, started: started)
+                snapshotFinished(result, covering: covered, countdowns: count, started: started, epoch: epoch)
             }
         }
     }
 
     /// Writes a snapshot now, on the caller's thread, if anything changed since the last one: at a
     /// clean stop, so the next start reads one file and `sqlite3` shows the final state.
+    ///
+    /// A directory lost since the last look is recreated first, and a recreated one gets its
+    /// snapshot whatever changed: a clean stop never leaves an empty directory behind. A snapshot
+    /// in progress is waited for (its file is the one this replaces).
     func snapshotAtStop(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard eventsSinceSnapshot, !snapshotInProgress, acceptsChanges else { return }
+        // The snapshot queue hands results back with `async`, so this cannot deadlock.
+        snapshotQueue.sync {}
+        checkDirectory()
+        if case .failing = health { _ = retry() }
+        let needed = eventsSinceSnapshot || health == .awaitingSnapshot
+        guard needed, health == .available || health == .awaitingSnapshot else {
+            if case .failing(let error) = health {
+                logger.log(.error, "cannot write the state at stop: \(error); what was not stored before is lost (\(error.advice))")
+            }
+            return
+        }
         let contents = SnapshotFile.Contents(
             image, events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: SystemClock.bootID,
             journalGeneration: generation + 1, clock: clock
@@ -465,9 +508,17 @@ final class StateJournal: @unchecked Sendable {
         }
     }
 
-    private func snapshotFinished(_ result: Result<Void, StorageError>, covering covered: UInt64, countdowns: Int, started: Instant) {
+    private func snapshotFinished(
+        _ result: Result<Void, StorageError>, covering covered: UInt64, countdowns: Int, started: Instant, epoch: Int
+    ) {
         dispatchPrecondition(condition: .onQueue(queue))
         snapshotInProgress = false
+        if case .success = result, epoch != directoryEpoch || directoryIsLost {
+            // Written into a directory deleted (or replaced) meanwhile: it counts for nothing.
+            logger.log(.warning, "the state directory \(directory) was lost while a snapshot was written into it; writing another")
+            if !checkDirectory() { nextSnapshotAttempt = Instant(nanoseconds: .min) }
+            return
+        }
         switch result {
         case .success:
             // Everything before `covered` is in the snapshot now.
