@@ -108,6 +108,10 @@ public enum DaemonCommand: Equatable, Sendable {
     case help
     /// Print the version.
     case version
+    /// Say what in a state directory is intact (`--check-state DIR`), changing nothing.
+    case checkState(String)
+    /// Keep exactly what is intact in a damaged state directory (`--repair-state DIR`).
+    case repairState(String)
 }
 
 /// Parses `countdownd`'s arguments into a `DaemonCommand`.
@@ -161,6 +165,11 @@ public enum DaemonCommandLine {
           --cluster-user USER, --cluster-password-file FILE
                                    etcd's own authentication: a user, and a file
                                    holding its password
+          --check-state DIR        say what in a state directory is intact and what
+                                   is damaged, changing nothing (exit 1: damaged)
+          --repair-state DIR       keep exactly what is intact in a damaged state
+                                   directory (no daemon may run on it); the old
+                                   files are moved to DIR/damaged-<time>/
           -h, --help               show this help
           -V, --version            show the version
 
@@ -191,6 +200,8 @@ public enum DaemonCommandLine {
         .init(["--cluster-key"], takesValue: true),
         .init(["--cluster-user"], takesValue: true),
         .init(["--cluster-password-file"], takesValue: true),
+        .init(["--check-state"], takesValue: true),
+        .init(["--repair-state"], takesValue: true),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
     ])
@@ -225,6 +236,8 @@ public enum DaemonCommandLine {
         }
         if parsed.has("help") { return .help }
         if parsed.has("version") { return .version }
+        if let directory = parsed.value("check-state") { return .checkState(absolute(directory)) }
+        if let directory = parsed.value("repair-state") { return .repairState(absolute(directory)) }
         if let extra = parsed.operands.first {
             throw UsageError(description: "unexpected argument '\(extra)'; countdownd takes only options, see countdownd --help")
         }

@@ -20,6 +20,10 @@ enum CountdowndMain {
             print(DaemonCommandLine.help)
         case .version:
             print("countdownd \(DaemonConfiguration.version)")
+        case .checkState(let directory):
+            exit(StateRepair.check(directory) { print($0) })
+        case .repairState(let directory):
+            exit(StateRepair.repair(directory) { print($0) })
         case .run(let configuration):
             do {
                 try Daemon(configuration: configuration, environment: environment).run()

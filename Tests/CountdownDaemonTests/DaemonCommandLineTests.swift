@@ -12,6 +12,16 @@ struct DaemonCommandLineTests {
         return configuration
     }
 
+    @Test("--check-state and --repair-state take a directory (made absolute); --log-lifecycle-limit takes 0 or more")
+    func stateToolsAndLogLimit() throws {
+        let cwd = FileManager.default.currentDirectoryPath
+        #expect(try DaemonCommandLine.parse(["--check-state", "/var/lib/countdownd"], environment: [:], uid: 0) == .checkState("/var/lib/countdownd"))
+        #expect(try DaemonCommandLine.parse(["--repair-state", "state"], environment: [:], uid: 0) == .repairState(cwd + "/state"))
+        #expect(try parse(["--log-lifecycle-limit", "0"]).lifecycleLogLimit == 0)
+        #expect(try parse([]).lifecycleLogLimit == 1_000)
+        #expect(throws: DaemonCommandLine.UsageError.self) { try parse(["--log-lifecycle-limit", "-1"]) }
+    }
+
     @Test("defaults follow the documented resolution order")
     func defaults() throws {
         let configuration = try parse([])

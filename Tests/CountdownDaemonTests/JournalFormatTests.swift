@@ -81,6 +81,22 @@ struct JournalFormatTests {
         #expect(JournalFormat.scan(noMagic).damage?.offset == firstTwo)
     }
 
+    @Test("every single-bit flip in a middle frame's header (magic, length or checksum), with 298 frames after it, is damage at that frame, never a torn tail that would cut them off")
+    func flippedHeaderBits() {
+        let whole = file((0..<300).map { ["c\($0)"] })
+        let header = JournalFormat.scan(file([])).validLength
+        let frame = (JournalFormat.scan(file([["c0"]])).validLength - header)
+        let second = header + frame  // The frame of c1.
+        for bit in 0..<(JournalFormat.frameHeaderSize * 8) {
+            var bytes = whole
+            bytes[second + bit / 8] ^= UInt8(1 << (bit % 8))
+            let scan = JournalFormat.scan(bytes)
+            #expect(scan.damage?.offset == second, "bit \(bit): \(String(describing: scan.tornTail))")
+            #expect(scan.tornTail == nil, "bit \(bit)")
+            #expect(scan.events.map(\.event.name) == ["1000/c0"], "bit \(bit)")
+        }
+    }
+
     @Test("CRC-32C matches the standard check value")
     func checksum() {
         #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)

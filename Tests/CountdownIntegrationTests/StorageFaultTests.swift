@@ -40,6 +40,16 @@ enum StorageFaults {
         return replies
     }
 
+    /// Deletes a state directory as `rm -rf` would, again until it is gone: the daemon notices
+    /// the first file removed (inotify) and may recreate what it needs inside the directory
+    /// before the removal reaches the directory itself, which then fails as not empty.
+    static func deleteDirectory(_ path: String) throws {
+        for _ in 0..<1000 {
+            if (try? FileManager.default.removeItem(atPath: path)) != nil { return }
+        }
+        throw HarnessError.unexpected("\(path) could not be deleted in 1,000 attempts")
+    }
+
     /// The names the daemon holds now.
     static func names(_ daemon: DaemonProcess) throws -> Set<String> {
         Set(try daemon.connect().request("LIST", timeout: 60).countdowns.map(\.name))
@@ -124,14 +134,14 @@ extension Integration {
             let c = try daemon.connect()
             let first = try StorageFaults.pipeline((0..<100).map { "START before\($0) 1h" }, on: c)
             #expect(first.allSatisfy { $0.countdown != nil })
-            try FileManager.default.removeItem(atPath: state)
+            try StorageFaults.deleteDirectory(state)
             // inotify tells the daemon at once; this change lands before or after it has made the
             // directory whole again. Either answer is a promise: refused, or durable.
             let meanwhile = try c.request("START meanwhile 1h").outcome
             switch meanwhile {
             case .ok: break
             case .error(.unavailable?, _, let message):
-                #expect(message.contains("was deleted") || message.contains("rewriting"), "\(message)")
+                #expect(message.contains("was deleted") || message.contains("being rewritten after it was lost"), "\(message)")
             default: Issue.record("a change after the deletion: \(meanwhile)")
             }
             #expect(try c.request("STATUS before0").countdowns.first?.state == .running, "reads go on")
@@ -159,7 +169,7 @@ extension Integration {
             var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             let c = try daemon.connect()
             #expect(try StorageFaults.pipeline((0..<200).map { "START idle\($0) 1h" }, on: c).allSatisfy { $0.countdown != nil })
-            try FileManager.default.removeItem(atPath: state)
+            try StorageFaults.deleteDirectory(state)
             // No request follows: only the inotify watch can tell the daemon.
             try waitUntil(timeout: 60) { daemon.stderrText.contains("is whole again") }
             if signal == SIGTERM {
@@ -235,8 +245,89 @@ extension Integration {
             let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
             #expect(refused.process.wait() == 1)
             #expect(refused.stderrText.contains("\(journal) is damaged: at byte"), "\(refused.stderrText)")
-            #expect(refused.stderrText.contains("truncate -s"))
+            #expect(refused.stderrText.contains("--repair-state \(state)"), "the refusal names the repair tool")
             #expect(try Data(contentsOf: URL(fileURLWithPath: journal)) == bytes, "the damaged file is kept as it is")
+        }
+
+        /// Runs `countdownd --check-state` or `--repair-state` on `state`.
+        func stateTool(_ option: String, _ state: String) throws -> CommandResult {
+            try runCommand(TestBinaries.countdownd, [option, state], timeout: 120)
+        }
+
+        @Test("a flipped bit in a middle frame's length field: the start is refused naming the repair tool, the file is kept byte for byte; --check-state says so; --repair-state keeps the 299 other countdowns")
+        func damagedLengthField() throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let c = try daemon.connect()
+            // One request at a time: one frame each.
+            for index in 0..<300 { #expect(try c.request("START f\(index) 1h").countdown != nil) }
+            daemon.crash()
+            let journal = try StorageFaults.newestJournal(in: state)
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: journal)))
+            var frames: [Int] = []
+            var offset = 0
+            while offset + 12 <= bytes.count {
+                frames.append(offset)
+                offset += 12 + Int(UInt32(bytes[offset + 4]) | UInt32(bytes[offset + 5]) << 8 | UInt32(bytes[offset + 6]) << 16 | UInt32(bytes[offset + 7]) << 24)
+            }
+            try #require(frames.count == 301, "a header frame and one frame per START: \(frames.count)")
+            bytes[frames[140] + 6] ^= 0x10  // The length of f139's frame, now past the end of the file.
+            try Data(bytes).write(to: URL(fileURLWithPath: journal))
+            let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1)
+            #expect(refused.stderrText.contains("its length field is damaged") && refused.stderrText.contains("--repair-state \(state)"), "\(refused.stderrText)")
+            #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: journal))) == bytes, "kept byte for byte, not cut")
+            let check = try stateTool("--check-state", state)
+            #expect(check.status == 1 && check.stdout.contains("damaged at byte \(frames[140])") && check.stdout.contains("intact: 299 countdowns"), "\(check.stdout)\(check.stderr)")
+            #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: journal))) == bytes, "the check changes nothing")
+            let repair = try stateTool("--repair-state", state)
+            #expect(repair.status == 0 && repair.stdout.contains("kept the 299 countdowns"), "\(repair.stdout)\(repair.stderr)")
+            let aside = try FileManager.default.contentsOfDirectory(atPath: state).filter { $0.hasPrefix("damaged-") }
+            try #require(aside.count == 1)
+            #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: "\(state)/\(aside[0])/\(URL(fileURLWithPath: journal).lastPathComponent)"))) == bytes, "the damaged file, moved aside as it was")
+            let repaired = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(repaired) == Set((0..<300).filter { $0 != 139 }.map { "f\($0)" }))
+            #expect(try stateTool("--check-state", state).status == 0, "whole now")
+        }
+
+        @Test("files missing or empty around a journal: no snapshot before a later journal, a gap between files, an empty file before another: each refused as damage, never a partial start", arguments: ["snapshot", "gap", "empty"])
+        func missingFiles(fault: String) throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            // Three runs: a clean stop (a snapshot, then a new journal), then two SIGKILLs (a
+            // journal file each, after the snapshot).
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            _ = try StorageFaults.pipeline((0..<100).map { "START first\($0) 1h" }, on: try daemon.connect())
+            #expect(daemon.terminate() == 0)
+            for run in ["second", "third"] {
+                daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+                _ = try StorageFaults.pipeline((0..<100).map { "START \(run)\($0) 1h" }, on: try daemon.connect())
+                daemon.crash()
+            }
+            let journals = try FileManager.default.contentsOfDirectory(atPath: state).filter { $0.hasPrefix("journal.") }.sorted()
+            try #require(journals.count == 2 && FileManager.default.fileExists(atPath: state + "/countdownd.db"), "\(journals)")
+            let expected: String
+            switch fault {
+            case "snapshot":
+                try FileManager.default.removeItem(atPath: state + "/countdownd.db")
+                expected = "that is missing"
+            case "gap":
+                // The snapshot's own continuation is the first file: removing it leaves a gap.
+                try FileManager.default.removeItem(atPath: state + "/" + journals[0])
+                expected = "but the first one here is"
+            default:
+                try Data().write(to: URL(fileURLWithPath: state + "/" + journals[0]))
+                expected = "the file is empty (0 bytes), yet later journal files follow it"
+            }
+            let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1, "refused, not a partial start")
+            #expect(refused.stderrText.contains(expected) && refused.stderrText.contains("--repair-state"), "\(refused.stderrText)")
+            #expect(try stateTool("--check-state", state).status == 1)
+            #expect(try stateTool("--repair-state", state).status == 0)
+            let repaired = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let names = try StorageFaults.names(repaired)
+            #expect(names.isSuperset(of: (0..<100).map { "third\($0)" }), "the intact journal is kept")
         }
 
         @Test("a 0-byte snapshot stops the start with a clear message and is kept")

@@ -142,8 +142,10 @@ enum JournalFormat {
     ///
     /// A frame that runs past the end of the file, a last frame whose checksum fails, or zeros to
     /// the end (space the file system allocated but never filled) is a torn tail: what a write cut
-    /// short by a crash or a power loss leaves. Anything else that does not check out, with more
-    /// data after it, is damage.
+    /// short by a crash or a power loss leaves, provided no whole frame follows it (frames are
+    /// written one after the other, so nothing valid comes after a torn one). Anything else that
+    /// does not check out, or a "torn" frame with a valid one after it (a flipped bit in a length
+    /// field), is damage.
     static func scan(_ bytes: [UInt8]) -> Scan {
         var events: [EventRecord] = []
         var scan = scan(bytes) { events.append($0) }
@@ -161,6 +163,8 @@ enum JournalFormat {
             guard left >= frameHeaderSize, bytes[offset..<(offset + 4)].elementsEqual(magic) else {
                 if bytes[offset...].allSatisfy({ $0 == 0 }) {
                     scan.tornTail = "\(left) zero bytes at the end"
+                } else if let next = nextValidFrame(in: bytes, after: offset) {
+                    scan.damage = (offset, "no frame starts here (bad magic), yet a whole frame follows at byte \(next)")
                 } else if left < frameHeaderSize {
                     scan.tornTail = "a frame header cut short (\(left) bytes)"
                 } else {
@@ -171,7 +175,11 @@ enum JournalFormat {
             let length = Int(load32(bytes, offset + 4))
             let crc = load32(bytes, offset + 8)
             guard length <= left - frameHeaderSize else {
-                scan.tornTail = "a frame of \(length) bytes cut short at \(left - frameHeaderSize)"
+                if let next = nextValidFrame(in: bytes, after: offset) {
+                    scan.damage = (offset, "a frame's length (\(length) bytes) runs past the end of the file, yet a whole frame follows at byte \(next): its length field is damaged")
+                } else {
+                    scan.tornTail = "a frame of \(length) bytes cut short at \(left - frameHeaderSize)"
+                }
                 break
             }
             let payloadStart = offset + frameHeaderSize
@@ -202,6 +210,27 @@ enum JournalFormat {
             scan.validLength = offset
         }
         return scan
+    }
+
+    /// Where the first whole frame (magic, a length within the file, a matching checksum) after
+    /// `offset` starts, if any: the test between a torn tail and damage. Only on the rare path
+    /// of a frame that does not check out.
+    static func nextValidFrame(in bytes: [UInt8], after offset: Int) -> Int? {
+        var candidate = offset + 1
+        while candidate + frameHeaderSize <= bytes.count {
+            if bytes[candidate] == magic[0], bytes[candidate..<(candidate + 4)].elementsEqual(magic) {
+                let length = Int(load32(bytes, candidate + 4))
+                let payloadStart = candidate + frameHeaderSize
+                if length > 0, length <= bytes.count - payloadStart {
+                    let actual = bytes.withUnsafeBytes {
+                        CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[payloadStart..<(payloadStart + length)]))
+                    }
+                    if actual == load32(bytes, candidate + 8) { return candidate }
+                }
+            }
+            candidate += 1
+        }
+        return nil
     }
 
     /// The header record a journal file starts with, if its first frame begins with one (its

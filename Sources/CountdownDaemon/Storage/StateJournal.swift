@@ -147,7 +147,9 @@ final class StateJournal: @unchecked Sendable {
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         let began = SystemClock.now()
+        var hasSnapshot = false
         if let snapshot = try SnapshotFile.read(directory: directory) {
+            hasSnapshot = true
             snapshotSameBoot = bootID != nil && snapshot.bootID == bootID
             snapshotRows = snapshot.rows
             recovered.lastSequence = snapshot.lastSequence
@@ -163,7 +165,13 @@ final class StateJournal: @unchecked Sendable {
         let snapshotRead = SystemClock.now()
         recovered.snapshotMilliseconds = snapshotRead.nanoseconds(since: began) / 1_000_000
         var highest = firstGeneration
-        for (fileGeneration, path) in try journalFiles() {
+        let files = try journalFiles()
+        // Each file continues the one before it, and the first continues the snapshot (or, with
+        // none, the directory's beginning): a gap is a lost file, and a partial start would
+        // silently drop what it held.
+        var previous: (UInt64, String)?
+        let newest = files.last?.0
+        for (fileGeneration, path) in files {
             highest = max(highest, fileGeneration)
             guard fileGeneration >= firstGeneration else {
                 // Left by a crash between a snapshot landing and the old files being removed.
@@ -172,7 +180,19 @@ final class StateJournal: @unchecked Sendable {
                 _ = unlink(path)
                 continue
             }
+            try checkContinuity(of: fileGeneration, path: path, after: previous, snapshotGeneration: hasSnapshot ? firstGeneration : nil)
+            previous = (fileGeneration, path)
             let bytes = try FileSystem.readAll(path)
+            if bytes.isEmpty {
+                guard fileGeneration == newest else {
+                    throw .damaged(path: path, reason: "the file is empty (0 bytes), yet later journal files follow it: what it held is lost")
+                }
+                // A crash between creating the newest file and writing its header: nothing was
+                // ever committed to it. Ignored on purpose if it cannot be removed: it is empty.
+                _ = unlink(path)
+                recovered.remarks.append("\(path) was empty (a stop right after it was created); removed it")
+                continue
+            }
             // A record is about 90 bytes: room for this file's names at once, no rehashing.
             latest.reserveCapacity(latest.count + bytes.count / 80)
             journalStates.reserveCapacity(journalStates.count + bytes.count / 80)
@@ -197,7 +217,7 @@ final class StateJournal: @unchecked Sendable {
             if let damage = scan.damage {
                 throw .damaged(
                     path: path,
-                    reason: "at byte \(damage.offset): \(damage.reason). The \(damage.offset) bytes before it are intact: to start with them, copy the file aside for inspection, then truncate -s \(damage.offset) \(path)"
+                    reason: "at byte \(damage.offset): \(damage.reason); the \(damage.offset) bytes before it are intact"
                 )
             }
             if let torn = scan.tornTail {
@@ -222,8 +242,46 @@ final class StateJournal: @unchecked Sendable {
         return recovered
     }
 
+    /// Checks that journal file `generation` continues what came before it: the previous file
+    /// (no gap), or the snapshot (it continues from `snapshotGeneration`, or the next generation
+    /// when a stop's snapshot removed the files), or, with no snapshot, the directory's first
+    /// file, generation 1.
+    private func checkContinuity(
+        of generation: UInt64, path: String, after previous: (UInt64, String)?, snapshotGeneration: UInt64?
+    ) throws(StorageError) {
+        if let problem = Self.continuityProblem(of: generation, after: previous, snapshotGeneration: snapshotGeneration, directory: directory) {
+            throw .damaged(path: path, reason: problem)
+        }
+    }
+
+    /// What is wrong with journal file `generation` coming where it does (`nil`: nothing): the
+    /// rule of `checkContinuity`, shared with `countdownd --check-state`.
+    static func continuityProblem(
+        of generation: UInt64, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, directory: String
+    ) -> String? {
+        if let (previousGeneration, previousPath) = previous {
+            guard generation == previousGeneration + 1 else {
+                return "journal files \(previousGeneration + 1) to \(generation - 1) are missing between \(previousPath) and this one: what they held is lost"
+            }
+        } else if let snapshotGeneration {
+            guard generation <= snapshotGeneration + 1 else {
+                return "the snapshot \(SnapshotFile.fileName) continues with journal file \(snapshotGeneration), but the first one here is \(generation): what the files between held is lost"
+            }
+        } else {
+            guard generation == 1 else {
+                return "this journal continues a snapshot, \(directory)/\(SnapshotFile.fileName), that is missing: what it held is lost"
+            }
+        }
+        return nil
+    }
+
     /// The journal files in the directory, by generation.
-    private func journalFiles() throws(StorageError) -> [(UInt64, String)] {
+    func journalFiles() throws(StorageError) -> [(UInt64, String)] {
+        try Self.journalFiles(in: directory)
+    }
+
+    /// The journal files in `directory`, by generation.
+    static func journalFiles(in directory: String) throws(StorageError) -> [(UInt64, String)] {
         var files: [(UInt64, String)] = []
         for name in try FileSystem.entries(of: directory) {
             if name.hasPrefix("journal."), let number = UInt64(name.dropFirst("journal.".count)) {
@@ -233,7 +291,7 @@ final class StateJournal: @unchecked Sendable {
         return files.sorted { $0.0 < $1.0 }
     }
 
-    private func journalPath(_ generation: UInt64) -> String {
+    func journalPath(_ generation: UInt64) -> String {
         let digits = String(generation)
         return directory + "/journal." + String(repeating: "0", count: max(0, 12 - digits.count)) + digits
     }

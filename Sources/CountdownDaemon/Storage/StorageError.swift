@@ -43,8 +43,9 @@ enum StorageError: Error, CustomStringConvertible, Equatable {
             case EACCES: return "check the permissions of the state directory and its files"
             default: return "check the state directory's file system"
             }
-        case .damaged:
-            return "the file is kept as it is for inspection; restore it from a backup, or move it aside to start without what it holds"
+        case .damaged(let path, _):
+            let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+            return "the file is kept as it is for inspection. Restore the state directory from a backup, or start with what is intact: countdownd --check-state \(directory) says what that is, and --repair-state \(directory) keeps exactly that, moving the damaged files aside"
         case .writeFailed:
             return "check free space and permissions in the state directory"
         case .directoryGone:
