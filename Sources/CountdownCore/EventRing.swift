@@ -1,68 +1,134 @@
 /// The most recent lifecycle events, kept for `SUBSCRIBE … SINCE <seq>`: a client that was away
 /// replays what it missed, then goes live with no gap and no duplicate.
 ///
-/// Bounded: once full, each new event pushes out the oldest. Ticks and snapshots are never kept
-/// (they change nothing). The daemon fills it only with events that have been released to
-/// clients, so a replay never shows a change that storage refused.
+/// Bounded: `capacity` events in all. Once full, a new event pushes out the oldest event of its
+/// own owner while that owner holds more than its share (`share`, a sixteenth of the capacity);
+/// otherwise the oldest event of the owner holding the most. So one user's flood of events
+/// pushes out its own history, never another user's: each uid keeps at least its last `share`
+/// events (4,096 of the default 65,536) while at most sixteen uids have history, and in general
+/// at least `capacity / (uids with history)`.
+///
+/// Ticks and snapshots are never kept (they change nothing). The daemon fills it only with
+/// events that have been released to clients, so a replay never shows a change that storage
+/// refused.
 public struct EventRing: Sendable {
     /// The most events kept.
     public let capacity: Int
-    private var storage: [CountdownEvent] = []
-    /// Index in `storage` of the oldest event, once the ring is full.
-    private var start = 0
-    /// Every lifecycle event numbered after this is kept (or was never released: a number used by
-    /// a change storage refused is a gap, not a loss).
-    public private(set) var keptAfter: UInt64
+    /// How many of its latest events each uid keeps whatever the others do (with at most 16 uids).
+    public let share: Int
+
+    /// One owner's events, oldest first, from `head` on.
+    private struct OwnerHistory: Sendable {
+        var events: [CountdownEvent] = []
+        var head = 0
+        /// Every event of this owner numbered after this is kept.
+        var keptAfter: UInt64
+
+        var count: Int { events.count - head }
+
+        mutating func removeOldest() {
+            keptAfter = max(keptAfter, events[head].sequence)
+            head += 1
+            // Compacted once half is dead: O(1) amortized per event.
+            if head > 64 && head * 2 > events.count {
+                events.removeFirst(head)
+                head = 0
+            }
+        }
+    }
+
+    private var histories: [UInt32: OwnerHistory] = [:]
+    private var total = 0
+    /// What every owner's history starts from (the ring read back after a restart).
+    private let initialKeptAfter: UInt64
 
     /// Creates an empty ring that holds every event after `keptAfter`.
     public init(capacity: Int, keptAfter: UInt64 = 0) {
         self.capacity = max(0, capacity)
-        self.keptAfter = keptAfter
+        share = max(1, self.capacity / 16)
+        initialKeptAfter = keptAfter
     }
 
     /// How many events are kept.
-    public var count: Int { storage.count }
+    public var count: Int { total }
+
+    /// Every lifecycle event numbered after this is kept, whoever owns it (or was never released:
+    /// a number used by a change storage refused is a gap, not a loss).
+    public var keptAfter: UInt64 {
+        histories.values.reduce(initialKeptAfter) { max($0, $1.keptAfter) }
+    }
+
+    /// Every event of `owner` numbered after this is kept.
+    public func keptAfter(owner: UInt32) -> UInt64 {
+        histories[owner]?.keptAfter ?? initialKeptAfter
+    }
 
     /// Appends an event; lifecycle events only (others are ignored). Numbers must increase.
     public mutating func append(_ event: CountdownEvent) {
         guard event.kind.isLifecycle else { return }
         guard capacity > 0 else {
-            keptAfter = max(keptAfter, event.sequence)
+            histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].keptAfter = event.sequence
             return
         }
-        if storage.count < capacity {
-            storage.append(event)
-        } else {
-            keptAfter = storage[start].sequence
-            storage[start] = event
-            start = (start + 1) % capacity
+        histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].events.append(event)
+        total += 1
+        guard total > capacity else { return }
+        // The newcomer's owner pays while over its share (the usual case: O(1)); otherwise the
+        // owner holding the most (a scan of the owners: only when the newcomer is within its share).
+        var victim = event.owner
+        if (histories[victim]?.count ?? 0) <= share {
+            victim = histories.max { $0.value.count < $1.value.count }?.key ?? event.owner
         }
+        histories[victim]?.removeOldest()
+        total -= 1
     }
 
     /// The kept events in order, oldest first.
     public var events: [CountdownEvent] {
-        Array(storage[start...] + storage[..<start])
+        var all: [CountdownEvent] = []
+        all.reserveCapacity(total)
+        for history in histories.values {
+            all += history.events[history.head...]
+        }
+        // Each history is in order; a replay or a snapshot is rare enough for a sort.
+        return histories.count > 1 ? all.sorted { $0.sequence < $1.sequence } : all
     }
 
     /// Why a replay cannot be served.
     public enum ReplayError: Error, Equatable {
-        /// Events after `sequence` were pushed out; the ring keeps those after `keptAfter`.
-        case tooOld(keptAfter: UInt64)
+        /// Events of `owner` after `sequence` were pushed out; its history is whole after
+        /// `keptAfter`.
+        case tooOld(keptAfter: UInt64, owner: UInt32)
     }
 
-    /// The kept events numbered after `sequence`, oldest first, optionally only those of `names`.
-    /// - Throws: `tooOld` when events after `sequence` are no longer kept.
-    public func events(after sequence: UInt64, names: Set<String>?) throws(ReplayError) -> [CountdownEvent] {
-        guard sequence >= keptAfter else { throw .tooOld(keptAfter: keptAfter) }
-        // Numbers increase around the ring: binary search would do, but a replay is rare and the
-        // scan stops at the first newer event from the end.
+    /// The kept events numbered after `sequence` that `viewer` may replay, oldest first,
+    /// optionally only those of `names` (keys). A non-root viewer replays its own events: only its
+    /// own history must reach back far enough. Root replays everyone's, so every owner it asks
+    /// about must.
+    /// - Throws: `tooOld` naming an owner whose events after `sequence` are no longer kept.
+    public func events(after sequence: UInt64, names: Set<String>?, viewer: UInt32) throws(ReplayError) -> [CountdownEvent] {
+        let owners: [UInt32]
+        if viewer != 0 {
+            owners = [viewer]
+        } else if let names {
+            owners = Array(Set(names.map { CountdownAddress.split($0).owner }))
+        } else {
+            owners = Array(histories.keys)
+        }
+        // Every owner's history starts no earlier than the ring's own start.
+        guard sequence >= initialKeptAfter else { throw .tooOld(keptAfter: initialKeptAfter, owner: viewer) }
         var result: [CountdownEvent] = []
-        for event in events.reversed() {
-            guard event.sequence > sequence else { break }
-            if names?.contains(event.name) ?? true {
+        for owner in owners.sorted() {
+            let kept = keptAfter(owner: owner)
+            guard sequence >= kept else { throw .tooOld(keptAfter: kept, owner: owner) }
+            guard let history = histories[owner] else { continue }
+            // Numbers increase: the scan from the newest end stops at the first older event.
+            var index = history.events.count
+            while index > history.head && history.events[index - 1].sequence > sequence { index -= 1 }
+            for event in history.events[index...] where names?.contains(event.name) ?? true {
                 result.append(event)
             }
         }
-        return result.reversed()
+        return owners.count > 1 ? result.sorted { $0.sequence < $1.sequence } : result
     }
 }

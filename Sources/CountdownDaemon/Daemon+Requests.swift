@@ -283,12 +283,13 @@ extension Daemon {
         }
         var replay: [CountdownEvent]
         do throws(EventRing.ReplayError) {
-            replay = try ring.events(after: sequence, names: keys)
+            replay = try ring.events(after: sequence, names: keys, viewer: viewer)
         } catch {
-            guard case .tooOld(let keptAfter) = error else { return [] }
+            guard case .tooOld(let keptAfter, let owner) = error else { return [] }
+            let whose = viewer == 0 && owner != 0 ? "uid \(owner)'s events" : "events"
             throw ProtocolError(
                 .gone,
-                "events after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events); SUBSCRIBE without SINCE for the current state"
+                "\(whose) after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events keeps each uid's last \(ring.share) at least); SUBSCRIBE without SINCE for the current state"
             )
         }
         for event in batch.lifecycleEvents where event.sequence > sequence && (keys?.contains(event.name) ?? true) {

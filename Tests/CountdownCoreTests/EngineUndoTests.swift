@@ -101,14 +101,71 @@ struct EngineUndoTests {
         ring.append(event(1, "a"))
         ring.append(event(1, "a", .tick))  // Ignored: not a change.
         ring.append(event(2, "b"))
-        #expect(try ring.events(after: 0, names: nil).map(\.sequence) == [1, 2])
+        #expect(try ring.events(after: 0, names: nil, viewer: 0).map(\.sequence) == [1, 2])
         ring.append(event(3, "a", .done))
         ring.append(event(4, "c"))
         #expect(ring.keptAfter == 1)
-        #expect(try ring.events(after: 1, names: nil).map(\.sequence) == [2, 3, 4])
-        #expect(try ring.events(after: 2, names: ["a"]).map(\.sequence) == [3])
-        #expect(try ring.events(after: 4, names: nil).isEmpty)
-        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 1)) { try ring.events(after: 0, names: nil) }
+        #expect(try ring.events(after: 1, names: nil, viewer: 0).map(\.sequence) == [2, 3, 4])
+        #expect(try ring.events(after: 2, names: ["a"], viewer: 0).map(\.sequence) == [3])
+        #expect(try ring.events(after: 4, names: nil, viewer: 0).isEmpty)
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 1, owner: 0)) { try ring.events(after: 0, names: nil, viewer: 0) }
+    }
+}
+
+@Suite("Replay history per user")
+struct ReplayShareTests {
+    func event(_ sequence: UInt64, owner: UInt32, _ name: String = "x") -> CountdownEvent {
+        CountdownEvent(
+            sequence: sequence, kind: .started, name: CountdownAddress.key(owner: owner, name: name),
+            remainingMilliseconds: 0, totalMilliseconds: 1000, owner: owner
+        )
+    }
+
+    @Test("one uid's flood of 70,000 events pushes out its own history only: root's and another user's stay whole, and each replays from before the flood")
+    func floodPushesOutItsOwn() throws {
+        var ring = EventRing(capacity: 65_536)
+        var sequence: UInt64 = 0
+        func next(_ owner: UInt32) -> CountdownEvent { sequence += 1; return event(sequence, owner: owner) }
+        for _ in 0..<100 { ring.append(next(0)); ring.append(next(1000)) }
+        let beforeFlood = sequence
+        for _ in 0..<70_000 { ring.append(next(65_534)) }
+        ring.append(next(0))
+        #expect(ring.count == 65_536)
+        #expect(ring.keptAfter(owner: 0) == 0 && ring.keptAfter(owner: 1000) == 0, "nobody else lost anything")
+        #expect(ring.keptAfter(owner: 65_534) > beforeFlood)
+        #expect(try ring.events(after: 0, names: nil, viewer: 1000).count == 100, "a user replays its own, all of it")
+        #expect(try ring.events(after: 0, names: ["x"], viewer: 0).count == 101, "root replays its own names")
+        // Root asking for everything is told whose history was cut.
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: ring.keptAfter(owner: 65_534), owner: 65_534)) {
+            try ring.events(after: beforeFlood, names: nil, viewer: 0)
+        }
+        let recent = try ring.events(after: sequence - 10, names: nil, viewer: 0)
+        #expect(recent.map(\.sequence) == Array((sequence - 9)...sequence), "merged in order across owners")
+    }
+
+    @Test("each uid keeps at least its share (a sixteenth) of its latest events, however the others fill the ring")
+    func sharesHold() throws {
+        var ring = EventRing(capacity: 1_600)
+        #expect(ring.share == 100)
+        var sequence: UInt64 = 0
+        var generator = SystemRandomNumberGenerator()
+        var lastOf: [UInt32: [UInt64]] = [:]
+        for _ in 0..<50_000 {
+            // Uid 0..15, the low ones far busier.
+            let owner = UInt32(min(Int.random(in: 0..<64, using: &generator), Int.random(in: 0..<16, using: &generator)))
+            sequence += 1
+            ring.append(event(sequence, owner: owner))
+            lastOf[owner, default: []].append(sequence)
+        }
+        #expect(ring.count == 1_600)
+        for (owner, sequences) in lastOf {
+            let mine = ring.events.filter { $0.owner == owner }.map(\.sequence)
+            if owner != 0 {
+                #expect(try ring.events(after: ring.keptAfter(owner: owner), names: nil, viewer: owner).map(\.sequence) == mine, "uid \(owner) replays all it keeps")
+            }
+            #expect(mine == Array(sequences.suffix(mine.count)), "uid \(owner) keeps a suffix of its own")
+            #expect(mine.count >= min(sequences.count, ring.share), "uid \(owner) keeps \(mine.count) of \(sequences.count)")
+        }
     }
 }
 

@@ -121,6 +121,39 @@ extension Integration {
             #expect(everything.contains { $0.key == "events_started" })
         }
 
+        @Test(
+            "another uid makes 75,000 lifecycle events in a burst: root's replay of its own countdowns reaches back to the start, only the flooder's history is cut, and root asking for everything is told whose",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func replayFlood() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--log-lifecycle-limit", "10"], directory: directory)
+            let root = try daemon.connect()
+            #expect(try root.request("START mine 1h").countdown != nil)
+            let before = try #require(try statValue("last_seq", on: root))
+            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", HostileTests.floodScript]
+            let flood = try runCommand(asNobody[0], Array(asNobody.dropFirst()) + ["churn", daemon.socketPath, "25000"], timeout: 300)
+            #expect(flood.stdout.hasPrefix("events=75000"), "\(flood.stdout)\(flood.stderr)")
+            #expect(try statValue("last_seq", on: root) == before + 75_000)
+            // Root's own countdown: its history reaches back to the start.
+            let mine = try daemon.connect()
+            guard case .ok = try mine.request("SUBSCRIBE mine SINCE 0").outcome else {
+                Issue.record("root's replay of its own countdown was refused")
+                return
+            }
+            let replayed = try mine.waitForEvent { $0.name == "mine" }
+            #expect(replayed.kind == .started && replayed.sequence == 1)
+            // Root asking for everything since before the flood: told that uid 65534's is cut.
+            let everything = try daemon.connect()
+            guard case .error(.gone?, _, let message) = try everything.request("SUBSCRIBE SINCE \(before)").outcome else {
+                Issue.record("root's replay of everything across the flood was not refused")
+                return
+            }
+            #expect(message.contains("uid 65534's events"), "\(message)")
+        }
+
         static let floodScript = packageRoot + "/Tests/Scripts/flood-as-user.py"
     }
 }

@@ -5,6 +5,8 @@
                                             "held N <refusal>" to OUT, then hold them until killed
   flood-as-user.py countdowns SOCKET N      pipeline N STARTs on one connection; print
                                             "ok=K limit=L" and the first ERR limit line
+  flood-as-user.py churn SOCKET N           START and CANCEL N countdowns (2N lifecycle
+                                            events), pipelined; print "events=E"
 """
 import socket
 import sys
@@ -59,8 +61,28 @@ def countdowns(path, count):
     print("ok=%d limit=%d %s" % (ok, limit, first))
 
 
+def churn(path, count):
+    s = connect(path)
+    buffer = [b""]
+    read_line(s, buffer)  # greeting
+    events = 0
+    for start in range(0, count, 1000):
+        names = range(start, min(start + 1000, count))
+        s.sendall(b"".join(b"START churn%d 1h\nCANCEL churn%d\n" % (i, i) for i in names))
+        for _ in range(2 * len(names)):
+            if read_line(s, buffer).startswith("OK"):
+                events += 1
+        s.sendall(b"".join(b"REMOVE churn%d\n" % i for i in names))
+        for _ in names:
+            if read_line(s, buffer).startswith("OK"):
+                events += 1
+    print("events=%d" % events)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "connections":
         connections(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "churn":
+        churn(sys.argv[2], int(sys.argv[3]))
     else:
         countdowns(sys.argv[2], int(sys.argv[3]))
