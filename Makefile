@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking
 
 all: build
 
@@ -184,6 +184,11 @@ bench: deps
 	-@command -v redis-server >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server </dev/null >/dev/null; }
 	python3 bench/run.py
+
+# What static linking of the Swift runtime costs or saves: the packaged build against a dynamic one.
+bench-linking: release
+	$(SWIFT) build -c release --scratch-path .build/dynamic
+	python3 bench/linking.py
 
 # The same with tiny sizes, to check the benchmark still works (writes to /tmp, not BENCHMARKS.md).
 bench-smoke: release

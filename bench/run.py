@@ -767,7 +767,11 @@ def write_report(args, sizes, million, restore_n, r, have_redis):
         w("| START errors | %d |" % sum(x["start_errors"] for x in c))
         w("")
     w(analysis())
-    open(args.output, "w").write("\n".join(lines) + "\n")
+    # The section bench/linking.py writes is its own: kept as it is.
+    mark = "\n## Static and dynamic linking\n"
+    kept = open(args.output).read().split(mark, 1) if os.path.exists(args.output) else []
+    tail = mark + kept[1] if len(kept) == 2 else ""
+    open(args.output, "w").write("\n".join(lines) + "\n" + tail)
     log("wrote " + args.output)
 
 
