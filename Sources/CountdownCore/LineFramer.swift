@@ -32,6 +32,12 @@ public struct LineFramer {
     /// Whether the stream stopped in the middle of a line.
     public var hasPartialLine: Bool { buffer.count > start || discarding }
 
+    /// Whether a complete line (or an overlong one to report) waits to be taken: `nextFrame`
+    /// would return one. Looks only at bytes not yet scanned, so it costs nothing twice.
+    public var hasFrame: Bool {
+        buffer[scanned...].contains(UInt8(ascii: "\n")) || (!discarding && buffer.count - start > limit + 1)
+    }
+
     /// Appends bytes read from the stream: the daemon's entry point, concrete so that the generic
     /// version is specialized inside this module rather than run generically from another.
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {

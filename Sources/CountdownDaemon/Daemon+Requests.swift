@@ -12,6 +12,13 @@ extension Daemon {
     /// what fell due meanwhile waits at most about this long, however many clients pipeline.
     static let batchTimeBudgetNanoseconds: Int64 = 150_000
 
+    /// However late the batch, this many connections get a turn in it (of one request, or one
+    /// read, each past the time budget), so every batch makes progress. Without it, 9,000 clients
+    /// hanging up at once livelocked the daemon: going through the connections carried over used
+    /// the whole budget before the first one was served, so each was carried over again, every
+    /// batch, at 100 % CPU, and nobody was served.
+    static let minimumTurnsPerBatch = 64
+
     /// A connection's turn in a batch: handles what its framer holds and reads more, up to a
     /// fair share of `requestsPerPass` requests, leaving the replies for the end of the batch.
     /// A read shorter than the buffer emptied the socket; the poller reports it again when more
@@ -22,7 +29,11 @@ extension Daemon {
         // While a listing is produced, its connection's next requests wait (they come after it).
         guard !connection.isClosed, !connection.isReadingPaused, !connection.isReplyInProgress else { return }
         let now = SystemClock.now()
-        var budget = batchIsOutOfTime ? 0 : Self.requestsPerPass
+        turnsThisBatch += 1
+        var budget = !batchIsOutOfTime ? Self.requestsPerPass : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
+        // Skipped whole with no complete line framed: not carried over, the poller reports its
+        // socket again (level-triggered). The carried-over set stays as small as what was served.
+        let skipped = budget == 0
         budget -= handleLines(of: connection, now: now, limit: budget)
         reading: while budget > 0 && !connection.isClosing && !connection.isReplyInProgress
             && connection.output.byteCount < configuration.readPauseThreshold {
@@ -45,7 +56,7 @@ extension Daemon {
                 return
             }
         }
-        clients.endTurn(connection, linesLeft: budget <= 0)
+        clients.endTurn(connection, linesLeft: budget <= 0 && !(skipped && !connection.framer.hasFrame))
     }
 
     /// Whether the current batch has used its time for requests.

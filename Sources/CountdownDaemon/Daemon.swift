@@ -59,6 +59,8 @@ public final class Daemon: @unchecked Sendable {
     let fanOut: EventFanOut
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
+    /// Connections that had a turn in the running batch (see `minimumTurnsPerBatch`).
+    var turnsThisBatch = 0
     /// Events by kind and lateness, for `STATS`.
     var statistics = DaemonStatistics(startedAt: SystemClock.now())
 
@@ -279,6 +281,7 @@ public final class Daemon: @unchecked Sendable {
 
     func beginBatch() {
         phase = .serving
+        turnsThisBatch = 0
         batch.begin()
         journal.beginBatch()
     }

@@ -154,6 +154,52 @@ extension Integration {
             #expect(message.contains("uid 65534's events"), "\(message)")
         }
 
+        @Test(
+            "9,000 connections, plain or holding half a line, closed at once: served again and every descriptor released (this livelocked at 100 % CPU)",
+            .enabled(if: HostileTests.hardDescriptorLimit >= 9_200, "needs 9,200 descriptors in the test process; the hard limit (ulimit -Hn) is lower here"),
+            arguments: [false, true]
+        )
+        func closeAllAtOnce(halfLine: Bool) throws {
+            let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+            var limit = rlimit()
+            getrlimit(resource, &limit)
+            let count = 9_000
+            let saved = limit
+            limit.rlim_cur = limit.rlim_max
+            setrlimit(resource, &limit)
+            defer { var restore = saved; setrlimit(resource, &restore) }
+            let daemon = try DaemonProcess(arguments: ["--max-connections", "10000"])
+            let baseline = daemon.openSocketCount()
+            var sockets: [Int32] = []
+            defer { sockets.forEach { close($0) } }
+            for index in 0..<count {
+                let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                var address = sockaddr_un()
+                address.sun_family = sa_family_t(AF_UNIX)
+                withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(daemon.socketPath.utf8)) }
+                let connected = withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                }
+                try #require(fd >= 0 && connected == 0, "connection \(index): \(String(cString: strerror(errno)))")
+                var timeout = timeval(tv_sec: 60, tv_usec: 0)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                var greeting = [UInt8](repeating: 0, count: 256)
+                try #require(recv(fd, &greeting, greeting.count, 0) > 0, "connection \(index) got no greeting")
+                if halfLine { _ = send(fd, "P", 1, Int32(MSG_NOSIGNAL)) }
+                sockets.append(fd)
+            }
+            sockets.forEach { close($0) }
+            sockets.removeAll()
+            #expect(try daemon.connect().request("PING", timeout: 60).outcome == .ok("pong"), "a fresh client is served")
+            try waitUntil(timeout: 60) { daemon.openSocketCount() <= baseline }
+        }
+
+        static var hardDescriptorLimit: rlim_t {
+            var limit = rlimit()
+            getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+            return limit.rlim_max
+        }
+
         static let floodScript = packageRoot + "/Tests/Scripts/flood-as-user.py"
     }
 }
