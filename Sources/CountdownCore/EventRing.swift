@@ -38,6 +38,8 @@ public struct EventRing: Sendable {
     }
 
     private var histories: [UInt32: OwnerHistory] = [:]
+    /// The owners holding more than their share: where room is taken from, in O(1).
+    private var overShare: Set<UInt32> = []
     private var total = 0
     /// What every owner's history starts from (the ring read back after a restart).
     private let initialKeptAfter: UInt64
@@ -72,14 +74,21 @@ public struct EventRing: Sendable {
         }
         histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].events.append(event)
         total += 1
+        if (histories[event.owner]?.count ?? 0) > share { overShare.insert(event.owner) }
         guard total > capacity else { return }
-        // The newcomer's owner pays while over its share (the usual case: O(1)); otherwise the
-        // owner holding the most (a scan of the owners: only when the newcomer is within its share).
-        var victim = event.owner
-        if (histories[victim]?.count ?? 0) <= share {
+        // The newcomer's owner pays while over its share (the usual case); otherwise any owner
+        // over its share; only when none is (more than 16 owners, all within it), the owner
+        // holding the most, found by a scan.
+        let victim: UInt32
+        if overShare.contains(event.owner) {
+            victim = event.owner
+        } else if let over = overShare.first {
+            victim = over
+        } else {
             victim = histories.max { $0.value.count < $1.value.count }?.key ?? event.owner
         }
         histories[victim]?.removeOldest()
+        if (histories[victim]?.count ?? 0) <= share { overShare.remove(victim) }
         total -= 1
     }
 

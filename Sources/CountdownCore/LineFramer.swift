@@ -35,7 +35,7 @@ public struct LineFramer {
     /// Whether a complete line (or an overlong one to report) waits to be taken: `nextFrame`
     /// would return one. Looks only at bytes not yet scanned, so it costs nothing twice.
     public var hasFrame: Bool {
-        buffer[scanned...].contains(UInt8(ascii: "\n")) || (!discarding && buffer.count - start > limit + 1)
+        buffer[scanned...].contains(UInt8(ascii: "\n")) || (!discarding && buffer.count - start > limit)
     }
 
     /// Appends bytes read from the stream: the daemon's entry point, concrete so that the generic

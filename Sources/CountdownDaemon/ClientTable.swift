@@ -35,6 +35,8 @@ final class ClientTable: @unchecked Sendable {
     /// Connections served first in the next batch: they used their share of this one with lines
     /// still framed, or they just left backpressure.
     private var carried: [Int: Connection] = [:]
+    /// The id the last turn of carried-over connections ended at (`takeCarriedOver`).
+    private var carriedTurn = 0
     /// Connections with a listing in progress (`Connection.listing`), continued batch by batch.
     private var listings: [Int: Connection] = [:]
     private var nextConnectionID = 1
@@ -218,12 +220,21 @@ final class ClientTable: @unchecked Sendable {
 
     /// The connections carried over from the last batch, to be served first; reading resumes for
     /// those that left backpressure.
-    func takeCarriedOver() -> [Connection] {
-        defer { carried.removeAll(keepingCapacity: true) }
-        return carried.values.filter { !$0.isClosed && !$0.isReplyInProgress }.map { connection in
-            connection.resumeReading()
-            return connection
+    ///
+    /// In turns: by connection id, starting after where the last batch's first `rotation`
+    /// connections ended, so that a batch out of time (which serves only its first turns) never
+    /// serves the same connections every time.
+    func takeCarriedOver(rotation: Int) -> [Connection] {
+        defer { carried = [:] }
+        var waiting = carried.values.filter { !$0.isClosed && !$0.isReplyInProgress }
+        guard !waiting.isEmpty else { return [] }
+        waiting.sort { $0.id < $1.id }
+        if let first = waiting.firstIndex(where: { $0.id > carriedTurn }) {
+            waiting = Array(waiting[first...] + waiting[..<first])
         }
+        carriedTurn = waiting[min(rotation, waiting.count) - 1].id
+        for connection in waiting { connection.resumeReading() }
+        return waiting
     }
 
     /// Whether connections wait to be served in the next batch.

@@ -27,10 +27,7 @@ extension Daemon {
         // Nobody is subscribed yet: restored countdowns are scheduled for their deadlines only.
         engine.setTicksEnabled(false, now: now)
         engine.continueSequence(after: recovered.lastSequence)
-        ring = EventRing(capacity: configuration.replayEventCapacity, keptAfter: recovered.eventsKeptAfter)
-        for event in recovered.events {
-            ring.append(event)
-        }
+        ring = recovered.ring
         // Those whose deadline passed while the daemon was down first, in deadline order, so
         // their late `done`s come out in the order they were due. The rest need no order (the
         // scheduler orders them): sorting a million of them took a fifth of the start-up.
@@ -50,9 +47,7 @@ extension Daemon {
         // Late `done`s are time's doing: released even when storage cannot take them yet.
         _ = journal.commit()
         release(batch.lifecycleEvents)
-        if !journal.acceptsChanges {
-            service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
-        }
+        retryStorageWhileFailing()
         phase = .idle
         let milliseconds = SystemClock.now().nanoseconds(since: began) / 1_000_000
         let restoring = SystemClock.now().nanoseconds(since: now) / 1_000_000
@@ -82,13 +77,28 @@ extension Daemon {
     /// what is in memory started, so an idle daemon loses nothing at its next stop or kill.
     func checkStateDirectory() {
         dispatchPrecondition(condition: .onQueue(queue))
-        if journal.checkDirectory() {
-            if case .failing = journal.health {
-                service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
-            }
+        journal.checkDirectory()
+        retryStorageWhileFailing()
+        takeSnapshotIfDue()
+        service.report(statusCounts(), now: SystemClock.now())
+        stateWatcher?.watch()
+    }
+
+    /// Starts the once-a-second storage retry whenever storage is failing, whoever noticed
+    /// (a commit, the directory watcher, a snapshot); idempotent.
+    func retryStorageWhileFailing() {
+        guard case .failing = journal.health else { return }
+        service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
+    }
+
+    /// A snapshot finished (on its own queue, handed back outside any batch): what it leaves to
+    /// do (another snapshot after a lost directory, a retry, the status) is done after a batch,
+    /// which the delayed work's timer brings about at once.
+    func snapshotLanded() {
+        later.schedule(at: SystemClock.now()) { [unowned self] _ in
+            retryStorageWhileFailing()
             takeSnapshotIfDue()
             service.report(statusCounts(), now: SystemClock.now())
         }
-        stateWatcher?.watch()
     }
 }

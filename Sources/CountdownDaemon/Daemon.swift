@@ -142,6 +142,7 @@ public final class Daemon: @unchecked Sendable {
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         later.onEarlierDeadline = { [unowned self] in armTimer() }
+        journal.onSnapshotFinished = { [unowned self] in snapshotLanded() }
         wallClock = try WallClockWatcher(poller: poller) { [unowned self] in wallClockStepped() }
         watchStateDirectory(poller: poller)
         try service.watchSignals(on: poller)
@@ -166,6 +167,9 @@ public final class Daemon: @unchecked Sendable {
         } else {
             try openForClients()
         }
+        // Restored countdowns and work scheduled during recovery (the storage retry, a log
+        // window's end) wait for the timer: armed now, before any client wakes the poller.
+        armTimer()
         return poller
     }
 
@@ -266,7 +270,7 @@ public final class Daemon: @unchecked Sendable {
         beginBatch()
         batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
         pollerBatch.deliverUrgent()
-        for connection in clients.takeCarriedOver() {
+        for connection in clients.takeCarriedOver(rotation: Self.minimumTurnsPerBatch) {
             readable(connection)
         }
         continueListings(now: SystemClock.now())
@@ -297,8 +301,8 @@ public final class Daemon: @unchecked Sendable {
             release(batch.lifecycleEvents)
         case .failed(let error):
             undoBatch(because: error)
-            service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
         }
+        retryStorageWhileFailing()
         statistics.recordTimeEvents(batch.timeEvents, writtenAt: SystemClock.now())
         phase = .flushing
         clients.flushTouched()  // The only place output is written while running.

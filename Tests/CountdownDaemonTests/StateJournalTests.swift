@@ -54,6 +54,27 @@ struct StateJournalTests {
         return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
     }
 
+    @Test("an empty newest journal file (a stop right after creating it) is removed and its number used again: the next start finds no gap")
+    func emptyNewestFileNumberReused() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        do {
+            let first = journal(in: directory)
+            _ = try recover(first)
+            #expect(batch(first, ["tea"], from: 1) == .durable)
+        }
+        // What a stop between creating journal.2 and writing its header leaves.
+        FileManager.default.createFile(atPath: directory + "/journal.000000000002", contents: Data())
+        do {
+            let second = journal(in: directory)
+            #expect(try recover(second).countdowns.map(\.name) == ["tea"])
+            #expect(second.generation == 2, "journal.2 made again, not journal.3")
+            #expect(batch(second, ["egg"], from: 2) == .durable)
+        }
+        let third = journal(in: directory)
+        #expect(Set(try recover(third).countdowns.map(\.name)) == ["tea", "egg"], "no gap: the start is not refused")
+    }
+
     @Test("a committed batch is recovered by the next journal; a rolled-back one is not; files are 0600; the directory is locked meanwhile")
     func commitAndRecover() throws {
         let scratch = ScratchDirectory()
@@ -81,7 +102,7 @@ struct StateJournalTests {
         let recovered = try recover(journal(in: directory))
         #expect(recovered.countdowns.map(\.name).sorted() == ["egg", "tea"])
         #expect(recovered.lastSequence == 2)
-        #expect(recovered.events.map(\.name) == ["tea", "egg"])
+        #expect(recovered.ring.events.map(\.name) == ["tea", "egg"])
     }
 
     @Test(

@@ -182,6 +182,39 @@ extension Integration {
             #expect(!daemon.stderrText.contains("a new state directory"), "the state was there: \(daemon.stderrText)")
         }
 
+        @Test("restored after a SIGKILL, a countdown finishes on time with no client connected: the timer is armed at start, not by the first client")
+        func restoredCountdownFiresOnIdleDaemon() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            #expect(try daemon.connect().request("START idle 2s").countdown != nil)
+            daemon.crash()
+            daemon = try DaemonProcess(directory: directory)
+            // Nobody connects: only the daemon's own timer can bring the done (seq 2).
+            try waitUntil(timeout: 60) { daemon.stderrText.contains("seq 2 (uid 0): done") }
+        }
+
+        @Test("the snapshot or a journal file deleted by hand while the directory stays: a full snapshot is written at once, so a SIGKILL then loses nothing and the next start is not refused", arguments: ["snapshot", "journal"])
+        func restingFileDeleted(file: String) throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            _ = try StorageFaults.pipeline((0..<100).map { "START first\($0) 1h" }, on: try daemon.connect())
+            #expect(daemon.terminate() == 0)  // A snapshot, then the next run's journal.
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            _ = try StorageFaults.pipeline((0..<100).map { "START second\($0) 1h" }, on: try daemon.connect())
+            daemon.crash()  // Its journal stays: the state rests on the snapshot and on it.
+            let restingJournal = try StorageFaults.newestJournal(in: state)
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            // Not the journal being written (that is a lost directory, tested above): one before it.
+            let victim = file == "snapshot" ? state + "/countdownd.db" : restingJournal
+            try FileManager.default.removeItem(atPath: victim)
+            try waitUntil(timeout: 60) { daemon.stderrText.contains("writing a full snapshot so that nothing rests on it") }
+            try waitUntil(timeout: 60) { daemon.stderrText.components(separatedBy: "snapshot of 200 countdowns written").count > 1 }
+            daemon.crash()
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(daemon).count == 200)
+        }
+
         @Test("the state directory deleted three times in a row under load, each time as soon as it was recreated (while 50,000 countdowns are rewritten): every OK survives SIGKILL")
         func directoryDeletedRepeatedly() throws {
             let directory = TemporaryDirectory()
@@ -496,7 +529,9 @@ extension Integration {
             try subscriber.send("SUBSCRIBE SINCE 2\n")
             #expect(try subscriber.readLine(timeout: 30) == "OK subscribed all seq 4")
             #expect(try subscriber.readLine(timeout: 30) == "EVENT 3 started c 3600000 3600000")
-            #expect(try subscriber.readLine(timeout: 30) == "EVENT 4 cancelled c 3600000 3600000")
+            // Its time left is whatever was left at the CANCEL: no bet on how fast that came.
+            let cancelled = try #require(try subscriber.readLine(timeout: 30))
+            #expect(cancelled.hasPrefix("EVENT 4 cancelled c ") && cancelled.hasSuffix(" 3600000"), "\(cancelled)")
             _ = try control.request("PAUSE a")
             #expect(try subscriber.readLine(timeout: 30)?.hasPrefix("EVENT 5 paused a ") == true, "then live, with no gap")
             let named = try daemon.connect()

@@ -37,6 +37,13 @@ final class StateDirectoryLock {
         self.descriptor = descriptor
     }
 
+    /// Whether the locked file is still the one at its path's name: a lock file deleted (by an
+    /// `rm -rf` of the directory the daemon then refilled) locks nothing another daemon sees.
+    var isLinked: Bool {
+        var info = stat()
+        return fstat(descriptor, &info) == 0 && info.st_nlink > 0
+    }
+
     deinit {
         close(descriptor)
     }

@@ -55,9 +55,9 @@ final class StateJournal: @unchecked Sendable {
         /// Every countdown, on this run's clock; whether a deadline passed is the engine's call.
         var countdowns: [PersistedCountdown] = []
         var lastSequence: UInt64 = 0
-        /// Recent lifecycle events for the replay ring, oldest first, complete after `eventsKeptAfter`.
-        var events: [CountdownEvent] = []
-        var eventsKeptAfter: UInt64 = 0
+        /// Recent lifecycle events: the replay ring as the snapshot and the journal leave it (a
+        /// long journal trims it by the ring's own per-owner rule, never silently).
+        var ring = EventRing(capacity: 0)
         /// What recovery had to say (torn tails cut, unreadable rows skipped), for the log.
         var remarks: [String] = []
         /// The files it read.
@@ -95,10 +95,19 @@ final class StateJournal: @unchecked Sendable {
     /// Whether any event was written (or recovered from the journal) since the last snapshot.
     private var eventsSinceSnapshot = false
     private var nextSnapshotAttempt = Instant(nanoseconds: .min)
+    /// A full snapshot is needed now (a file the state rests on was removed).
+    private var snapshotNeeded = false
     private var failingSince = Instant.zero
     /// Counts recreations of the state directory: a snapshot started before the last one was
     /// written into a directory that is gone, and does not make the state whole.
     private var directoryEpoch = 0
+    /// The first journal file the state in memory needs besides the snapshot: every file from it
+    /// to `generation` must exist, or a full snapshot must replace them.
+    private var journalChainStart: UInt64 = 1
+    /// Whether a snapshot file is part of the state on disk.
+    private var hasSnapshotFile = false
+    /// Runs on the queue when a snapshot has finished (landed or failed), outside any batch.
+    var onSnapshotFinished: (() -> Void)?
 
     /// Snapshot when this much journal has accumulated: recovery time stays bounded.
     var snapshotBytes: Int64 = 32 << 20
@@ -134,6 +143,7 @@ final class StateJournal: @unchecked Sendable {
         try FileSystem.createDirectory(directory)
         lock = try StateDirectoryLock(directory: directory)
         var recovered = Recovered()
+        recovered.ring = EventRing(capacity: keepEvents)
         // The snapshot's rows, then what the journal says later, by name (last record wins). Only
         // the journal's names are hashed: a snapshot of a million rows is taken as it is.
         var snapshotRows: [StoredCountdown] = []
@@ -153,8 +163,8 @@ final class StateJournal: @unchecked Sendable {
             snapshotSameBoot = bootID != nil && snapshot.bootID == bootID
             snapshotRows = snapshot.rows
             recovered.lastSequence = snapshot.lastSequence
-            recovered.events = snapshot.events
-            recovered.eventsKeptAfter = snapshot.eventsKeptAfter
+            recovered.ring = EventRing(capacity: keepEvents, keptAfter: snapshot.eventsKeptAfter)
+            for event in snapshot.events { recovered.ring.append(event) }
             firstGeneration = snapshot.journalGeneration
             if !snapshot.unreadableRows.isEmpty {
                 // Not named: a countdown's name can be personal data (sqlite3 shows the rows).
@@ -165,6 +175,7 @@ final class StateJournal: @unchecked Sendable {
         let snapshotRead = SystemClock.now()
         recovered.snapshotMilliseconds = snapshotRead.nanoseconds(since: began) / 1_000_000
         var highest = firstGeneration
+        var chainStart = UInt64.max
         let files = try journalFiles()
         // Each file continues the one before it, and the first continues the snapshot (or, with
         // none, the directory's beginning): a gap is a lost file, and a partial start would
@@ -172,7 +183,6 @@ final class StateJournal: @unchecked Sendable {
         var previous: (UInt64, String)?
         let newest = files.last?.0
         for (fileGeneration, path) in files {
-            highest = max(highest, fileGeneration)
             guard fileGeneration >= firstGeneration else {
                 // Left by a crash between a snapshot landing and the old files being removed.
                 // Ignored on purpose if it cannot be removed: older than the snapshot, it is
@@ -191,8 +201,10 @@ final class StateJournal: @unchecked Sendable {
                 // ever committed to it. Ignored on purpose if it cannot be removed: it is empty.
                 _ = unlink(path)
                 recovered.remarks.append("\(path) was empty (a stop right after it was created); removed it")
-                continue
+                continue  // Its number is used again: no gap.
             }
+            highest = max(highest, fileGeneration)
+            chainStart = min(chainStart, fileGeneration)
             // A record is about 90 bytes: room for this file's names at once, no rehashing.
             latest.reserveCapacity(latest.count + bytes.count / 80)
             journalStates.reserveCapacity(journalStates.count + bytes.count / 80)
@@ -207,12 +219,8 @@ final class StateJournal: @unchecked Sendable {
                     journalStates.append(state)
                 }
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
-                if record.event.kind.isLifecycle { recovered.events.append(record.event) }  // Not `snapshot` records.
+                recovered.ring.append(record.event)  // Lifecycle events only: not `snapshot` records.
                 eventCount += 1
-                // Only the last `keepEvents` are wanted (the replay ring's capacity).
-                if recovered.events.count >= 2 * keepEvents + 1024 {
-                    recovered.events.removeFirst(recovered.events.count - keepEvents)
-                }
             }
             if let damage = scan.damage {
                 throw .damaged(
@@ -239,6 +247,9 @@ final class StateJournal: @unchecked Sendable {
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
         recovered.journalMilliseconds = SystemClock.now().nanoseconds(since: snapshotRead) / 1_000_000
         generation = highest
+        // The files this state rests on: from the first read (or the next one made) on.
+        journalChainStart = min(chainStart, highest + 1)
+        hasSnapshotFile = hasSnapshot
         return recovered
     }
 
@@ -416,14 +427,34 @@ final class StateJournal: @unchecked Sendable {
     /// write would be, busy or idle: recreated, with a new journal, and `awaitingSnapshot` until
     /// a full snapshot of what is in memory lands. Call between batches.
     /// - Returns: whether the directory was lost (it may be recreated already, or still failing).
+    ///
+    /// A file the state rests on deleted by hand (the snapshot, or a journal file since it) while
+    /// the directory stays: a full snapshot is taken at once, so the next start does not find a
+    /// gap.
     @discardableResult
     func checkDirectory() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         if case .failing = health { return false }  // The retry loop is on it.
-        guard file >= 0, directoryIsLost else { return false }
+        guard file >= 0 else { return false }
+        guard directoryIsLost else {
+            if health == .available && !snapshotNeeded && restingFileIsMissing {
+                snapshotNeeded = true
+                nextSnapshotAttempt = Instant(nanoseconds: .min)
+                logger.log(.warning, "a file of the state in \(directory) was removed; writing a full snapshot so that nothing rests on it")
+            }
+            return false
+        }
         enterFailing(.directoryGone(path: directory))
         _ = retry()
         return true
+    }
+
+    /// Whether the snapshot, or a journal file from `journalChainStart` to the current one, is
+    /// missing.
+    private var restingFileIsMissing: Bool {
+        if hasSnapshotFile && access(directory + "/" + SnapshotFile.fileName, F_OK) != 0 { return true }
+        guard journalChainStart <= generation else { return false }
+        return (journalChainStart...generation).contains { access(journalPath($0), F_OK) != 0 }
     }
 
     private func enterFailing(_ error: StorageError) {
@@ -447,7 +478,7 @@ final class StateJournal: @unchecked Sendable {
             if directoryIsLost {
                 let directoryWasGone = access(directory, F_OK) != 0
                 try FileSystem.createDirectory(directory)
-                if directoryWasGone || lock == nil {
+                if directoryWasGone || lock == nil || lock?.isLinked == false {
                     lock = nil
                     lock = try StateDirectoryLock(directory: directory)
                 }
@@ -458,6 +489,8 @@ final class StateJournal: @unchecked Sendable {
                     // makes the state durable again, and one already being written does not.
                     directoryEpoch += 1
                     nextSnapshotAttempt = Instant(nanoseconds: .min)
+                    hasSnapshotFile = false
+                    journalChainStart = generation
                     health = .awaitingSnapshot
                     logger.log(.notice, "recreated the state directory \(directory); writing a full snapshot before accepting changes")
                     return false
@@ -483,7 +516,7 @@ final class StateJournal: @unchecked Sendable {
         case .failing: return false
         case .awaitingSnapshot: return true
         case .available:
-            return bytesSinceSnapshot >= snapshotBytes || filesSinceSnapshot >= snapshotFiles
+            return snapshotNeeded || bytesSinceSnapshot >= snapshotBytes || filesSinceSnapshot >= snapshotFiles
                 || (filesSinceSnapshot > 0 && now.nanoseconds(since: lastSnapshot) >= snapshotAge && bytesSinceSnapshot > 4096)
         }
     }
@@ -571,9 +604,14 @@ final class StateJournal: @unchecked Sendable {
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
         snapshotInProgress = false
+        defer { onSnapshotFinished?() }
         if case .success = result, epoch != directoryEpoch || directoryIsLost {
-            // Written into a directory deleted (or replaced) meanwhile: it counts for nothing.
+            // Written into a directory deleted (or replaced) meanwhile: it counts for nothing. If
+            // it landed in the recreated one, it lacks what the lost journal held: removed, so
+            // that a stop before the next one lands is refused at start, not started partly.
+            // (Snapshots are written one at a time: no newer one can be there.)
             logger.log(.warning, "the state directory \(directory) was lost while a snapshot was written into it; writing another")
+            if epoch != directoryEpoch { _ = unlink(directory + "/" + SnapshotFile.fileName) }
             if !checkDirectory() { nextSnapshotAttempt = Instant(nanoseconds: .min) }
             return
         }
@@ -587,6 +625,9 @@ final class StateJournal: @unchecked Sendable {
             }
             bytesSinceSnapshot = fileLength
             filesSinceSnapshot = 1
+            hasSnapshotFile = true
+            snapshotNeeded = false
+            journalChainStart = covered
             eventsSinceSnapshot = fileLength > headerFrameLength
             lastSnapshot = SystemClock.now()
             let milliseconds = lastSnapshot.nanoseconds(since: started) / 1_000_000
