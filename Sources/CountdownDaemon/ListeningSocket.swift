@@ -37,12 +37,17 @@ final class ListeningSocket {
         }
         let fd = countdownd_unix_stream_socket(1)
         guard fd >= 0 else { throw .system("socket(AF_UNIX)", errno) }
-        // Bind under a umask that leaves the file no wider than 0600, then set the asked mode:
-        // there is no moment in which the socket is more open than configured.
-        let previousMask = umask(0o177)
+        // The file bind creates takes the socket's own mode (less the umask) on Linux: 0600 set
+        // on the socket first, then the asked mode, so the socket is never more open than
+        // configured. (Not umask(): it is the whole process's, and other threads creating files
+        // meanwhile got 0600 ones.)
+        guard fchmod(fd, 0o600) == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw .system("fchmod(socket)", code)
+        }
         let bound = try UnixSocket.withAddress(path) { address, length in Glibc.bind(fd, address, length) }
         let bindErrno = errno
-        umask(previousMask)
         guard bound == 0 else {
             Glibc.close(fd)
             throw .system("bind(\(path))", bindErrno)
