@@ -93,10 +93,10 @@ public final class Daemon: @unchecked Sendable {
         self.fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
     }
 
-    /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT.
+    /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT. It blocks
+    /// both signals first, so call it before the process starts any thread; the calling thread
+    /// becomes the poll thread.
     /// - Throws: `DaemonError` when it cannot start (socket in use, bad path, unreadable state, …).
-    /// Blocks SIGTERM and SIGINT first: call it before the process starts any thread. The calling
-    /// thread becomes the poll thread.
     public func run() throws(DaemonError) -> Never {
         // Before any thread exists, so that every thread inherits the mask and the signals wait
         // for the signalfd (`TerminationSignals`), however early they come. (Not `dispatchMain`

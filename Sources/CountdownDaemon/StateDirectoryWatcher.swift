@@ -12,7 +12,6 @@ final class StateDirectoryWatcher {
     private let directory: String
     private let poller: EventPoller
     private var token: EventPoller.Token?
-    private var watchDescriptor: Int32 = -1
 
     /// What is watched: the directory itself deleted or moved, and files in it deleted or moved
     /// out (the journal or snapshot removed by hand). The daemon's own removals of old journal
@@ -47,9 +46,7 @@ final class StateDirectoryWatcher {
     /// did not (the directory is gone this instant), the storage retry calls this again.
     @discardableResult
     func watch() -> Bool {
-        let added = inotify_add_watch(descriptor, directory, Self.events)
-        guard added >= 0 else { return false }
-        watchDescriptor = added
-        return true
+        // The watch's number is not kept: every event means "look", whichever watch it came from.
+        inotify_add_watch(descriptor, directory, Self.events) >= 0
     }
 }

@@ -63,8 +63,7 @@ extension Integration {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
             let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--max-countdowns", "40", "--max-connections", "40"], directory: directory)
-            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", HostileTests.floodScript]
-            let starts = try runCommand(asNobody[0], Array(asNobody.dropFirst()) + ["countdowns", daemon.socketPath, "100"], timeout: 60)
+            let starts = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["countdowns", daemon.socketPath, "100"], timeout: 60)
             #expect(starts.stdout.hasPrefix("ok=38 limit=62 "), "\(starts.stdout)\(starts.stderr)")
             #expect(starts.stdout.contains("the last 2 are kept for root"), "\(starts.stdout)")
             let root = try daemon.connect()
@@ -81,7 +80,7 @@ extension Integration {
             let held = directory.file("held")
             // Made here, writable by the other uid: the directory is root's.
             #expect(FileManager.default.createFile(atPath: held, contents: nil, attributes: [.posixPermissions: 0o666]))
-            let holder = try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + ["connections", daemon.socketPath, held], environment: [:])
+            let holder = try ChildProcess(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["connections", daemon.socketPath, held], environment: [:])
             defer { holder.signal(SIGKILL); holder.wait() }
             try waitUntil(timeout: 60) { ((try? String(contentsOfFile: held, encoding: .utf8)) ?? "").hasSuffix("\n") }
             let report = try String(contentsOfFile: held, encoding: .utf8)
@@ -133,8 +132,7 @@ extension Integration {
             let root = try daemon.connect()
             #expect(try root.request("START mine 1h").countdown != nil)
             let before = try #require(try statValue("last_seq", on: root))
-            let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", HostileTests.floodScript]
-            let flood = try runCommand(asNobody[0], Array(asNobody.dropFirst()) + ["churn", daemon.socketPath, "25000"], timeout: 300)
+            let flood = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["churn", daemon.socketPath, "25000"], timeout: 300)
             #expect(flood.stdout.hasPrefix("events=75000"), "\(flood.stdout)\(flood.stderr)")
             #expect(try statValue("last_seq", on: root) == before + 75_000)
             // Root's own countdown: its history reaches back to the start.
@@ -201,5 +199,8 @@ extension Integration {
         }
 
         static let floodScript = packageRoot + "/Tests/Scripts/flood-as-user.py"
+
+        /// The hostile user's driver, run as uid 65534: the command, then its arguments.
+        static let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", floodScript]
     }
 }
