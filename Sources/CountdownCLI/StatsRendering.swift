@@ -33,6 +33,7 @@ public enum StatsRendering {
         ])
         metric("connections", "gauge", "Client connections.", [("", "connections", 1)])
         metric("subscribers", "gauge", "Connections subscribed to events.", [("", "subscribers", 1)])
+        metric("subscribers_behind", "gauge", "Subscribers sent no ticks for now, for being more than 64 KiB behind.", [("", "subscribers_behind", 1)])
         metric("uptime_seconds", "gauge", "Seconds since the daemon started.", [("", "uptime_s", 1)])
         metric("last_seq", "gauge", "Number of the last lifecycle event.", [("", "last_seq", 1)])
         let kinds = stats.map(\.key).filter { $0.hasPrefix("events_") }

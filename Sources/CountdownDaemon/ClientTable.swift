@@ -56,6 +56,9 @@ final class ClientTable: @unchecked Sendable {
     private let overflowed: RateLimitedWarning
     /// Called for a connection that is being closed (to forget its subscriptions).
     var onClose: (Connection) -> Void = { _ in }
+    /// Called when a connection's output was all written (a subscriber held for being behind
+    /// takes ticks again).
+    var onOutputDrained: (Connection) -> Void = { _ in }
 
     init(queue: DispatchQueue, later: DelayedWork, logger: Logger, configuration: DaemonConfiguration) {
         self.queue = queue
@@ -145,8 +148,7 @@ final class ClientTable: @unchecked Sendable {
             id: nextConnectionID,
             descriptor: descriptor,
             peerUID: peerUID,
-            poller: poller,
-            outputCoalesceThreshold: configuration.outputCoalesceThreshold
+            poller: poller
         )
         nextConnectionID += 1
         connection.onPollerFailure = { [unowned self] connection, error in
@@ -308,6 +310,7 @@ final class ClientTable: @unchecked Sendable {
         switch connection.output.write(to: connection.descriptor, scratch: &scratch) {
         case .drained:
             connection.stopWaitingForWritable()
+            onOutputDrained(connection)
             if connection.isReplyInProgress {
                 return  // Continued by a later batch (`hasListingWithRoom`, or etcd's answer).
             } else if connection.isClosing {

@@ -26,11 +26,13 @@ final class Connection {
     /// Splits incoming bytes into request lines.
     var framer = LineFramer()
     /// Replies and events waiting to be written.
-    var output: OutputQueue
+    var output = OutputQueue()
     /// What this connection receives events for.
     var subscription = Subscription.none
     /// Which kinds of events it receives (`SUBSCRIBE … EVENTS`).
     var eventKinds = EventKindSet.all
+    /// It is sent no ticks for now: it fell behind (`EventFanOut`), until its output drains.
+    var areTicksHeld = false
     /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
     /// it is unfinished, the connection's further requests wait.
     var listing: ListingInProgress?
@@ -63,12 +65,11 @@ final class Connection {
     private var wantsRoom = false
 
     /// Wraps an accepted, non-blocking descriptor.
-    init(id: Int, descriptor: Int32, peerUID: UInt32, poller: EventPoller, outputCoalesceThreshold: Int) {
+    init(id: Int, descriptor: Int32, peerUID: UInt32, poller: EventPoller) {
         self.id = id
         self.descriptor = descriptor
         self.peerUID = peerUID
         self.poller = poller
-        self.output = OutputQueue(coalesceThreshold: outputCoalesceThreshold)
     }
 
     /// Registers the connection and starts reading. `readable` and `writable` run on the queue,

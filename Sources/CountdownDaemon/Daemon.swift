@@ -128,6 +128,7 @@ public final class Daemon: @unchecked Sendable {
         clients.listener = listener
         clients.connectionLimit = connectionLimit()
         clients.onClose = { [unowned self] connection in fanOut.unsubscribe(connection) }
+        clients.onOutputDrained = { [unowned self] connection in fanOut.outputDrained(connection) }
         // Ticks only where someone looks: the fan-out tells the engine who follows what.
         fanOut.tickInterest = EventFanOut.TickInterest(
             everything: { [unowned self] on in engine.setTicksEnabled(on, now: SystemClock.now()) },

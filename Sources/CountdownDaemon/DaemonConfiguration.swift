@@ -27,8 +27,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var maximumConnectionsPerUser = 1_000
     /// The most names one connection may subscribe to.
     public var maximumSubscriptionsPerConnection = 10_000
-    /// Once a connection has this many bytes unsent, its queued ticks are coalesced.
-    public var outputCoalesceThreshold = 64 * 1024
+    /// Once a subscriber has this many bytes unsent, it is sent no ticks until its output
+    /// drains: a subscriber that reads slowly or not at all costs nothing per tick.
+    public var tickHoldThreshold = 64 * 1024
     /// Once a connection has this many bytes unsent, its requests are not read until they drain:
     /// backpressure for clients that pipeline without reading. Generous, so that a client may
     /// send tens of thousands of requests before it reads a reply; nothing is dropped either way.

@@ -88,6 +88,7 @@ extension Daemon {
             ("finished", "\(engine.finishedCount)"),
             ("connections", "\(clients.count)"),
             ("subscribers", "\(fanOut.subscriberCount)"),
+            ("subscribers_behind", "\(fanOut.heldCount)"),
             ("listings_in_progress", "\(clients.listingConnections.count)"),
             ("last_seq", "\(engine.lastSequence)"),
         ]

@@ -3,7 +3,13 @@ import Dispatch
 
 /// The event fan-out: who follows what (everything, or some names), and delivery: each event is
 /// encoded once into a reused buffer and the same bytes are appended to every matching
-/// subscriber's output queue. A subscriber past the hard output limit is disconnected.
+/// subscriber's output queue.
+///
+/// What a subscriber costs is bounded by what it reads. Ticks are derived data: once a
+/// subscriber has `tickHoldThreshold` bytes unsent, it is sent no ticks (and costs nothing per
+/// tick: it leaves the groups that ticks are delivered to) until its output drains; then the next
+/// tick of each countdown brings it up to date. Lifecycle events are queued, each one, up to the
+/// hard output limit; past it the subscriber gets `ERR overflow` and is disconnected.
 ///
 /// Names are per user (`CountdownAddress`): "everything" is every countdown for root, and a
 /// user's own for anyone else; the owner sees its countdowns by plain name, root as `<uid>/<name>`.
@@ -15,10 +21,19 @@ final class EventFanOut {
     private unowned let clients: ClientTable
     private let maximumNamesPerConnection: Int
     private let outputHardLimit: Int
+    private let tickHoldThreshold: Int
     /// Root's connections that follow everything.
     private var allSubscribers: [Int: Connection] = [:]
     /// Other users' connections that follow everything of theirs, by uid.
     private var ownerSubscribers: [UInt32: [Int: Connection]] = [:]
+    /// The members of those two that take ticks now (they take the kind, and are not behind):
+    /// ticks, by far the most frequent events, are delivered by these alone.
+    private var allTickSubscribers: [Int: Connection] = [:]
+    private var ownerTickSubscribers: [UInt32: [Int: Connection]] = [:]
+    /// Subscribers found behind during a delivery, held once it ends.
+    private var fallenBehind: [Connection] = []
+    /// Subscribers sent no ticks for being behind, now.
+    private(set) var heldCount = 0
     /// Connections that follow some countdowns, by key.
     private var nameSubscribers: [String: [Int: Connection]] = [:]
     /// Reused for each event's bytes: as root sees it (the key), and as its owner does.
@@ -54,6 +69,7 @@ final class EventFanOut {
         self.clients = clients
         maximumNamesPerConnection = configuration.maximumSubscriptionsPerConnection
         outputHardLimit = configuration.outputHardLimit
+        tickHoldThreshold = configuration.tickHoldThreshold
     }
 
 
@@ -78,7 +94,10 @@ final class EventFanOut {
         }
         connection.eventKinds = kinds
         if names.isEmpty {
-            if connection.subscription == .all { return }  // Already: nothing more changes.
+            if connection.subscription == .all {  // Already: only the kinds changed.
+                updateTickGroup(connection)
+                return
+            }
             unsubscribe(connection)
             connection.eventKinds = kinds
             countSubscriber(connection, 1)
@@ -89,9 +108,13 @@ final class EventFanOut {
                 ownerSubscribers[connection.peerUID, default: [:]][connection.id] = connection
             }
             if kinds.includes(.tick) { setTickInterest(of: connection, true) }
+            updateTickGroup(connection)
             return
         }
-        if connection.subscription == .all { return }  // Already receives everything.
+        if connection.subscription == .all {  // Already receives everything.
+            updateTickGroup(connection)
+            return
+        }
         for name in wanted.subtracting(followed) {
             nameSubscribers[name, default: [:]][connection.id] = connection
             if kinds.includes(.tick) { tickInterest.key(name, true) }
@@ -140,6 +163,37 @@ final class EventFanOut {
         connection.subscription = .none
         connection.eventKinds = .all
         countSubscriber(connection, -1)
+        if connection.areTicksHeld {
+            connection.areTicksHeld = false
+            heldCount -= 1
+        }
+        updateTickGroup(connection)
+    }
+
+    /// Puts a connection in the tick groups, or takes it out, as it now qualifies: it follows
+    /// everything, takes ticks, and is not held.
+    private func updateTickGroup(_ connection: Connection) {
+        let takesTicks = connection.subscription == .all && connection.eventKinds.includes(.tick)
+            && !connection.areTicksHeld
+        if connection.peerUID == 0 {
+            allTickSubscribers[connection.id] = takesTicks ? connection : nil
+        } else if takesTicks {
+            ownerTickSubscribers[connection.peerUID, default: [:]][connection.id] = connection
+        } else if ownerTickSubscribers[connection.peerUID]?.removeValue(forKey: connection.id) != nil,
+            ownerTickSubscribers[connection.peerUID]?.isEmpty == true
+        {
+            ownerTickSubscribers[connection.peerUID] = nil
+        }
+    }
+
+    /// Sends ticks again to a connection held for being behind: its output drained. The next
+    /// tick of each countdown it follows brings it up to date.
+    func outputDrained(_ connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard connection.areTicksHeld else { return }
+        connection.areTicksHeld = false
+        heldCount -= 1
+        updateTickGroup(connection)
     }
 
     /// Root's connections that follow everything and take ticks: while there is one, every
@@ -169,10 +223,13 @@ final class EventFanOut {
     func deliver(_ events: [CountdownEvent], batch: Int) {
         dispatchPrecondition(condition: .onQueue(queue))
         for event in events {
+            let isTick = event.kind == .tick
+            let everyone = isTick ? allTickSubscribers : allSubscribers
             // Most daemons have no per-name subscriber; then no name is hashed per event.
             let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
-            let byOwner = ownerSubscribers.isEmpty || event.owner == 0 ? nil : ownerSubscribers[event.owner]
-            if allSubscribers.isEmpty && byName == nil && byOwner == nil { continue }
+            let owners = isTick ? ownerTickSubscribers : ownerSubscribers
+            let byOwner = owners.isEmpty || event.owner == 0 ? nil : owners[event.owner]
+            if everyone.isEmpty && byName == nil && byOwner == nil { continue }
             eventBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendEvent(event, to: &eventBuffer)
             // Root's own countdowns read the same either way.
@@ -181,30 +238,48 @@ final class EventFanOut {
                 ownerEventBuffer.removeAll(keepingCapacity: true)
                 WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
             }
-            let tickName = event.kind == .tick ? event.name : nil
-            for connection in allSubscribers.values {
-                append(eventBuffer, kind: event.kind, tickName: tickName, to: connection, batch: batch)
+            for connection in everyone.values {
+                append(eventBuffer, kind: event.kind, to: connection, batch: batch)
             }
             if let byOwner {
                 for connection in byOwner.values {
-                    append(ownerEventBuffer, kind: event.kind, tickName: tickName, to: connection, batch: batch)
+                    append(ownerEventBuffer, kind: event.kind, to: connection, batch: batch)
                 }
             }
             if let byName {
                 for connection in byName.values {
                     let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
-                    append(line, kind: event.kind, tickName: tickName, to: connection, batch: batch)
+                    append(line, kind: event.kind, to: connection, batch: batch)
                 }
             }
+            if !fallenBehind.isEmpty { holdFallenBehind() }
         }
     }
 
-    private func append(_ line: [UInt8], kind: EventKind, tickName: String?, to connection: Connection, batch: Int) {
+    private func append(_ line: [UInt8], kind: EventKind, to connection: Connection, batch: Int) {
         guard !connection.isClosing, connection.eventKinds.includes(kind) else { return }
+        if kind == .tick {
+            guard !connection.areTicksHeld else { return }
+            if connection.output.byteCount >= tickHoldThreshold {
+                connection.areTicksHeld = true
+                heldCount += 1
+                fallenBehind.append(connection)  // Out of the groups once this event is delivered.
+                return
+            }
+        }
         clients.touch(connection, batch: batch)
-        connection.output.appendEvent(line, tickName: tickName)
+        connection.output.appendEvent(line)
         if connection.output.byteCount > outputHardLimit {
             clients.overflow(connection)
         }
+    }
+
+    /// Takes the subscribers just found behind out of the tick groups (not while those are being
+    /// walked).
+    private func holdFallenBehind() {
+        for connection in fallenBehind {
+            updateTickGroup(connection)
+        }
+        fallenBehind.removeAll(keepingCapacity: true)
     }
 }

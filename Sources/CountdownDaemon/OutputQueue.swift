@@ -2,55 +2,30 @@ import Glibc
 
 /// A connection's pending output: replies and events not yet written to its socket.
 ///
-/// Replies and events are appended to the queue's last chunk while it is small (one copy of a few
-/// dozen bytes, no allocation per event). Once a subscriber is more than `coalesceThreshold` bytes
-/// behind, each tick gets a chunk of its own, and a new tick replaces that countdown's older tick
-/// still in the queue (the subscriber sees a gap in `seq`); lifecycle events are never dropped.
-/// The caller enforces the hard limit through `byteCount`.
+/// Bytes are appended to the queue's last chunk while it is small (one copy of a few dozen bytes,
+/// no allocation per event), and written with as few `send`s as the socket allows. What is queued
+/// is bounded by its callers: events by the fan-out (no ticks once a subscriber is behind, a
+/// disconnection past the hard limit), replies by the client table's backpressure.
 struct OutputQueue {
-    private struct Chunk {
-        var bytes: [UInt8]
-        /// The countdown a queued tick belongs to, when it may be replaced by a newer one.
-        var tickName: String?
-        /// Whether more bytes may be appended in place (not a replaceable tick).
-        var isAppendable: Bool
-    }
-
-    private var chunks: [Chunk] = []
+    private var chunks: [[UInt8]] = []
     /// Index of the first chunk not fully written.
     private var head = 0
     /// Bytes of `chunks[head]` already written.
     private var headOffset = 0
-    /// Absolute index of each replaceable tick still queued, by countdown name.
-    private var queuedTicks: [String: Int] = [:]
-    /// Chunks removed from the front so far, to turn absolute indices into array indices.
+    /// Chunks removed from the front so far, to turn the mark's absolute index into an array one.
     private var removedChunks = 0
-    /// Replaced ticks whose emptied chunks are still in `chunks`: compacted away once they are
-    /// most of it, so a subscriber that never reads costs memory and write time for what it
-    /// holds, not for every tick it missed.
-    private var emptiedChunks = 0
-
-    /// How many chunks the queue holds, emptied ones included (for the tests).
-    var chunkCount: Int { chunks.count - head }
 
     /// Bytes waiting to be written.
     private(set) var byteCount = 0
-    /// How far behind a subscriber must be before its ticks are coalesced.
-    let coalesceThreshold: Int
 
     /// Creates an empty queue.
-    init(coalesceThreshold: Int) {
-        self.coalesceThreshold = coalesceThreshold
-    }
+    init() {}
 
     /// Whether the peer has received part of a line (the head chunk is partly written).
     var isMidLine: Bool { headOffset > 0 }
 
     /// Whether there is nothing to write.
     var isEmpty: Bool { byteCount == 0 }
-
-    /// How many ticks were replaced by newer ones, over the queue's life.
-    private(set) var coalescedTickCount = 0
 
     /// The batch whose output starts at the mark, and where it starts: the absolute chunk count
     /// and the length of the last chunk then.
@@ -64,7 +39,7 @@ struct OutputQueue {
         guard markedBatch != number else { return }
         markedBatch = number
         markChunkCount = removedChunks + chunks.count
-        markLastChunkLength = chunks.last?.bytes.count ?? 0
+        markLastChunkLength = chunks.last?.count ?? 0
     }
 
     /// Drops everything appended since `mark(batch: number)`: the batch's changes were undone,
@@ -73,100 +48,36 @@ struct OutputQueue {
     mutating func rollback(batch number: Int) -> Bool {
         guard markedBatch == number else { return false }
         markedBatch = -1
-        // Nothing is written during a batch, so the head can have passed the mark only by
-        // dropping the batch's own replaced ticks: everything from the head on is the batch's.
-        let keep = max(markChunkCount - removedChunks, head)
-        guard keep <= chunks.count else { return false }
+        // Nothing is written during a batch: the head is at or before the mark.
+        let keep = markChunkCount - removedChunks
+        guard keep >= head, keep <= chunks.count else { return false }
         chunks.removeSubrange(keep...)
-        if keep > 0, chunks[keep - 1].bytes.count > markLastChunkLength {
-            chunks[keep - 1].bytes.removeSubrange(max(markLastChunkLength, head == keep - 1 ? headOffset : 0)...)
+        if keep > 0, chunks[keep - 1].count > markLastChunkLength {
+            chunks[keep - 1].removeSubrange(max(markLastChunkLength, head == keep - 1 ? headOffset : 0)...)
         }
-        queuedTicks = queuedTicks.filter { $0.value < markChunkCount }
-        byteCount = chunks[head...].reduce(0) { $0 + $1.bytes.count } - headOffset
-        emptiedChunks = chunks[head...].reduce(0) { $0 + ($1.bytes.isEmpty ? 1 : 0) }
+        byteCount = chunks[head...].reduce(0) { $0 + $1.count } - headOffset
         return true
     }
 
     /// Appends reply bytes.
     mutating func appendReply(_ bytes: [UInt8]) {
-        guard !bytes.isEmpty else { return }
-        byteCount += bytes.count
-        appendInPlace(bytes)
+        append(bytes)
     }
 
-    /// Appends one event's bytes. `tickName` is set for ticks, which may be coalesced.
-    mutating func appendEvent(_ bytes: [UInt8], tickName: String?) {
-        guard !bytes.isEmpty else { return }  // An empty chunk would read as a replaced tick.
-        byteCount += bytes.count
-        guard let tickName, byteCount > coalesceThreshold else {
-            appendInPlace(bytes)
-            return
-        }
-        if let previous = queuedTicks[tickName] {
-            let index = previous - removedChunks
-            // Replace only a tick no byte of which has been written.
-            if index > head || (index == head && headOffset == 0) {
-                byteCount -= chunks[index].bytes.count
-                chunks[index].bytes = []
-                chunks[index].tickName = nil
-                coalescedTickCount += 1
-                emptiedChunks += 1
-                if index == head {
-                    dropEmptyHeadChunks()
-                }
-            }
-        }
-        queuedTicks[tickName] = removedChunks + chunks.count
-        chunks.append(Chunk(bytes: bytes, tickName: tickName, isAppendable: false))
-        if emptiedChunks > 1024 && emptiedChunks * 2 > chunks.count - head {
-            compact()
-        }
-    }
-
-    /// Removes the emptied chunks of replaced ticks, renumbering what refers to chunks by
-    /// absolute index (queued ticks, the batch mark) as if the kept chunks had always been the
-    /// only ones. O(chunks), run once the emptied ones are the majority: amortised O(1) a tick.
-    private mutating func compact() {
-        let newBase = removedChunks + chunks.count  // Past every old absolute index.
-        var kept: [Chunk] = []
-        kept.reserveCapacity(chunks.count - head - emptiedChunks)
-        // The mark sits before the chunk numbered `markChunkCount` (or past the end); one before
-        // the head (the batch's first chunks were dropped replaced ticks) moves to the head.
-        var newMark = markChunkCount < removedChunks + head ? newBase : nil
-        for index in head..<chunks.count {
-            let absolute = removedChunks + index
-            if absolute == markChunkCount { newMark = newBase + kept.count }
-            let chunk = chunks[index]
-            // The head is never an emptied chunk (`dropEmptyHeadChunks`); it may be partly written.
-            if chunk.bytes.isEmpty && index != head { continue }
-            if let name = chunk.tickName, queuedTicks[name] == absolute {
-                queuedTicks[name] = newBase + kept.count
-            }
-            kept.append(chunk)
-        }
-        let mark = newMark ?? newBase + kept.count  // No chunk at the mark: it was at the end.
-        // The chunk that was last when the mark was set, by array index.
-        let lastAtMark = markChunkCount - removedChunks - 1
-        if lastAtMark >= head, lastAtMark < chunks.count, chunks[lastAtMark].bytes.isEmpty, mark > newBase {
-            // It was a tick, emptied since: its kept predecessor had nothing appended after the
-            // mark (appends go to the last chunk only, and that was the tick), so a rollback
-            // keeps all of it.
-            markLastChunkLength = kept[mark - newBase - 1].bytes.count
-        }
-        markChunkCount = mark
-        chunks = kept
-        removedChunks = newBase
-        head = 0
-        emptiedChunks = 0
+    /// Appends one event's bytes.
+    mutating func appendEvent(_ bytes: [UInt8]) {
+        append(bytes)
     }
 
     /// Adds bytes to the last chunk while it is small; otherwise starts a new one.
-    private mutating func appendInPlace(_ bytes: [UInt8]) {
-        if head < chunks.count, chunks[chunks.count - 1].isAppendable, chunks[chunks.count - 1].bytes.count < 16_384 {
+    private mutating func append(_ bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        byteCount += bytes.count
+        if head < chunks.count, chunks[chunks.count - 1].count < 16_384 {
             // Appending behind a partly written chunk is safe: written bytes stay at its front.
-            chunks[chunks.count - 1].bytes.append(contentsOf: bytes)
+            chunks[chunks.count - 1].append(contentsOf: bytes)
         } else {
-            chunks.append(Chunk(bytes: bytes, tickName: nil, isAppendable: true))
+            chunks.append(bytes)
         }
     }
 
@@ -175,7 +86,7 @@ struct OutputQueue {
     mutating func discardAllButCurrentLine() {
         var keep: [UInt8] = []
         if head < chunks.count && headOffset > 0 {
-            let rest = chunks[head].bytes[headOffset...]
+            let rest = chunks[head][headOffset...]
             if let newline = rest.firstIndex(of: UInt8(ascii: "\n")) {
                 keep = Array(rest[...newline])
             }
@@ -214,7 +125,7 @@ struct OutputQueue {
 
     private func writeOnce(_ descriptor: Int32, scratch: inout [UInt8]) -> Int {
         let gatherLimit = 64 * 1024
-        let first = chunks[head].bytes
+        let first = chunks[head]
         if first.count - headOffset >= gatherLimit / 4 || head + 1 == chunks.count {
             return first.withUnsafeBytes { raw in
                 send(descriptor, raw.baseAddress.map { $0 + headOffset }, raw.count - headOffset, Int32(MSG_NOSIGNAL))
@@ -223,8 +134,8 @@ struct OutputQueue {
         scratch.removeAll(keepingCapacity: true)
         scratch.append(contentsOf: first[headOffset...])
         var index = head + 1
-        while index < chunks.count && scratch.count + chunks[index].bytes.count <= gatherLimit {
-            scratch.append(contentsOf: chunks[index].bytes)
+        while index < chunks.count && scratch.count + chunks[index].count <= gatherLimit {
+            scratch.append(contentsOf: chunks[index])
             index += 1
         }
         return scratch.withUnsafeBytes { raw in
@@ -236,47 +147,29 @@ struct OutputQueue {
         var remaining = written
         byteCount -= written
         while remaining > 0 && head < chunks.count {
-            let available = chunks[head].bytes.count - headOffset
+            let available = chunks[head].count - headOffset
             if remaining >= available {
                 remaining -= available
-                dropHeadChunk()
+                chunks[head] = []
+                head += 1
+                headOffset = 0
             } else {
                 headOffset += remaining
                 remaining = 0
             }
         }
-        dropEmptyHeadChunks()
-        if head > 1024 && head * 2 > chunks.count {
+        if head > 64 && head * 2 > chunks.count {
             chunks.removeSubrange(0..<head)
             removedChunks += head
             head = 0
         }
     }
 
-    /// Skips chunks emptied by coalescing, so the head always has bytes to write.
-    private mutating func dropEmptyHeadChunks() {
-        while head < chunks.count && chunks[head].bytes.count == headOffset {
-            dropHeadChunk()
-        }
-    }
-
-    private mutating func dropHeadChunk() {
-        if let name = chunks[head].tickName, queuedTicks[name] == removedChunks + head {
-            queuedTicks[name] = nil
-        }
-        if chunks[head].bytes.isEmpty { emptiedChunks -= 1 }
-        chunks[head].bytes = []
-        head += 1
-        headOffset = 0
-    }
-
     private mutating func reset() {
         markedBatch = -1
         removedChunks += chunks.count
         chunks.removeAll(keepingCapacity: chunks.capacity <= 4096)
-        queuedTicks.removeAll(keepingCapacity: false)
         head = 0
         headOffset = 0
-        emptiedChunks = 0
     }
 }

@@ -111,10 +111,10 @@ struct ClientTableTests {
         #expect(harness.readLines(teaOnly, count: 3) == ["EVENT 1 started tea 5000 5000", "EVENT 1 tick tea 4000 5000", "EVENT 3 done tea 0 5000"])
     }
 
-    @Test("a subscriber that never reads: its ticks are coalesced to the newest per countdown; past the hard limit it gets ERR overflow and is closed")
+    @Test("a subscriber that never reads: past the tick threshold it is sent no ticks; past the hard limit on lifecycle events it gets ERR overflow and is closed")
     func neverReads() throws {
         let harness = try TableHarness {
-            $0.outputCoalesceThreshold = 4096
+            $0.tickHoldThreshold = 4096
             $0.outputHardLimit = 256 * 1024
             // Long enough that the client below reads its ERR overflow however slow it is; it
             // is closed as soon as that is read.
@@ -134,7 +134,8 @@ struct ClientTableTests {
                 harness.clients.flushTouched()
                 second -= 1
             }
-            #expect(connection.output.byteCount < 64 * 1024, "ticks of one countdown are coalesced: \(connection.output.byteCount) bytes wait")
+            #expect(connection.output.byteCount < 4096 + 100, "no tick is queued past the threshold: \(connection.output.byteCount) bytes wait")
+            #expect(connection.areTicksHeld && harness.fanOut.heldCount == 1, "held")
             #expect(harness.fanOut.subscriberCount == 1, "ticks alone never overflow")
             // Lifecycle events are kept, each one, until the hard limit.
             var sequence: UInt64 = 2
@@ -158,10 +159,62 @@ struct ClientTableTests {
         #expect(harness.waitOnQueue { harness.clients.count == 0 }, "closed")
     }
 
+    @Test("a held subscriber that reads again gets ticks again, and every lifecycle event it was sent meanwhile, in order")
+    func heldSubscriberCatchesUp() throws {
+        let harness = try TableHarness { $0.tickHoldThreshold = 4096 }
+        defer { harness.finish() }
+        let slow = try harness.connect()
+        defer { close(slow) }
+        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        let connection = try #require(harness.newestConnection)
+        var sequence: UInt64 = 1
+        harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            // Ticks until it is held: the socket's buffer fills, then the threshold is passed.
+            while !connection.areTicksHeld && sequence < 1_000_000 {
+                harness.fanOut.deliver([event(sequence, .tick, "tea", remaining: Int64(sequence))], batch: harness.batchNumber)
+                harness.clients.flushTouched()
+                sequence += 1
+            }
+            #expect(connection.areTicksHeld)
+            harness.fanOut.deliver([event(sequence, .tick, "tea", remaining: 7), event(sequence + 1, .started, "egg")], batch: harness.batchNumber)
+            harness.clients.flushTouched()
+        }
+        let held = sequence
+        // Read everything: the flush on writability drains it and the fan-out takes it back.
+        var text = ""
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        #expect(harness.waitOnQueue {
+            while true {
+                let got = buffer.withUnsafeMutableBytes { recv(slow, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                guard got > 0 else { break }
+                text += String(decoding: buffer[0..<got], as: UTF8.self)
+            }
+            return !connection.areTicksHeld
+        }, "ticks resume once its output drained")
+        // All of it was sent, so the rest is in the socket's buffer now.
+        while true {
+            let got = buffer.withUnsafeMutableBytes { recv(slow, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            guard got > 0 else { break }
+            text += String(decoding: buffer[0..<got], as: UTF8.self)
+        }
+        #expect(text.hasSuffix("\n"))
+        harness.queue.sync {
+            harness.fanOut.deliver([event(held + 2, .tick, "tea", remaining: 3)], batch: harness.batchNumber)
+            harness.clients.flushTouched()
+        }
+        let lines = harness.readLines(slow, count: 1)
+        let before = text.split(separator: "\n").map(String.init)
+        #expect(!before.contains { $0.hasPrefix("EVENT \(held) tick") }, "the tick sent while held was not queued")
+        #expect(before.last == "EVENT \(held + 1) started egg 5000 5000", "the lifecycle event sent while held came, last: \(before.suffix(2))")
+        #expect(lines == ["EVENT \(held + 2) tick tea 3 5000"])
+        #expect(harness.fanOut.heldCount == 0)
+    }
+
     @Test("a client disconnected for overflow that never reads is closed when its grace ends, not before")
     func overflowGraceEnds() throws {
         let harness = try TableHarness {
-            $0.outputCoalesceThreshold = 4096
+            $0.tickHoldThreshold = 4096
             $0.outputHardLimit = 64 * 1024
             $0.overflowGraceMilliseconds = 5_000
         }

@@ -153,6 +153,47 @@ extension Integration {
         }
 
         @Test(
+            "another uid's 100 subscribers to its 20,000 ticking countdowns never read: each is held (no ticks queued for it), the daemon's memory stays bounded, and root's PING and done are served",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func neverReadingSubscribers() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--max-countdowns-per-user", "100000"], directory: directory)
+            let starts = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["countdowns", daemon.socketPath, "20000"], timeout: 300)
+            #expect(starts.stdout.hasPrefix("ok=20000 "), "\(starts.stdout)\(starts.stderr)")
+            let root = try daemon.connect()
+            func stat(_ key: String) throws -> Int {
+                Int(try root.request("STATS", timeout: 60).stats.first { $0.key == key }?.value ?? "") ?? -1
+            }
+            let baseline = daemon.residentBytes()
+            let subscribed = directory.file("subscribed")
+            #expect(FileManager.default.createFile(atPath: subscribed, contents: nil, attributes: [.posixPermissions: 0o666]))
+            let holder = try ChildProcess(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["subscribers", daemon.socketPath, "100", subscribed], environment: [:])
+            defer { holder.signal(SIGKILL); holder.wait() }
+            try waitUntil(timeout: 300) { ((try? String(contentsOfFile: subscribed, encoding: .utf8)) ?? "").hasSuffix("\n") }
+            #expect(try String(contentsOfFile: subscribed, encoding: .utf8) == "subscribed 100\n")
+            // Each falls behind on its snapshots and ticks, and is then sent no more ticks.
+            try waitUntil(timeout: 300) { try stat("subscribers_behind") == 100 }
+            // Three more seconds of ticks (20,000 a second) go by while all are held.
+            let ticks = try stat("events_tick")
+            try waitUntil(timeout: 300) { try stat("events_tick") >= ticks + 60_000 }
+            #expect(try stat("subscribers_behind") == 100, "none took ticks again")
+            let grown = daemon.residentBytes() - baseline
+            // Each holds at most 64 KiB of ticks and a slice of snapshots; before, each held a
+            // tick of every countdown (about 3 MiB each, 300 MiB in all) and kept growing.
+            #expect(grown < 64 << 20, "the daemon grew by \(grown >> 20) MiB for 100 subscribers that never read")
+            #expect(try root.request("PING", timeout: 60).outcome == .ok("pong"))
+            _ = try root.request("SUBSCRIBE mine EVENTS done")
+            _ = try root.request("START mine 1s")
+            let done = try root.waitForEvent(timeout: 60) { $0.kind == .done && $0.name == "mine" }
+            // A `done` over a second late carries how late it was: a generous bound, which the
+            // unbounded queues missed by 26 s.
+            #expect((done.lateMilliseconds ?? 0) < 5_000, "root's done came \(done.lateMilliseconds ?? 0) ms late")
+        }
+
+        @Test(
             "9,000 connections, plain or holding half a line, closed at once: served again and every descriptor released (this livelocked at 100 % CPU)",
             .enabled(if: HostileTests.hardDescriptorLimit >= 9_200, "needs 9,200 descriptors in the test process; the hard limit (ulimit -Hn) is lower here"),
             arguments: [false, true]

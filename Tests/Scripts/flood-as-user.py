@@ -7,6 +7,9 @@
                                             "ok=K limit=L" and the first ERR limit line
   flood-as-user.py churn SOCKET N           START and CANCEL N countdowns (2N lifecycle
                                             events), pipelined; print "events=E"
+  flood-as-user.py subscribers SOCKET N OUT open N connections that SUBSCRIBE to everything
+                                            and never read past the OK; write "subscribed N"
+                                            to OUT, then hold them until killed
 """
 import socket
 import sys
@@ -79,9 +82,28 @@ def churn(path, count):
     print("events=%d" % events)
 
 
+def subscribers(path, count, out):
+    held = []
+    for _ in range(count):
+        s = connect(path)
+        buffer = [b""]
+        read_line(s, buffer)  # greeting
+        s.sendall(b"SUBSCRIBE\n")
+        reply = read_line(s, buffer)
+        if not reply.startswith("OK"):
+            raise SystemExit("SUBSCRIBE refused: " + reply)
+        held.append(s)
+    with open(out, "w") as f:
+        f.write("subscribed %d\n" % len(held))
+    while True:
+        time.sleep(3600)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "connections":
         connections(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "subscribers":
+        subscribers(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif sys.argv[1] == "churn":
         churn(sys.argv[2], int(sys.argv[3]))
     else:

@@ -36,6 +36,7 @@ final class TableHarness: @unchecked Sendable {
         let started: Bool = queue.sync {
             clients.listener = listener
             clients.onClose = { [fanOut] connection in fanOut.unsubscribe(connection) }
+            clients.onOutputDrained = { [fanOut] connection in fanOut.outputDrained(connection) }
             return (try? listener.startAccepting(with: poller) { [self] in
                 clients.acceptPending(poller: poller, batch: batchNumber) { [self] connection in readable(connection) }
             }) != nil
