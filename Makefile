@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile
 
 all: build
 
@@ -184,6 +184,13 @@ bench: deps
 	-@command -v redis-server >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server </dev/null >/dev/null; }
 	python3 bench/run.py
+
+# countdownd under attack (BENCHMARKS.md, "Under attack"): root's PING and done while another uid
+# attacks, a never-reading subscriber's memory and CPU. Needs root (setpriv). Not run by CI.
+bench-hostile: deps
+	rm -rf "$$($(SWIFT) build -c release --show-bin-path)"
+	$(SWIFT) build $(RELEASE_FLAGS)
+	python3 bench/hostile.py
 
 # What static linking of the Swift runtime costs or saves: the packaged build against a dynamic one.
 bench-linking: release

@@ -46,12 +46,16 @@ public struct Reply: Equatable, Sendable {
     public var outcome: ReplyOutcome
     /// The `STAT <key> <value>` lines of a `STATS` reply, in order.
     public var stats: [StatEntry] = []
+    /// An `ERR`'s fields for programs (`remaining_ms` of a `busy` START); the message in
+    /// `outcome` is without them.
+    public var errorFields: [String: String] = [:]
 
     /// Creates a reply.
-    public init(countdowns: [CountdownInfo], outcome: ReplyOutcome, stats: [StatEntry] = []) {
+    public init(countdowns: [CountdownInfo], outcome: ReplyOutcome, stats: [StatEntry] = [], errorFields: [String: String] = [:]) {
         self.countdowns = countdowns
         self.outcome = outcome
         self.stats = stats
+        self.errorFields = errorFields
     }
 
     /// For a mutation's `OK <countdown fields>`: the countdown it describes.

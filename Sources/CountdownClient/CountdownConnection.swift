@@ -166,8 +166,9 @@ public final class CountdownConnection {
                 stats.append(StatEntry(key: key, value: value))
             case .ok(let text):
                 return Reply(countdowns: countdowns, outcome: .ok(text), stats: stats)
-            case .error(let code, let raw, let message):
-                return Reply(countdowns: countdowns, outcome: .error(code: code, rawCode: raw, message: message), stats: stats)
+            case .error(let code, let raw, let text):
+                let (message, fields) = ProtocolError.splitFields(text)
+                return Reply(countdowns: countdowns, outcome: .error(code: code, rawCode: raw, message: message), stats: stats, errorFields: fields)
             case .event(let event):
                 pendingEvents.append(event)
             case .shutdown(let reason):

@@ -16,7 +16,7 @@ public struct ListFilter: Sendable, Equatable {
     }
 
     /// The prefix keys must have: a user's namespace is the start of each of its keys.
-    var keyPrefix: String {
+    public var keyPrefix: String {
         viewer == 0 ? prefix : CountdownAddress.key(owner: viewer, name: prefix)
     }
 }

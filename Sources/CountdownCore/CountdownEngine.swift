@@ -405,10 +405,12 @@ public struct CountdownEngine {
            let old = records[Int(existing)] {
             if old.state.isActive {
                 guard replace else {
-                    let left = CountdownDuration.clock(milliseconds: snapshot(of: old, now: now).remainingMilliseconds)
+                    let remaining = snapshot(of: old, now: now).remainingMilliseconds
+                    let left = CountdownDuration.clock(milliseconds: remaining)
                     throw ProtocolError(
                         .busy,
-                        "'\(name)' is \(old.state.rawValue) with \(left) left; wait for it, CANCEL it, or START it with REPLACE"
+                        "'\(name)' is \(old.state.rawValue) with \(left) left; wait for it, CANCEL it, or START it with REPLACE",
+                        fields: [.init("remaining_ms", "\(remaining)"), .init("state", old.state.rawValue)]
                     )
                 }
                 try authorize(requester, toChange: old, verb: "replace")

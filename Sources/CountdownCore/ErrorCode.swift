@@ -27,20 +27,50 @@ public enum ErrorCode: String, Sendable, CaseIterable, Equatable {
     case gone
 }
 
-/// An error the daemon reports to a client as `ERR <code> <message>`.
+/// An error the daemon reports to a client as `ERR <code> <message>[ <key>=<value>…]`.
 public struct ProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// A machine-readable detail, written after the message as `key=value`: `remaining_ms=58000`.
+    public struct Field: Equatable, Sendable {
+        /// Lower-case letters and `_`.
+        public var key: String
+        /// No spaces.
+        public var value: String
+
+        /// Creates a field.
+        public init(_ key: String, _ value: String) {
+            self.key = key
+            self.value = value
+        }
+    }
+
     /// The machine-readable code.
     public var code: ErrorCode
     /// What went wrong and what to do, for a person.
     public var message: String
+    /// Details for programs (`busy`: `remaining_ms` and `state`), after the message.
+    public var fields: [Field]
 
-    /// Creates an error with a code and a human-readable message.
-    public init(_ code: ErrorCode, _ message: String) {
+    /// Creates an error with a code, a human-readable message, and details for programs.
+    public init(_ code: ErrorCode, _ message: String, fields: [Field] = []) {
         self.code = code
         self.message = message
+        self.fields = fields
     }
 
     public var description: String {
         "\(code.rawValue): \(message)"
+    }
+
+    /// Splits the text after an `ERR <code>` into the message and its fields: the trailing
+    /// `key=value` words (a message never ends in one).
+    public static func splitFields(_ text: String) -> (message: String, fields: [String: String]) {
+        var words = text.split(separator: " ", omittingEmptySubsequences: false)
+        var fields: [String: String] = [:]
+        while let last = words.last, let equals = last.firstIndex(of: "="), equals != last.startIndex,
+              last[..<equals].allSatisfy({ $0 == "_" || ("a"..."z").contains($0) }) {
+            fields[String(last[..<equals])] = String(last[last.index(after: equals)...])
+            words.removeLast()
+        }
+        return (words.joined(separator: " "), fields)
     }
 }

@@ -111,16 +111,18 @@ public struct EventRing: Sendable {
     }
 
     /// The kept events numbered after `sequence` that `viewer` may replay, oldest first,
-    /// optionally only those of `names` (keys). A non-root viewer replays its own events: only its
-    /// own history must reach back far enough. Root replays everyone's, so every owner it asks
-    /// about must.
+    /// optionally only those of `names` (keys), or of keys that start with `prefix`. A non-root
+    /// viewer replays its own events: only its own history must reach back far enough. Root
+    /// replays everyone's, so every owner it asks about must.
     /// - Throws: `tooOld` naming an owner whose events after `sequence` are no longer kept.
-    public func events(after sequence: UInt64, names: Set<String>?, viewer: UInt32) throws(ReplayError) -> [CountdownEvent] {
+    public func events(after sequence: UInt64, names: Set<String>?, prefix: String? = nil, viewer: UInt32) throws(ReplayError) -> [CountdownEvent] {
         let owners: [UInt32]
         if viewer != 0 {
             owners = [viewer]
         } else if let names {
             owners = Array(Set(names.map { CountdownAddress.split($0).owner }))
+        } else if let prefix, let owner = Self.onlyOwner(ofKeysStartingWith: prefix) {
+            owners = [owner]
         } else {
             owners = Array(histories.keys)
         }
@@ -135,9 +137,18 @@ public struct EventRing: Sendable {
             var index = history.events.count
             while index > history.head && history.events[index - 1].sequence > sequence { index -= 1 }
             for event in history.events[index...] where names?.contains(event.name) ?? true {
+                if let prefix, !event.name.hasPrefix(prefix) { continue }
                 result.append(event)
             }
         }
         return owners.count > 1 ? result.sorted { $0.sequence < $1.sequence } : result
+    }
+
+    /// The one owner whose keys can start with `prefix`, if only one's can: `1000/…` is uid
+    /// 1000's; a prefix with a character no uid has (`otp:`) is root's own, whose keys have no
+    /// `/`; digits alone (or nothing) may start anyone's.
+    static func onlyOwner(ofKeysStartingWith prefix: String) -> UInt32? {
+        if prefix.utf8.contains(UInt8(ascii: "/")) { return CountdownAddress.split(prefix).owner }
+        return prefix.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") } ? nil : 0
     }
 }

@@ -18,9 +18,10 @@ public enum Request: Equatable, Sendable {
     case extend(name: String, milliseconds: Int64)
     /// `REMOVE <name>`: forget a finished countdown now.
     case remove(name: String)
-    /// `SUBSCRIBE [<name> …] [EVENTS <kinds>] [SINCE <seq>]`; no names means every countdown,
+    /// `SUBSCRIBE [<name> … | PREFIX <prefix>] [EVENTS <kinds>] [SINCE <seq>]`; no names means
+    /// every countdown, present and future; a prefix, every countdown whose name starts with it,
     /// present and future; no `EVENTS` means every kind.
-    case subscribe(names: [String], kinds: EventKindSet, since: UInt64?)
+    case subscribe(names: [String], prefix: String? = nil, kinds: EventKindSet, since: UInt64?)
     /// `UNSUBSCRIBE`
     case unsubscribe
     /// `PING`
@@ -182,6 +183,13 @@ public enum RequestParser {
             } else if let last = fields.last, keyword(last, is: "EVENTS") {
                 throw ProtocolError(.badRequest, "EVENTS needs kinds, such as lifecycle or done,cancelled; usage: \(subscribeUsage)")
             }
+            // `PREFIX <prefix>` first (a name spelled PREFIX may follow other names).
+            if let first = fields.first, keyword(first, is: "PREFIX") {
+                guard fields.count == 2 else {
+                    throw ProtocolError(.badRequest, "PREFIX takes one prefix, such as otp:, and no names; usage: \(subscribeUsage)")
+                }
+                return .subscribe(names: [], prefix: try CountdownAddress.validatePrefix(bytes: fields[1]), kinds: kinds, since: since)
+            }
             var names: [String] = []
             names.reserveCapacity(fields.count)
             for field in fields {
@@ -207,7 +215,7 @@ public enum RequestParser {
         )
     }
 
-    static let subscribeUsage = "SUBSCRIBE [<name> ...] [EVENTS <kind>[,<kind>...]] [SINCE <seq>]"
+    static let subscribeUsage = "SUBSCRIBE [<name> ... | PREFIX <prefix>] [EVENTS <kind>[,<kind>...]] [SINCE <seq>]"
     static let listUsage = "LIST [STATE <state>[,<state>...]] [PREFIX <prefix>]"
 
     /// `LIST`'s options, in any order, each at most once.

@@ -44,13 +44,20 @@ public enum WireEncoder {
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// `ERR <code> <message>`; control characters in the message become spaces, so it stays one line.
+    /// `ERR <code> <message>[ <key>=<value>…]`; control characters in the message become spaces,
+    /// so it stays one line.
     public static func appendError(_ error: ProtocolError, to out: inout [UInt8]) {
         append("ERR ", to: &out)
         append(error.code.rawValue, to: &out)
         out.append(UInt8(ascii: " "))
         for byte in error.message.utf8 {
             out.append(byte < 0x20 || byte == 0x7F ? UInt8(ascii: " ") : byte)
+        }
+        for field in error.fields {
+            out.append(UInt8(ascii: " "))
+            append(field.key, to: &out)
+            out.append(UInt8(ascii: "="))
+            append(field.value, to: &out)
         }
         out.append(UInt8(ascii: "\n"))
     }

@@ -9,6 +9,8 @@ enum Subscription: Equatable {
     case all
     /// The named countdowns.
     case names(Set<String>)
+    /// Every countdown, present and future, whose key starts with this.
+    case prefix(String)
 }
 
 /// One client connection. Every property is owned by the daemon's queue.

@@ -61,6 +61,10 @@ extension Daemon {
                 switch connection.subscription {
                 case .all where connection.listing == nil:
                     beginActiveSnapshots(on: connection, clock: clock, now: now)
+                case .prefix(let keyPrefix) where connection.listing == nil:
+                    // The prefix as its user writes it.
+                    let prefix = CountdownAddress.display(keyPrefix, owner: viewer, to: viewer)
+                    beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
                 case .names(let keys):
                     for key in keys.sorted() {
                         guard let snapshot = try? engine.status(of: key, now: now) else { continue }

@@ -41,8 +41,9 @@ extension Daemon {
 
     /// Starts the snapshots of every running or paused countdown the connection's user may see,
     /// live (`CountdownListing`): what a new subscriber to everything is sent after its `OK`.
-    func beginActiveSnapshots(on connection: Connection, clock: WallClockMapping, now: Instant) {
-        let everyActive = ListFilter(viewer: connection.peerUID, states: [.running, .paused])
+    /// With a prefix (as the user writes it), only the countdowns whose names start with it.
+    func beginActiveSnapshots(on connection: Connection, prefix: String = "", clock: WallClockMapping, now: Instant) {
+        let everyActive = ListFilter(viewer: connection.peerUID, states: [.running, .paused], prefix: prefix)
         beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
     }
 

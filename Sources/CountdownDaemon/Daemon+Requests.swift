@@ -196,16 +196,23 @@ extension Daemon {
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             recordUndo(key)
             WireEncoder.appendOK(shown(try engine.remove(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
-        case .subscribe(let addresses, let kinds, let since):
+        case .subscribe(let addresses, let prefix, let kinds, let since):
             var keys: [String] = []
             for address in addresses {
                 keys.append(try CountdownAddress.resolve(address, requester: uid).key)
             }
             let filter: Set<String>? = keys.isEmpty ? nil : Set(keys)
+            let keyPrefix = prefix.map { ListFilter(viewer: uid, prefix: $0).keyPrefix }
             // Checked before subscribing, so a refused replay changes nothing.
-            let replay = try since.map { (since) throws(ProtocolError) in try replayEvents(after: since, keys: filter, viewer: uid) }
-            try fanOut.subscribe(connection, to: keys, kinds: kinds)
-            let following = keys.isEmpty || connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
+            let replay = try since.map { (since) throws(ProtocolError) in
+                try replayEvents(after: since, keys: filter, keyPrefix: keyPrefix, viewer: uid)
+            }
+            if let keyPrefix {
+                try fanOut.subscribe(connection, toPrefix: keyPrefix, kinds: kinds)
+            } else {
+                try fanOut.subscribe(connection, to: keys, kinds: kinds)
+            }
+            let following = connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
             let only = kinds == .all ? "" : " events \(kinds.description)"
             WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)\(only)", to: &replyBuffer)
             if let replay {
@@ -213,6 +220,9 @@ extension Daemon {
                 for event in replay where kinds.includes(event.kind) {
                     WireEncoder.appendEvent(event, name: CountdownAddress.display(event.name, owner: event.owner, to: uid), to: &replyBuffer)
                 }
+            } else if kinds.includes(.snapshot), let prefix {
+                // Like everything's, in slices: a prefix may match a million.
+                beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
             } else if kinds.includes(.snapshot), keys.isEmpty {
                 // The current state right after the OK, so a status bar draws its first frame at
                 // once; for everything, in slices (there may be a million).
@@ -285,7 +295,7 @@ extension Daemon {
 
     /// The lifecycle events after `sequence` that `viewer` may see: those released (the ring) and
     /// those of this batch not yet released, so that nothing falls between replay and live events.
-    private func replayEvents(after sequence: UInt64, keys: Set<String>?, viewer: UInt32) throws(ProtocolError) -> [CountdownEvent] {
+    private func replayEvents(after sequence: UInt64, keys: Set<String>?, keyPrefix: String?, viewer: UInt32) throws(ProtocolError) -> [CountdownEvent] {
         guard sequence <= engine.lastSequence else {
             throw ProtocolError(
                 .badRequest,
@@ -294,7 +304,7 @@ extension Daemon {
         }
         var replay: [CountdownEvent]
         do throws(EventRing.ReplayError) {
-            replay = try ring.events(after: sequence, names: keys, viewer: viewer)
+            replay = try ring.events(after: sequence, names: keys, prefix: keyPrefix, viewer: viewer)
         } catch {
             guard case .tooOld(let keptAfter, let owner) = error else { return [] }
             let whose = viewer == 0 && owner != 0 ? "uid \(owner)'s events" : "events"
@@ -303,7 +313,9 @@ extension Daemon {
                 "\(whose) after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events keeps each uid's last \(ring.share) at least); SUBSCRIBE without SINCE for the current state"
             )
         }
-        for event in batch.lifecycleEvents where event.sequence > sequence && (keys?.contains(event.name) ?? true) {
+        for event in batch.lifecycleEvents where event.sequence > sequence && (keys?.contains(event.name) ?? true)
+            && (keyPrefix.map { event.name.hasPrefix($0) } ?? true)
+        {
             replay.append(event)
         }
         return viewer == 0 ? replay : replay.filter { $0.owner == viewer }

@@ -36,6 +36,11 @@ final class EventFanOut {
     private(set) var heldCount = 0
     /// Connections that follow some countdowns, by key.
     private var nameSubscribers: [String: [Int: Connection]] = [:]
+    /// Connections that follow every countdown whose key starts with a prefix, by that prefix.
+    private var prefixSubscribers: [String: [Int: Connection]] = [:]
+    /// How many of those prefixes have each length (in bytes): an event's key is looked up once
+    /// per length, never compared with every prefix.
+    private var prefixLengths: [Int: Int] = [:]
     /// Reused for each event's bytes: as root sees it (the key), and as its owner does.
     private var eventBuffer: [UInt8] = []
     private var ownerEventBuffer: [UInt8] = []
@@ -79,6 +84,9 @@ final class EventFanOut {
     /// - Throws: `limit` when the connection would follow more names than allowed.
     func subscribe(_ connection: Connection, to names: [String], kinds: EventKindSet) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
+        if case .prefix = connection.subscription, !names.isEmpty {
+            throw ProtocolError(.badRequest, "this connection follows a prefix; follow names on another connection")
+        }
         var followed: Set<String> = []
         if case .names(let existing) = connection.subscription { followed = existing }
         let wanted = followed.union(names)
@@ -125,18 +133,56 @@ final class EventFanOut {
         connection.subscription = .names(wanted)
     }
 
+    /// Adds a key prefix to a connection's subscription: every countdown whose key starts with
+    /// it, present and future (`SUBSCRIBE PREFIX`), and sets the kinds of events it receives.
+    /// A prefix follower that takes ticks makes its namespace tick (everything, for root).
+    /// - Throws: `bad-request` on a connection that follows names or another prefix.
+    func subscribe(_ connection: Connection, toPrefix prefix: String, kinds: EventKindSet) throws(ProtocolError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        switch connection.subscription {
+        case .all:
+            break  // Already receives everything: only the kinds change.
+        case .names:
+            throw ProtocolError(.badRequest, "this connection follows names; follow a prefix on another connection")
+        case .prefix(let other) where other != prefix:
+            // One prefix per connection: its snapshots (and a cluster's resync) are one listing.
+            let shown = CountdownAddress.display(other, owner: connection.peerUID, to: connection.peerUID)
+            throw ProtocolError(.badRequest, "this connection follows the prefix '\(shown)' already; follow another on a connection of its own")
+        case .prefix, .none:
+            break
+        }
+        // New kinds apply to what it already follows: its ticks start or stop there.
+        if connection.eventKinds.includes(.tick) != kinds.includes(.tick) {
+            setTickInterest(of: connection, kinds.includes(.tick))  // Nothing while it follows nothing.
+        }
+        connection.eventKinds = kinds
+        guard connection.subscription == .none else {
+            updateTickGroup(connection)
+            return
+        }
+        connection.subscription = .prefix(prefix)
+        countSubscriber(connection, 1)
+        if kinds.includes(.tick) { setTickInterest(of: connection, true) }
+        if prefixSubscribers[prefix] == nil { prefixLengths[prefix.utf8.count, default: 0] += 1 }
+        prefixSubscribers[prefix, default: [:]][connection.id] = connection
+    }
+
     /// Every connection subscribed to anything, once each.
     var subscribedConnections: [Connection] {
         var seen: [Int: Connection] = allSubscribers
         for group in ownerSubscribers.values { seen.merge(group) { first, _ in first } }
         for group in nameSubscribers.values { seen.merge(group) { first, _ in first } }
+        for group in prefixSubscribers.values { seen.merge(group) { first, _ in first } }
         return Array(seen.values)
     }
 
-    /// How many names a connection follows (0 when it follows all or none).
+    /// How many names or prefixes a connection follows (0 when it follows all or none).
     func subscriptionCount(_ connection: Connection) -> Int {
-        if case .names(let names) = connection.subscription { return names.count }
-        return 0
+        switch connection.subscription {
+        case .names(let names): names.count
+        case .prefix: 1
+        case .none, .all: 0
+        }
     }
 
     /// Stops all events to a connection.
@@ -158,6 +204,13 @@ final class EventFanOut {
                 if nameSubscribers[name]?.isEmpty == true {
                     nameSubscribers[name] = nil
                 }
+            }
+        case .prefix(let prefix):
+            prefixSubscribers[prefix]?[connection.id] = nil
+            if prefixSubscribers[prefix]?.isEmpty == true {
+                prefixSubscribers[prefix] = nil
+                prefixLengths[prefix.utf8.count, default: 1] -= 1
+                if prefixLengths[prefix.utf8.count] == 0 { prefixLengths[prefix.utf8.count] = nil }
             }
         }
         connection.subscription = .none
@@ -207,10 +260,10 @@ final class EventFanOut {
         switch connection.subscription {
         case .none:
             return
-        case .all where connection.peerUID == 0:
+        case .all where connection.peerUID == 0, .prefix where connection.peerUID == 0:
             tickingAllSubscribers += on ? 1 : -1
             tickInterest.everything(tickingAllSubscribers > 0)
-        case .all:
+        case .all, .prefix:
             tickInterest.owner(connection.peerUID, on)
         case .names(let names):
             for name in names {
@@ -229,7 +282,7 @@ final class EventFanOut {
             let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
             let owners = isTick ? ownerTickSubscribers : ownerSubscribers
             let byOwner = owners.isEmpty || event.owner == 0 ? nil : owners[event.owner]
-            if everyone.isEmpty && byName == nil && byOwner == nil { continue }
+            if everyone.isEmpty && byName == nil && byOwner == nil && prefixSubscribers.isEmpty { continue }
             eventBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendEvent(event, to: &eventBuffer)
             // Root's own countdowns read the same either way.
@@ -250,6 +303,16 @@ final class EventFanOut {
                 for connection in byName.values {
                     let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
                     append(line, kind: event.kind, to: connection, batch: batch)
+                }
+            }
+            if !prefixSubscribers.isEmpty {
+                let key = event.name.utf8
+                for length in prefixLengths.keys where length <= key.count {
+                    guard let group = prefixSubscribers[String(Substring(key.prefix(length)))] else { continue }
+                    for connection in group.values {
+                        let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
+                        append(line, kind: event.kind, to: connection, batch: batch)
+                    }
                 }
             }
             if !fallenBehind.isEmpty { holdFallenBehind() }

@@ -14,6 +14,8 @@ struct EngineMutationTests {
         } catch {
             #expect(error.code == .busy)
             #expect(error.message.contains("0:00:42"))
+            // For programs: the time left in milliseconds, and the state.
+            #expect(error.fields == [.init("remaining_ms", "42000"), .init("state", "running")])
         }
         clock.advance(byMilliseconds: 42_000)
         #expect(try clock.engine.status(of: "otp:+4915112345678", now: clock.now).state == .done)

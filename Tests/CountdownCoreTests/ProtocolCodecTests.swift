@@ -27,6 +27,9 @@ struct ProtocolCodecTests {
         ("SUBSCRIBE SINCE 42", .subscribe(names: [], kinds: .all, since: 42)),
         ("subscribe tea since 0", .subscribe(names: ["tea"], kinds: .all, since: 0)),
         ("SUBSCRIBE SINCE", .subscribe(names: ["SINCE"], kinds: .all, since: nil)),
+        ("SUBSCRIBE PREFIX otp:", .subscribe(names: [], prefix: "otp:", kinds: .all, since: nil)),
+        ("subscribe prefix otp:+49 EVENTS done SINCE 12", .subscribe(names: [], prefix: "otp:+49", kinds: EventKindSet(.done), since: 12)),
+        ("SUBSCRIBE tea PREFIX", .subscribe(names: ["tea", "PREFIX"], kinds: .all, since: nil)),
         ("UNSUBSCRIBE", .unsubscribe),
         ("PING\r", .ping),
         ("  QUIT  ", .quit),
@@ -47,6 +50,7 @@ struct ProtocolCodecTests {
         ("START", .badRequest), ("START a 5 REPLACE extra", .badRequest), ("START a 5 6", .badRequest),
         ("STATUS", .badRequest), ("STATUS a b", .badRequest), ("LIST x", .badRequest), ("LIST STATE", .badRequest), ("LIST STATE over", .badRequest), ("LIST STATE done STATE done", .badRequest), ("LIST PREFIX a PREFIX b", .badRequest), ("LIST PREFIX a/b", .badName), ("LIST PREFIX é", .badName), ("SUBSCRIBE EVENTS", .badRequest), ("SUBSCRIBE EVENTS ticks", .badRequest), ("SUBSCRIBE a EVENTS done, SINCE 3", .badRequest), ("PING x", .badRequest),
         ("EXTEND a", .badRequest), ("CANCEL", .badRequest), ("QUIT now", .badRequest), ("UNSUBSCRIBE a", .badRequest), ("SUBSCRIBE SINCE x", .badRequest), ("SUBSCRIBE a SINCE -1", .badRequest), ("SUBSCRIBE SINCE 99999999999999999999999", .badRequest),
+        ("SUBSCRIBE PREFIX", .badRequest), ("SUBSCRIBE PREFIX a b", .badRequest), ("SUBSCRIBE PREFIX a/", .badName),
         ("START a/b 5", .badName), ("STATUS é", .badName), ("SUBSCRIBE ok bad\u{1}", .badName), ("START \u{7F} 5", .badName),
         ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),
         ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration), ("START a 999999999999999w", .badDuration),
@@ -132,6 +136,7 @@ struct ProtocolCodecTests {
         WireEncoder.appendEvent(CountdownEvent(sequence: 8, kind: .done, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 3000, lateMilliseconds: 1234), to: &out)
         WireEncoder.appendSnapshotEvent(sequence: 8, snapshot, clock: clock, to: &out)
         WireEncoder.appendError(ProtocolError(.busy, "two\nlines"), to: &out)
+        WireEncoder.appendError(ProtocolError(.busy, "'a=b' is running", fields: [.init("remaining_ms", "58000"), .init("state", "running")]), to: &out)
         WireEncoder.appendGreeting(daemonVersion: "9.9", to: &out)
         let text = String(decoding: out, as: UTF8.self)
         #expect(text == """
@@ -141,6 +146,7 @@ struct ProtocolCodecTests {
             EVENT 8 done tea 0 3000 1234
             EVENT 8 snapshot tea 2500 3000 running 1700000002500 1000
             ERR busy two lines
+            ERR busy 'a=b' is running remaining_ms=58000 state=running
             HELLO countdownd 1 9.9
 
             """)
@@ -152,7 +158,18 @@ struct ProtocolCodecTests {
         #expect(lines[3] == .event(EventInfo(sequence: 8, kind: .done, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 3000, lateMilliseconds: 1234)))
         #expect(lines[4] == .event(EventInfo(sequence: 8, kind: .snapshot, name: "tea", remainingMilliseconds: 2500, totalMilliseconds: 3000, state: .running, deadlineUnixMilliseconds: 1_700_000_002_500)))
         #expect(lines[5] == .error(code: .busy, rawCode: "busy", message: "two lines"))
-        #expect(lines[6] == .hello(protocolVersion: 1, daemonVersion: "9.9"))
+        #expect(lines[6] == .error(code: .busy, rawCode: "busy", message: "'a=b' is running remaining_ms=58000 state=running"))
+        #expect(lines[7] == .hello(protocolVersion: 1, daemonVersion: "9.9"))
+    }
+
+    @Test("an ERR's fields are its trailing key=value words; the message before them is whole")
+    func errorFields() {
+        let split = ProtocolError.splitFields("'tea' is running with 0:00:58 left; wait for it remaining_ms=58000 state=running")
+        #expect(split.message == "'tea' is running with 0:00:58 left; wait for it")
+        #expect(split.fields == ["remaining_ms": "58000", "state": "running"])
+        // A message without fields, and words with '=' that are not fields (a quoted name).
+        #expect(ProtocolError.splitFields("no countdown named 'a=b'") == ("no countdown named 'a=b'", [:]))
+        #expect(ProtocolError.splitFields("x =1").fields.isEmpty)
     }
 
     @Test("decimal encoding covers zero, negatives and the extremes")

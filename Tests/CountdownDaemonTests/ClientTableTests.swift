@@ -111,6 +111,40 @@ struct ClientTableTests {
         #expect(harness.readLines(teaOnly, count: 3) == ["EVENT 1 started tea 5000 5000", "EVENT 1 tick tea 4000 5000", "EVENT 3 done tea 0 5000"])
     }
 
+    @Test("a prefix follows the keys that start with it, in its namespace, present and future; a connection takes one prefix, never names beside it")
+    func prefixes() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let otp = try harness.connect(), users = try harness.connect()
+        defer { close(otp); close(users) }
+        _ = harness.readLines(otp, count: 1)
+        _ = harness.readLines(users, count: 1)
+        #expect(harness.waitOnQueue { harness.clients.count == 2 })
+        harness.queue.sync {
+            let connections = harness.clients.connections.values.sorted { $0.id < $1.id }
+            #expect(throws: Never.self) {
+                try harness.fanOut.subscribe(connections[0], toPrefix: "otp:", kinds: .all)
+                try harness.fanOut.subscribe(connections[1], toPrefix: "1000/otp:", kinds: .lifecycle)
+                try harness.fanOut.subscribe(connections[0], toPrefix: "otp:", kinds: .all)  // The same again: no change.
+            }
+            #expect(throws: ProtocolError.self) { try harness.fanOut.subscribe(connections[0], toPrefix: "sms:", kinds: .all) }
+            #expect(throws: ProtocolError.self) { try harness.fanOut.subscribe(connections[0], to: ["tea"], kinds: .all) }
+            #expect(harness.fanOut.subscriberCount == 2 && harness.fanOut.subscriptionCount(connections[0]) == 1)
+            func owned(_ sequence: UInt64, _ kind: EventKind, _ key: String) -> CountdownEvent {
+                var made = event(sequence, kind, key)
+                made.owner = CountdownAddress.split(key).owner
+                return made
+            }
+            harness.fanOut.deliver(
+                [owned(1, .started, "otp:+49"), owned(2, .started, "1000/otp:+49"), owned(3, .started, "otp"), owned(3, .tick, "otp:+49"), owned(3, .tick, "1000/otp:+49"), owned(4, .done, "1000/otp:+49")],
+                batch: harness.batchNumber
+            )
+            harness.clients.flushTouched()
+        }
+        #expect(harness.readLines(otp, count: 2) == ["EVENT 1 started otp:+49 5000 5000", "EVENT 3 tick otp:+49 5000 5000"])
+        #expect(harness.readLines(users, count: 2) == ["EVENT 2 started 1000/otp:+49 5000 5000", "EVENT 4 done 1000/otp:+49 5000 5000"])
+    }
+
     @Test("a subscriber that never reads: past the tick threshold it is sent no ticks; past the hard limit on lifecycle events it gets ERR overflow and is closed")
     func neverReads() throws {
         let harness = try TableHarness {

@@ -14,6 +14,66 @@ extension Integration {
             #expect(connection.daemonVersion == CountdownVersion.current)
         }
 
+        @Test("ERR busy says the time left for programs: remaining_ms and state after the message, which reads as before")
+        func busyFields() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            _ = try c.request("START otp:+4915112345678 60")
+            try c.send("START otp:+4915112345678 60\n")
+            let line = try #require(try c.readLine(timeout: 30))
+            let match = try #require(line.wholeMatch(of: #/ERR busy 'otp:\+4915112345678' is running with 0:0[01]:\d\d left; .* REPLACE remaining_ms=(\d+) state=running/#), "\(line)")
+            let remaining = try #require(Int(match.1))
+            #expect(remaining > 0 && remaining <= 60_000)
+            // The Swift client hands the fields over apart, and the message without them.
+            let reply = try c.request("START otp:+4915112345678 60")
+            #expect(reply.errorFields["state"] == "running" && Int(reply.errorFields["remaining_ms"] ?? "").map { $0 <= remaining } == true)
+            guard case .error(.busy?, _, let message) = reply.outcome else {
+                Issue.record("\(reply.outcome)")
+                return
+            }
+            #expect(message.hasSuffix("START it with REPLACE"), "\(message)")
+        }
+
+        @Test("SUBSCRIBE PREFIX follows every countdown whose name starts with it, present and future; snapshots and SINCE too")
+        func subscribePrefix() throws {
+            let daemon = try DaemonProcess()
+            let c = try daemon.connect()
+            _ = try c.request("START otp:old 1h")
+            _ = try c.request("START tea 1h")
+            let follower = try daemon.connect()
+            let subscribed = try follower.request("SUBSCRIBE PREFIX otp: EVENTS lifecycle,snapshot")
+            guard case .ok(let text) = subscribed.outcome, text.hasPrefix("subscribed 1 seq ") else {
+                Issue.record("\(subscribed.outcome)")
+                return
+            }
+            let snapshot = try follower.waitForEvent(timeout: 30) { _ in true }
+            #expect(snapshot.kind == .snapshot && snapshot.name == "otp:old")
+            _ = try c.request("START otp:+49151 1h")
+            _ = try c.request("START other 1h")
+            _ = try c.request("CANCEL tea")
+            _ = try c.request("CANCEL otp:old")
+            var seen: [String] = []
+            while seen.last != "cancelled otp:old" {
+                let event = try follower.waitForEvent(timeout: 30) { _ in true }
+                seen.append("\(event.kind.rawValue) \(event.name)")
+            }
+            #expect(seen == ["started otp:+49151", "cancelled otp:old"])
+            // A second prefix on the same connection is refused; names there too.
+            guard case .error(.badRequest?, _, _) = try follower.request("SUBSCRIBE PREFIX x").outcome else {
+                Issue.record("a second prefix was taken")
+                return
+            }
+            // A replay of the prefix only, from before any of it.
+            let replayer = try daemon.connect()
+            _ = try replayer.request("SUBSCRIBE PREFIX otp: EVENTS lifecycle SINCE 0")
+            var replayed: [String] = []
+            while replayed.last != "cancelled otp:old" {
+                let event = try replayer.waitForEvent(timeout: 30) { _ in true }
+                replayed.append("\(event.kind.rawValue) \(event.name)")
+            }
+            #expect(replayed == ["started otp:old", "started otp:+49151", "cancelled otp:old"])
+        }
+
         @Test("every verb answers with the documented shape")
         func replyShapes() throws {
             let daemon = try DaemonProcess()
