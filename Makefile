@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile test-python
 
 all: build
 
@@ -76,6 +76,11 @@ BOOTED_IMAGE := .build/booted/bookworm-minbase.tar
 test: deps test-deps test-package
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	$(MAKE) --no-print-directory test-python
+
+# The Python client library's own tests, against the daemon just built.
+test-python:
+	COUNTDOWND_BIN="$$($(SWIFT) build --show-bin-path)/countdownd" python3 -m unittest discover -s clients/python/tests -v
 
 # The package must build where it can be (a failure there is a failure of make test); where
 # Debian's packaging tools cannot be installed, or the root cannot be bootstrapped, the tests
@@ -101,7 +106,7 @@ test-loaded: deps test-deps test-package
 	$(SWIFT) build --build-tests
 	nice -n 19 stress-ng --cpu $$(nproc) --timeout 3600s --quiet & load=$$!; \
 	trap 'kill $$load 2>/dev/null; wait $$load 2>/dev/null' EXIT; \
-	$(SWIFT) test --skip-build
+	$(SWIFT) test --skip-build && $(MAKE) --no-print-directory test-python
 
 # For packagers and operators: installs the release build as it is, with an explicit mode for
 # every file whatever the umask; it never builds (run `make release` first) and never fetches.

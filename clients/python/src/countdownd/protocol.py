@@ -1,0 +1,362 @@
+"""The countdownd line protocol (docs/PROTOCOL.md): what the daemon's lines mean, as Python values.
+
+Pure: no I/O. Both clients (blocking and asyncio) read lines through `parse_line`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, Optional, Union
+
+PROTOCOL_VERSION = 1
+
+
+def default_socket_path(environ: Optional[Dict[str, str]] = None, uid: Optional[int] = None) -> str:
+    """Where the daemon listens, found as cdctl and countdownd find it."""
+    environ = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
+    if environ.get("COUNTDOWND_SOCKET"):
+        return environ["COUNTDOWND_SOCKET"]
+    if environ.get("XDG_RUNTIME_DIR"):
+        return environ["XDG_RUNTIME_DIR"] + "/countdownd/countdownd.sock"
+    if uid == 0:
+        return "/run/countdownd/countdownd.sock"
+    return "/tmp/countdownd-%d/countdownd.sock" % uid
+
+
+@dataclass(frozen=True)
+class Countdown:
+    """A countdown as a reply describes it (`OK` after a change, `COUNTDOWN` of STATUS and LIST)."""
+    name: str
+    state: str  # running, paused, done or cancelled
+    remaining_ms: int
+    total_ms: int
+    deadline_unix_ms: Optional[int]  # None unless running
+    owner_uid: Optional[int] = None
+    late_ms: Optional[int] = None  # a done delivered more than a second late
+    pinned: bool = False  # counts down to a wall-clock time (START … AT)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in ("done", "cancelled")
+
+
+@dataclass(frozen=True)
+class Event:
+    """`EVENT <seq> <kind> <name> <remaining_ms> <total_ms> …`: something that happened."""
+    seq: int
+    kind: str  # started, paused, resumed, extended, done, cancelled, removed, tick, snapshot
+    name: str
+    remaining_ms: int
+    total_ms: int
+    late_ms: Optional[int] = None  # done only
+    state: Optional[str] = None  # snapshot only
+    deadline_unix_ms: Optional[int] = None  # snapshot of a running countdown
+    owner_uid: Optional[int] = None  # snapshot only
+    pinned: bool = False  # snapshot only
+
+    @property
+    def is_lifecycle(self) -> bool:
+        """Numbered by its own `seq` (ticks and snapshots carry the last lifecycle number)."""
+        return self.kind not in ("tick", "snapshot")
+
+
+class CountdowndError(Exception):
+    """An `ERR <code> <message>` from the daemon. `fields` are its details for programs."""
+    code = "error"
+
+    def __init__(self, message: str, code: Optional[str] = None, fields: Optional[Dict[str, str]] = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.fields = dict(fields or {})
+
+    def __str__(self) -> str:
+        return "%s (%s)" % (self.message, self.code)
+
+
+class BadRequest(CountdowndError):
+    code = "bad-request"
+
+
+class UnknownCommand(CountdowndError):
+    code = "unknown-command"
+
+
+class BadName(CountdowndError):
+    code = "bad-name"
+
+
+class BadDuration(CountdowndError):
+    code = "bad-duration"
+
+
+class NotFound(CountdowndError):
+    code = "not-found"
+
+
+class Busy(CountdowndError):
+    """START of a running or paused name: `remaining_ms` says when it may start again."""
+    code = "busy"
+
+    @property
+    def remaining_ms(self) -> Optional[int]:
+        value = self.fields.get("remaining_ms")
+        return int(value) if value is not None and value.isdigit() else None
+
+    @property
+    def state(self) -> Optional[str]:
+        return self.fields.get("state")
+
+
+class Forbidden(CountdowndError):
+    code = "forbidden"
+
+
+class LimitReached(CountdowndError):
+    code = "limit"
+
+
+class LineTooLong(CountdowndError):
+    code = "line-too-long"
+
+
+class Overflow(CountdowndError):
+    """This connection fell too far behind and the daemon closed it."""
+    code = "overflow"
+
+
+class Unavailable(CountdowndError):
+    """The change could not be stored, so it was not made; try again later."""
+    code = "unavailable"
+
+
+class Gone(CountdowndError):
+    """`SINCE <seq>`: events after it are no longer kept."""
+    code = "gone"
+
+
+class ConnectionLost(CountdowndError):
+    """The daemon closed the connection or could not be reached."""
+    code = "connection-lost"
+
+
+class ProtocolViolation(CountdowndError):
+    """A line this client cannot read where it expected one it can."""
+    code = "protocol-violation"
+
+
+ERRORS = {cls.code: cls for cls in (BadRequest, UnknownCommand, BadName, BadDuration, NotFound, Busy, Forbidden,
+                                     LimitReached, LineTooLong, Overflow, Unavailable, Gone)}
+
+_FIELD = re.compile(r"^([a-z_]+)=(\S*)$")
+
+
+def error_from(code: str, text: str) -> CountdowndError:
+    """The exception for `ERR <code> <text>`: its message, and the trailing key=value fields."""
+    words = text.split(" ")
+    fields: Dict[str, str] = {}
+    while words:
+        match = _FIELD.match(words[-1])
+        if not match:
+            break
+        fields[match.group(1)] = match.group(2)
+        words.pop()
+    message = " ".join(words)
+    return ERRORS.get(code, CountdowndError)(message, code=code, fields=fields)
+
+
+@dataclass(frozen=True)
+class Hello:
+    protocol: int
+    daemon_version: Optional[str]
+
+
+@dataclass(frozen=True)
+class Ok:
+    text: str
+
+
+@dataclass(frozen=True)
+class Err:
+    error: CountdowndError
+
+
+@dataclass(frozen=True)
+class Stat:
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resync:
+    seq: int
+
+
+@dataclass(frozen=True)
+class Unknown:
+    line: str
+
+
+Line = Union[Hello, Ok, Err, Countdown, Event, Stat, Shutdown, Resync, Unknown]
+
+
+def _int(text: str) -> Optional[int]:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def countdown_fields(words: list) -> Optional[Countdown]:
+    """`<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>|-] [at]]`."""
+    if len(words) < 5 or _int(words[2]) is None or _int(words[3]) is None:
+        return None
+    return Countdown(
+        name=words[0], state=words[1], remaining_ms=int(words[2]), total_ms=int(words[3]),
+        deadline_unix_ms=_int(words[4]),
+        owner_uid=_int(words[5]) if len(words) > 5 else None,
+        late_ms=_int(words[6]) if len(words) > 6 else None,
+        pinned=len(words) > 7 and words[7] == "at",
+    )
+
+
+def _event(words: list) -> Optional[Event]:
+    if len(words) < 5 or _int(words[0]) is None or _int(words[3]) is None or _int(words[4]) is None:
+        return None
+    seq, kind, name, remaining, total = int(words[0]), words[1], words[2], int(words[3]), int(words[4])
+    if kind == "snapshot":
+        return Event(seq, kind, name, remaining, total,
+                     state=words[5] if len(words) > 5 else None,
+                     deadline_unix_ms=_int(words[6]) if len(words) > 6 else None,
+                     owner_uid=_int(words[7]) if len(words) > 7 else None,
+                     pinned=len(words) > 8 and words[8] == "at")
+    late = _int(words[5]) if kind == "done" and len(words) > 5 else None
+    return Event(seq, kind, name, remaining, total, late_ms=late)
+
+
+def parse_line(line: str) -> Line:
+    """Classifies one line from the daemon (without its newline). Unknown trailing fields are
+    ignored, as the protocol asks."""
+    head, _, rest = line.partition(" ")
+    words = rest.split()
+    if head == "OK":
+        return Ok(rest)
+    if head == "ERR" and words:
+        code, _, text = rest.partition(" ")
+        return Err(error_from(code, text))
+    if head == "EVENT":
+        event = _event(words)
+        return event if event else Unknown(line)
+    if head == "COUNTDOWN":
+        countdown = countdown_fields(words)
+        return countdown if countdown else Unknown(line)
+    if head == "STAT" and words:
+        key, _, value = rest.partition(" ")
+        return Stat(key, value)
+    if head == "HELLO" and len(words) >= 2 and words[0] == "countdownd" and _int(words[1]) is not None:
+        return Hello(int(words[1]), words[2] if len(words) > 2 else None)
+    if head == "SHUTDOWN":
+        return Shutdown(rest)
+    if head == "RESYNC" and words and _int(words[0]) is not None:
+        return Resync(int(words[0]))
+    return Unknown(line)
+
+
+def duration_text(duration: Union[int, float, str]) -> str:
+    """A duration as the protocol takes it: seconds (int or float), or text such as '5m', '1500ms'."""
+    if isinstance(duration, str):
+        if not duration or " " in duration:
+            raise BadDuration("a duration is one word, such as 90, 5m or 1500ms", fields={})
+        return duration
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+        raise TypeError("duration must be seconds (int or float) or text such as '5m'")
+    milliseconds = int(round(duration * 1000))
+    return "%dms" % milliseconds
+
+
+def check_name(name: str) -> str:
+    """Refuses what would break the line protocol (spaces, newlines) before it is sent; the
+    daemon checks the rest of the naming rules."""
+    if not isinstance(name, str) or not name or any(c in name for c in " \r\n\t"):
+        raise BadName("a countdown name is one word, such as tea or otp:+4915112345678: %r" % (name,))
+    return name
+
+
+def subscribe_line(names: Optional[Iterable[str]] = None, prefix: Optional[str] = None,
+                   kinds: Optional[Iterable[str]] = None, since: Optional[int] = None) -> str:
+    """`SUBSCRIBE [names… | PREFIX p] [EVENTS kinds] [SINCE seq]`."""
+    words = ["SUBSCRIBE"]
+    names = list(names or [])
+    if prefix is not None and names:
+        raise ValueError("follow names or a prefix, not both, on one subscription")
+    if prefix is not None:
+        words += ["PREFIX", check_name(prefix)]
+    words += [check_name(n) for n in names]
+    if kinds:
+        words += ["EVENTS", ",".join(kinds)]
+    if since is not None:
+        words += ["SINCE", str(int(since))]
+    return " ".join(words)
+
+
+def at_text(at) -> str:
+    """A wall-clock time for `START … AT`: Unix milliseconds (int) or an aware datetime."""
+    if isinstance(at, bool):
+        raise TypeError("at must be Unix milliseconds (int) or a timezone-aware datetime")
+    if isinstance(at, int):
+        return str(at)
+    if hasattr(at, "isoformat") and getattr(at, "tzinfo", None) is not None:
+        return at.isoformat(timespec="milliseconds")
+    raise TypeError("at must be Unix milliseconds (int) or a timezone-aware datetime (naive ones are ambiguous)")
+
+
+def start_line(name: str, duration=None, at=None, replace: bool = False) -> str:
+    """`START <name> [<duration>] [REPLACE]`, or `START <name> AT <time> [REPLACE]`."""
+    if duration is not None and at is not None:
+        raise ValueError("give a duration or at, not both")
+    words = ["START", check_name(name)]
+    if at is not None:
+        words += ["AT", at_text(at)]
+    elif duration is not None:
+        words.append(duration_text(duration))
+    if replace:
+        words.append("REPLACE")
+    return " ".join(words)
+
+
+def list_line(states: Optional[Iterable[str]] = None, prefix: Optional[str] = None) -> str:
+    """`LIST [STATE s,…] [PREFIX p]`."""
+    words = ["LIST"]
+    states = list(states or [])
+    if states:
+        words += ["STATE", ",".join(states)]
+    if prefix:
+        words += ["PREFIX", check_name(prefix)]
+    return " ".join(words)
+
+
+def subscribed_seq(ok_text: str) -> Optional[int]:
+    """The `seq` of `OK subscribed <what> seq <seq> …`."""
+    words = ok_text.split()
+    if "seq" in words:
+        index = words.index("seq")
+        if index + 1 < len(words):
+            return _int(words[index + 1])
+    return None
+
+
+def stat_value(value: str):
+    """A STATS value: an int where it is one, else the text."""
+    number = _int(value)
+    return number if number is not None else value
+
+
+FINAL_KINDS = ("done", "cancelled", "removed")

@@ -1,0 +1,248 @@
+"""The library against a real countdownd: $COUNTDOWND_BIN (make test sets it), on a temporary
+socket and state directory. Every wait is on an event or a reply, with generous deadlines."""
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+
+import countdownd  # noqa: E402
+from countdownd import AsyncClient, Busy, Client, NotFound  # noqa: E402
+from countdownd.protocol import BadDuration, BadName, error_from, parse_line  # noqa: E402
+
+BINARY = os.environ.get("COUNTDOWND_BIN", "")
+DEADLINE = 60
+
+
+class Daemon:
+    """A countdownd on a temporary socket; `restart` keeps its state directory."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.socket = os.path.join(directory, "d.sock")
+        self.state = os.path.join(directory, "state")
+        self.process = None
+        self.start()
+
+    def start(self):
+        notify = os.path.join(self.directory, "notify.sock")
+        if os.path.exists(notify):
+            os.unlink(notify)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        listener.bind(notify)
+        listener.settimeout(DEADLINE)
+        env = {k: v for k, v in os.environ.items() if k not in ("LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC")}
+        env["NOTIFY_SOCKET"] = notify
+        self.process = subprocess.Popen([BINARY, "--socket", self.socket, "--state-dir", self.state, "--log-level", "error"],
+                                        env=env, stdout=subprocess.DEVNULL)
+        try:
+            while b"READY=1" not in listener.recv(4096).split(b"\n"):
+                pass
+        finally:
+            listener.close()  # Later STATUS= updates fail at once; the daemon does not mind.
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(DEADLINE)
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+
+@unittest.skipUnless(BINARY and os.access(BINARY, os.X_OK), "set COUNTDOWND_BIN to a built countdownd (make test does)")
+class AgainstTheDaemon(unittest.TestCase):
+    def setUp(self):
+        self.directory = tempfile.mkdtemp(prefix="cd-python-")
+        self.daemon = Daemon(self.directory)
+        self.client = Client(self.daemon.socket, timeout=DEADLINE)
+
+    def tearDown(self):
+        self.client.close()
+        self.daemon.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def test_requests(self):
+        started = self.client.start("tea", "3m")
+        self.assertEqual((started.name, started.state, started.total_ms), ("tea", "running", 180_000))
+        self.assertEqual(self.client.start("egg", 1.5).total_ms, 1500)
+        self.assertEqual(self.client.start("button").total_ms, 60_000, "60 s by default")
+        self.assertEqual(self.client.pause("tea").state, "paused")
+        self.assertEqual(self.client.status("tea").state, "paused")
+        self.assertEqual(self.client.resume("tea").state, "running")
+        self.assertEqual(self.client.extend("tea", 60).total_ms, 240_000)
+        self.assertEqual(sorted(c.name for c in self.client.list()), ["button", "egg", "tea"])
+        self.assertEqual([c.name for c in self.client.list(prefix="te")], ["tea"])
+        self.assertEqual(self.client.cancel("tea").state, "cancelled")
+        self.assertEqual([c.name for c in self.client.list(states=["cancelled"])], ["tea"])
+        self.assertEqual(self.client.remove("tea").name, "tea")
+        self.client.ping()
+        stats = self.client.stats()
+        self.assertIsInstance(stats["running"], int)
+        self.assertEqual(stats["running"], 2)
+
+    def test_errors(self):
+        self.client.start("otp:+4915112345678", 60)
+        with self.assertRaises(Busy) as raised:
+            self.client.start("otp:+4915112345678", 60)
+        busy = raised.exception
+        self.assertEqual(busy.code, "busy")
+        self.assertTrue(0 < busy.remaining_ms <= 60_000, busy.remaining_ms)
+        self.assertEqual(busy.state, "running")
+        self.assertNotIn("remaining_ms", busy.message)
+        with self.assertRaises(NotFound):
+            self.client.status("nothing")
+        with self.assertRaises(BadDuration):
+            self.client.start("x", "5 minutes")  # Refused before it is sent: one word.
+        with self.assertRaises(BadDuration):
+            self.client.start("x", "400d")  # Refused by the daemon.
+        with self.assertRaises(BadName):
+            self.client.start("two words", 5)
+        # The connection still works after every error.
+        self.client.ping()
+
+    def test_wait(self):
+        self.client.start("egg", "200ms")
+        ended = self.client.wait("egg", timeout=DEADLINE)
+        self.assertEqual((ended.name, ended.state), ("egg", "done"))
+        # Already finished: answered at once from its state.
+        self.assertEqual(self.client.wait("egg", timeout=DEADLINE).state, "done")
+        with self.assertRaises(NotFound):
+            self.client.wait("nothing", timeout=DEADLINE)
+
+    def test_wait_across_restart(self):
+        self.client.start("build", "1h")
+        result = {}
+        subscribed = threading.Event()
+
+        def waiter():
+            try:
+                result["ended"] = self.client.wait("build", timeout=DEADLINE * 2)
+            except Exception as error:  # Reported below.
+                result["error"] = error
+        # The waiter's subscription shows in the daemon's figures before the restart.
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        for _ in range(DEADLINE * 100):
+            if self.client.stats()["subscribers"] == 1:
+                subscribed.set()
+                break
+            threading.Event().wait(0.01)
+        self.assertTrue(subscribed.is_set(), "the waiter subscribed")
+        self.client.close()
+        self.daemon.restart()
+        self.client = Client(self.daemon.socket, timeout=DEADLINE)
+        self.client.cancel("build")
+        thread.join(DEADLINE * 2)
+        self.assertNotIn("error", result)
+        self.assertEqual(result["ended"].state, "cancelled")
+
+    def test_subscribe_prefix_across_restart(self):
+        """Through a restart, a prefix subscriber sees every lifecycle event once, in order."""
+        seen = []
+        first = threading.Event()
+        done = threading.Event()
+        follower = Client(self.daemon.socket, timeout=DEADLINE)
+
+        def follow():
+            for event in follower.subscribe(prefix="otp:", kinds=["lifecycle"]):
+                seen.append((event.kind, event.name))
+                if len(seen) == 1:
+                    first.set()
+                if event.name == "otp:b" and event.kind == "cancelled":
+                    break
+            done.set()
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        for _ in range(DEADLINE * 100):
+            if self.client.stats()["subscribers"] == 1:
+                break
+            threading.Event().wait(0.01)
+        self.client.start("otp:a", "1h")
+        self.client.start("sms:a", "1h")
+        self.assertTrue(first.wait(DEADLINE))
+        self.client.close()
+        self.daemon.restart()
+        self.client = Client(self.daemon.socket, timeout=DEADLINE)
+        # Whether the follower is back yet or not: live, or replayed through SINCE.
+        self.client.start("otp:b", "1h")
+        self.client.cancel("otp:b")
+        self.assertTrue(done.wait(DEADLINE * 2), "seen: %s" % seen)
+        follower.close()
+        self.assertEqual(seen, [("started", "otp:a"), ("started", "otp:b"), ("cancelled", "otp:b")])
+
+    def test_asyncio(self):
+        async def scenario():
+            client = await AsyncClient.connect(self.daemon.socket)
+            async with client:
+                await client.start("otp:+49", 60)
+                try:
+                    await client.start("otp:+49", 60)
+                    self.fail("not busy")
+                except Busy as busy:
+                    self.assertTrue(0 < busy.remaining_ms <= 60_000)
+                events = client.subscribe(["egg"], kinds=["lifecycle"])
+                first = asyncio.ensure_future(events.__anext__())
+                for _ in range(DEADLINE * 100):
+                    if (await client.stats())["subscribers"] == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                await client.start("egg", "100ms")
+                started = await asyncio.wait_for(first, DEADLINE)
+                self.assertEqual((started.kind, started.name), ("started", "egg"))
+                ended = await asyncio.wait_for(client.wait("egg"), DEADLINE)
+                self.assertEqual(ended.state, "done")
+                await events.aclose()
+        asyncio.run(scenario())
+
+
+class Parsing(unittest.TestCase):
+    def test_error_fields(self):
+        error = error_from("busy", "'a=b' is running with 0:00:58 left; wait for it remaining_ms=58000 state=running")
+        self.assertIsInstance(error, Busy)
+        self.assertEqual((error.remaining_ms, error.state), (58000, "running"))
+        self.assertEqual(error.message, "'a=b' is running with 0:00:58 left; wait for it")
+        unknown = error_from("new-code", "something")
+        self.assertIsInstance(unknown, countdownd.CountdowndError)
+        self.assertEqual(unknown.code, "new-code")
+
+    def test_lines(self):
+        snapshot = parse_line("EVENT 8 snapshot tea 2500 3000 running 1700000002500 1000 at extra")
+        self.assertEqual((snapshot.kind, snapshot.state, snapshot.deadline_unix_ms, snapshot.owner_uid, snapshot.pinned),
+                         ("snapshot", "running", 1700000002500, 1000, True))
+        done = parse_line("EVENT 9 done tea 0 180000 57000")
+        self.assertEqual((done.late_ms, done.is_lifecycle), (57000, True))
+        self.assertFalse(parse_line("EVENT 9 tick tea 1000 180000").is_lifecycle)
+        countdown = parse_line("COUNTDOWN tea paused 5000 6000 - 1000")
+        self.assertEqual((countdown.state, countdown.deadline_unix_ms, countdown.owner_uid), ("paused", None, 1000))
+        self.assertEqual(type(parse_line("NEWS from the future")).__name__, "Unknown")
+
+
+@unittest.skipUnless(shutil.which("pip") or shutil.which("pip3"), "pip is not installed here: the install check needs it")
+class Installs(unittest.TestCase):
+    def test_pip_install(self):
+        target = tempfile.mkdtemp(prefix="cd-python-install-")
+        try:
+            built = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                                    "--target", target, os.path.dirname(HERE)], timeout=300, capture_output=True, text=True,
+                                   env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+            if built.returncode != 0 and ("NewConnectionError" in built.stderr or "No matching distribution found for setuptools" in built.stderr):
+                self.skipTest("pip cannot fetch setuptools to build the package (no network to PyPI here)")
+            self.assertEqual(built.returncode, 0, built.stderr)
+            out = subprocess.run([sys.executable, "-c", "import countdownd, sys; print(countdownd.__file__)"],
+                                 env=dict(os.environ, PYTHONPATH=target), capture_output=True, text=True, check=True, cwd=target)
+            self.assertTrue(out.stdout.strip().startswith(target), out.stdout)
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
