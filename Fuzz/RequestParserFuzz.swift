@@ -56,7 +56,7 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
                     WireEncoder.appendOK(try engine.remove(name, requester: uid, now: now, events: &events), clock: clock, to: &out)
                 case .stats:
                     WireEncoder.appendStat("running", "\(engine.runningCount)", to: &out)
-                case .subscribe(let names, _, _):
+                case .subscribe(let names, _, _, _):
                     for snapshot in engine.activeSnapshots(matching: names.isEmpty ? nil : Set(names), now: now) {
                         WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, snapshot, clock: clock, to: &out)
                     }

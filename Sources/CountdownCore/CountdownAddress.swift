@@ -62,6 +62,23 @@ public enum CountdownAddress {
 
     /// The key an address names for a client of uid `requester`.
     /// - Throws: `forbidden` when a non-root client names another user's countdown.
+    /// The key prefix a name prefix stands for, resolved as `resolve` resolves an address: a
+    /// user's own namespace, plain or as `<uid>/…`; root's `<uid>/…` for another's (and `0/…` for
+    /// its own).
+    /// - Throws: `forbidden` for a non-root requester naming another uid's namespace.
+    public static func resolvePrefix(_ prefix: String, requester: UInt32) throws(ProtocolError) -> String {
+        guard prefix.utf8.contains(UInt8(ascii: "/")) else { return key(owner: requester, name: prefix) }
+        return try resolve(prefix, requester: requester).key
+    }
+
+    /// The one owner whose keys can start with `keyPrefix`, if only one's can: `1000/…` is uid
+    /// 1000's; a prefix with a character no uid has (`otp:`) is root's own, whose keys have no
+    /// `/`; digits alone (or nothing) may start anyone's.
+    public static func onlyOwner(ofKeysStartingWith keyPrefix: String) -> UInt32? {
+        if keyPrefix.utf8.contains(UInt8(ascii: "/")) { return split(keyPrefix).owner }
+        return keyPrefix.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") } ? nil : 0
+    }
+
     public static func resolve(_ address: String, requester: UInt32) throws(ProtocolError) -> (key: String, owner: UInt32) {
         let (owner, name) = address.utf8.contains(UInt8(ascii: "/")) ? split(address) : (requester, address)
         guard requester == 0 || owner == requester else {

@@ -121,7 +121,7 @@ public struct EventRing: Sendable {
             owners = [viewer]
         } else if let names {
             owners = Array(Set(names.map { CountdownAddress.split($0).owner }))
-        } else if let prefix, let owner = Self.onlyOwner(ofKeysStartingWith: prefix) {
+        } else if let prefix, let owner = CountdownAddress.onlyOwner(ofKeysStartingWith: prefix) {
             owners = [owner]
         } else {
             owners = Array(histories.keys)
@@ -142,13 +142,5 @@ public struct EventRing: Sendable {
             }
         }
         return owners.count > 1 ? result.sorted { $0.sequence < $1.sequence } : result
-    }
-
-    /// The one owner whose keys can start with `prefix`, if only one's can: `1000/…` is uid
-    /// 1000's; a prefix with a character no uid has (`otp:`) is root's own, whose keys have no
-    /// `/`; digits alone (or nothing) may start anyone's.
-    static func onlyOwner(ofKeysStartingWith prefix: String) -> UInt32? {
-        if prefix.utf8.contains(UInt8(ascii: "/")) { return CountdownAddress.split(prefix).owner }
-        return prefix.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") } ? nil : 0
     }
 }

@@ -10,6 +10,8 @@ public struct LatenessHistogram: Sendable, Equatable {
     public private(set) var count: UInt64 = 0
     /// The latest, in microseconds.
     public private(set) var maximumMicroseconds: Int64 = 0
+    /// All of them added up, in microseconds (a summary's `_sum`).
+    public private(set) var sumMicroseconds: Int64 = 0
 
     /// An empty histogram.
     public init() {}
@@ -19,6 +21,7 @@ public struct LatenessHistogram: Sendable, Equatable {
         let microseconds = max(0, nanoseconds / 1000)
         buckets[Self.bucket(of: microseconds)] += 1
         count += 1
+        sumMicroseconds &+= microseconds
         maximumMicroseconds = max(maximumMicroseconds, microseconds)
     }
 

@@ -173,8 +173,10 @@ extension Daemon {
             WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
             appendReadOK(count: 1)
         case .list(let states, let prefix):
-            // In slices across batches, every countdown as of now (`CountdownListing`).
-            let filter = ListFilter(viewer: uid, states: states, prefix: prefix)
+            // In slices across batches, every countdown as of now (`CountdownListing`). The
+            // prefix as the viewer's own (`1000/te` from uid 1000 is its `te`).
+            let keyPrefix = try CountdownAddress.resolvePrefix(prefix, requester: uid)
+            let filter = ListFilter(viewer: uid, states: states, prefix: CountdownAddress.display(keyPrefix, owner: uid, to: uid))
             beginListing(engine.listing(filter, frozen: true, now: now), purpose: .list, on: connection, clock: clock, now: now)
         case .cancel(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
@@ -202,7 +204,7 @@ extension Daemon {
                 keys.append(try CountdownAddress.resolve(address, requester: uid).key)
             }
             let filter: Set<String>? = keys.isEmpty ? nil : Set(keys)
-            let keyPrefix = prefix.map { ListFilter(viewer: uid, prefix: $0).keyPrefix }
+            let keyPrefix = try prefix.map { (prefix) throws(ProtocolError) in try CountdownAddress.resolvePrefix(prefix, requester: uid) }
             // Checked before subscribing, so a refused replay changes nothing.
             let replay = try since.map { (since) throws(ProtocolError) in
                 try replayEvents(after: since, keys: filter, keyPrefix: keyPrefix, viewer: uid)
@@ -220,9 +222,10 @@ extension Daemon {
                 for event in replay where kinds.includes(event.kind) {
                     WireEncoder.appendEvent(event, name: CountdownAddress.display(event.name, owner: event.owner, to: uid), to: &replyBuffer)
                 }
-            } else if kinds.includes(.snapshot), let prefix {
+            } else if kinds.includes(.snapshot), let keyPrefix {
                 // Like everything's, in slices: a prefix may match a million.
-                beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
+                let shown = CountdownAddress.display(keyPrefix, owner: uid, to: uid)
+                beginActiveSnapshots(on: connection, prefix: shown, clock: clock, now: now)
             } else if kinds.includes(.snapshot), keys.isEmpty {
                 // The current state right after the OK, so a status bar draws its first frame at
                 // once; for everything, in slices (there may be a million).

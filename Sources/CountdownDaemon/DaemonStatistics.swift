@@ -100,6 +100,7 @@ extension Daemon {
             lines.append(("\(name)_late_p50_us", "\(histogram.percentileMicroseconds(0.5))"))
             lines.append(("\(name)_late_p99_us", "\(histogram.percentileMicroseconds(0.99))"))
             lines.append(("\(name)_late_max_us", "\(histogram.maximumMicroseconds)"))
+            lines.append(("\(name)_late_sum_us", "\(histogram.sumMicroseconds)"))
         }
         lines.append(("storage", storage))
         lines.append(("journal_bytes", "\(journal.bytesSinceSnapshot)"))

@@ -84,8 +84,8 @@ final class EventFanOut {
     /// - Throws: `limit` when the connection would follow more names than allowed.
     func subscribe(_ connection: Connection, to names: [String], kinds: EventKindSet) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        if case .prefix = connection.subscription, !names.isEmpty {
-            throw ProtocolError(.badRequest, "this connection follows a prefix; follow names on another connection")
+        if case .prefix = connection.subscription {
+            throw ProtocolError(.badRequest, "this connection follows a prefix; follow \(names.isEmpty ? "everything" : "names") on another connection")
         }
         var followed: Set<String> = []
         if case .names(let existing) = connection.subscription { followed = existing }
@@ -141,7 +141,7 @@ final class EventFanOut {
         dispatchPrecondition(condition: .onQueue(queue))
         switch connection.subscription {
         case .all:
-            break  // Already receives everything: only the kinds change.
+            throw ProtocolError(.badRequest, "this connection follows everything; follow a prefix on another connection")
         case .names:
             throw ProtocolError(.badRequest, "this connection follows names; follow a prefix on another connection")
         case .prefix(let other) where other != prefix:
@@ -260,7 +260,15 @@ final class EventFanOut {
         switch connection.subscription {
         case .none:
             return
-        case .all where connection.peerUID == 0, .prefix where connection.peerUID == 0:
+        case .prefix(let keyPrefix) where connection.peerUID == 0:
+            // Root's prefix of one other user's keys makes that user's tick; else everything does.
+            if let owner = CountdownAddress.onlyOwner(ofKeysStartingWith: keyPrefix), owner != 0 {
+                tickInterest.owner(owner, on)
+            } else {
+                tickingAllSubscribers += on ? 1 : -1
+                tickInterest.everything(tickingAllSubscribers > 0)
+            }
+        case .all where connection.peerUID == 0:
             tickingAllSubscribers += on ? 1 : -1
             tickInterest.everything(tickingAllSubscribers > 0)
         case .all, .prefix:
@@ -282,7 +290,8 @@ final class EventFanOut {
             let byName = nameSubscribers.isEmpty ? nil : nameSubscribers[event.name]
             let owners = isTick ? ownerTickSubscribers : ownerSubscribers
             let byOwner = owners.isEmpty || event.owner == 0 ? nil : owners[event.owner]
-            if everyone.isEmpty && byName == nil && byOwner == nil && prefixSubscribers.isEmpty { continue }
+            let byPrefix = prefixSubscribers.isEmpty ? [] : prefixGroups(matching: event.name)
+            if everyone.isEmpty && byName == nil && byOwner == nil && byPrefix.isEmpty { continue }
             eventBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendEvent(event, to: &eventBuffer)
             // Root's own countdowns read the same either way.
@@ -305,18 +314,24 @@ final class EventFanOut {
                     append(line, kind: event.kind, to: connection, batch: batch)
                 }
             }
-            if !prefixSubscribers.isEmpty {
-                let key = event.name.utf8
-                for length in prefixLengths.keys where length <= key.count {
-                    guard let group = prefixSubscribers[String(Substring(key.prefix(length)))] else { continue }
-                    for connection in group.values {
-                        let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
-                        append(line, kind: event.kind, to: connection, batch: batch)
-                    }
+            for group in byPrefix {
+                for connection in group.values {
+                    let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
+                    append(line, kind: event.kind, to: connection, batch: batch)
                 }
             }
             if !fallenBehind.isEmpty { holdFallenBehind() }
         }
+    }
+
+    /// The prefix subscribers whose prefix starts `key`: one lookup per prefix length.
+    private func prefixGroups(matching key: String) -> [[Int: Connection]] {
+        var groups: [[Int: Connection]] = []
+        let bytes = key.utf8
+        for length in prefixLengths.keys where length <= bytes.count {
+            if let group = prefixSubscribers[String(Substring(bytes.prefix(length)))] { groups.append(group) }
+        }
+        return groups
     }
 
     private func append(_ line: [UInt8], kind: EventKind, to connection: Connection, batch: Int) {

@@ -176,4 +176,19 @@ struct EnginePinnedTests {
         try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("later", requester: 0, now: now, events: &events) }
         #expect(clock.engine.persistentState(of: "later")?.pinnedUnixMilliseconds == nil, "a paused countdown keeps its time left, not a time of day")
     }
+
+    @Test("a name prefix resolves as an address does: a user's own, plain or as <uid>/; another's is forbidden; root names anyone's")
+    func prefixNamespaces() throws {
+        #expect(try CountdownAddress.resolvePrefix("otp:", requester: 1000) == "1000/otp:")
+        #expect(try CountdownAddress.resolvePrefix("1000/otp:", requester: 1000) == "1000/otp:")
+        #expect(throws: ProtocolError.self) { try CountdownAddress.resolvePrefix("1001/", requester: 1000) }
+        #expect(try CountdownAddress.resolvePrefix("otp:", requester: 0) == "otp:")
+        #expect(try CountdownAddress.resolvePrefix("1000/otp:", requester: 0) == "1000/otp:")
+        #expect(try CountdownAddress.resolvePrefix("0/tea", requester: 0) == "tea")
+        // Whose keys a key prefix can reach: one user's, root's own, or (digits) anyone's.
+        #expect(CountdownAddress.onlyOwner(ofKeysStartingWith: "1000/otp:") == 1000)
+        #expect(CountdownAddress.onlyOwner(ofKeysStartingWith: "otp:") == 0)
+        #expect(CountdownAddress.onlyOwner(ofKeysStartingWith: "10") == nil)
+        #expect(CountdownAddress.onlyOwner(ofKeysStartingWith: "") == nil)
+    }
 }

@@ -91,14 +91,40 @@ extension Integration {
             #expect(prometheus.contains("countdownd_countdowns{state=\"finished\"} 1\n"))
             #expect(prometheus.contains("countdownd_events_total{kind=\"done\"} 1\n"))
             #expect(prometheus.contains("countdownd_done_lateness_seconds{quantile=\"0.99\"} "))
+            #expect(prometheus.contains("countdownd_done_lateness_seconds_count 1\n") && prometheus.contains("countdownd_done_lateness_seconds_sum "))
+            #expect(!prometheus.contains("quantile=\"1\""), "a maximum is a gauge of its own")
+            #expect(prometheus.contains("# TYPE countdownd_done_lateness_max_seconds gauge\n"))
             #expect(prometheus.contains("countdownd_storage_ok 1\n"))
             // The text format: comments, or `name{labels} value`.
             for line in prometheus.split(separator: "\n") where !line.hasPrefix("#") {
                 let parts = line.split(separator: " ")
                 #expect(parts.count == 2 && parts[0].hasPrefix("countdownd_") && Double(parts[1]) != nil, "not a sample: \(line)")
+                // Exact decimals: microseconds have at most six places, never float noise.
+                #expect((parts.last?.split(separator: ".").dropFirst().first?.count ?? 0) <= 6, "float noise: \(line)")
             }
+            // Every family says what it is.
+            let families = Set(prometheus.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { $0.split(separator: " ")[2] })
+            let helped = Set(prometheus.split(separator: "\n").filter { $0.hasPrefix("# HELP ") }.map { $0.split(separator: " ")[2] })
+            #expect(families == helped && families.contains("countdownd_journal_generation") && families.contains("countdownd_replay_kept_after"))
+
             let table = try cdctl(["stats"], socket: daemon.socketPath).stdout
             #expect(table.contains("events_done") && table.contains("storage"))
+        }
+
+        @Test(
+            "cdctl stats --prometheus passes promtool check metrics, with every figure present (lateness, subscribers, cluster-free)",
+            .enabled(if: toolExists("/usr/bin/promtool"), "promtool (Debian's prometheus package) is not installed; make test installs it as root")
+        )
+        func promtoolAccepts() throws {
+            let daemon = try DaemonProcess()
+            let subscriber = try daemon.connect()
+            _ = try subscriber.request("SUBSCRIBE")
+            _ = try cdctl(["start", "egg", "300ms"], socket: daemon.socketPath)
+            _ = try subscriber.waitForEvent(timeout: 30) { $0.kind == .done }
+            let prometheus = try cdctl(["stats", "--prometheus"], socket: daemon.socketPath).stdout
+            #expect(prometheus.contains("countdownd_done_lateness_seconds_count 1\n"))
+            let checked = try runCommand("/bin/sh", ["-c", "printf '%s' \"$0\" | /usr/bin/promtool check metrics", prometheus], timeout: 60)
+            #expect(checked.status == 0 && checked.stdout.isEmpty && checked.stderr.isEmpty, "promtool: \(checked.stdout)\(checked.stderr)")
         }
 
         @Test("status --follow rides through a daemon restart, shows what happened meanwhile, and prints an empty line when its countdown is removed")

@@ -58,11 +58,26 @@ extension Integration {
                 seen.append("\(event.kind.rawValue) \(event.name)")
             }
             #expect(seen == ["started otp:+49151", "cancelled otp:old"])
-            // A second prefix on the same connection is refused; names there too.
-            guard case .error(.badRequest?, _, _) = try follower.request("SUBSCRIBE PREFIX x").outcome else {
-                Issue.record("a second prefix was taken")
+            // A second prefix on the same connection is refused; names and everything there too, and
+            // a prefix on a connection that follows everything.
+            for line in ["SUBSCRIBE PREFIX x", "SUBSCRIBE tea", "SUBSCRIBE"] {
+                guard case .error(.badRequest?, _, _) = try follower.request(line).outcome else {
+                    Issue.record("\(line) was taken on a prefix's connection")
+                    return
+                }
+            }
+            let everything = try daemon.connect()
+            _ = try everything.request("SUBSCRIBE EVENTS lifecycle")
+            guard case .error(.badRequest?, _, _) = try everything.request("SUBSCRIBE PREFIX otp:").outcome else {
+                Issue.record("a prefix was taken on a connection that follows everything")
                 return
             }
+            // A prefix subscriber that takes ticks makes its countdowns tick (nobody else asks).
+            let ticker = try daemon.connect()
+            _ = try ticker.request("SUBSCRIBE PREFIX t: EVENTS tick")
+            _ = try c.request("START t:x 1h")
+            let tick = try ticker.waitForEvent(timeout: 30) { _ in true }
+            #expect(tick.kind == .tick && tick.name == "t:x")
             // A replay of the prefix only, from before any of it.
             let replayer = try daemon.connect()
             _ = try replayer.request("SUBSCRIBE PREFIX otp: EVENTS lifecycle SINCE 0")

@@ -230,9 +230,13 @@ class Parsing(unittest.TestCase):
 class Installs(unittest.TestCase):
     def test_pip_install(self):
         target = tempfile.mkdtemp(prefix="cd-python-install-")
+        # From a copy: a build leaves build/ and *.egg-info beside the sources.
+        source = os.path.join(target, "source")
+        shutil.copytree(os.path.dirname(HERE), source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        target = os.path.join(target, "installed")
         try:
             built = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                    "--target", target, os.path.dirname(HERE)], timeout=300, capture_output=True, text=True,
+                                    "--target", target, source], timeout=300, capture_output=True, text=True,
                                    env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
             if built.returncode != 0 and ("NewConnectionError" in built.stderr or "No matching distribution found for setuptools" in built.stderr):
                 self.skipTest("pip cannot fetch setuptools to build the package (no network to PyPI here)")
@@ -241,7 +245,7 @@ class Installs(unittest.TestCase):
                                  env=dict(os.environ, PYTHONPATH=target), capture_output=True, text=True, check=True, cwd=target)
             self.assertTrue(out.stdout.strip().startswith(target), out.stdout)
         finally:
-            shutil.rmtree(target, ignore_errors=True)
+            shutil.rmtree(os.path.dirname(target), ignore_errors=True)
 
 
 if __name__ == "__main__":
