@@ -120,9 +120,11 @@ install:
 	install -m 0755 $(RELEASEDIR)/cdctl $(DESTDIR)$(BINDIR)/cdctl
 	@staged=$$(mktemp -d) && trap 'rm -rf "$$staged"' EXIT && \
 	for unit in systemd/countdownd.service systemd/countdownd.socket systemd/countdownd-cluster.conf \
+	    systemd/countdownd-metrics.service systemd/countdownd-metrics.timer \
 	    systemd/user/countdownd.service systemd/user/countdownd.socket; do \
 	  mkdir -p "$$staged/$$(dirname $$unit)" && sed 's|@BINDIR@|$(BINDIR)|g' $$unit > "$$staged/$$unit" || exit 1; done && \
-	install -v -m 0644 "$$staged/systemd/countdownd.service" "$$staged/systemd/countdownd.socket" $(DESTDIR)$(UNITDIR)/ && \
+	install -v -m 0644 "$$staged/systemd/countdownd.service" "$$staged/systemd/countdownd.socket" \
+	  "$$staged/systemd/countdownd-metrics.service" "$$staged/systemd/countdownd-metrics.timer" $(DESTDIR)$(UNITDIR)/ && \
 	install -v -m 0644 "$$staged/systemd/user/countdownd.service" "$$staged/systemd/user/countdownd.socket" $(DESTDIR)$(USERUNITDIR)/ && \
 	install -v -m 0644 "$$staged/systemd/countdownd-cluster.conf" $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf
 	install -m 0644 systemd/countdownd.sysusers $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
@@ -136,6 +138,7 @@ install:
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/countdownd $(DESTDIR)$(BINDIR)/cdctl
 	rm -f $(DESTDIR)$(UNITDIR)/countdownd.service $(DESTDIR)$(UNITDIR)/countdownd.socket
+	rm -f $(DESTDIR)$(UNITDIR)/countdownd-metrics.service $(DESTDIR)$(UNITDIR)/countdownd-metrics.timer
 	rm -f $(DESTDIR)$(USERUNITDIR)/countdownd.service $(DESTDIR)$(USERUNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man1/cdctl.1 $(DESTDIR)$(MANDIR)/man8/countdownd.8

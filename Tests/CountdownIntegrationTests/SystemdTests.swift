@@ -152,11 +152,35 @@ extension Integration {
         )
         func securityScore() throws {
             let units = InstalledUnits()
-            let service = try #require(units.system.first { $0.hasSuffix(".service") })
+            let service = try #require(units.system.first { $0.hasSuffix("/countdownd.service") })
             let result = try runCommand("/usr/bin/systemd-analyze", ["security", "--offline=yes", service])
             let match = try #require(result.stdout.firstMatch(of: #/Overall exposure level for countdownd.service: (\d+\.\d)/#), "\(result.stdout)")
             let score = try #require(Double(match.1))
             #expect(score <= 1.0, "exposure \(score)")
+        }
+
+        @Test("the metrics service writes the textfile collector's file atomically, and removes it when the daemon is gone")
+        func metricsTextfile() throws {
+            let unit = try String(contentsOfFile: "\(packageRoot)/systemd/countdownd-metrics.service", encoding: .utf8)
+            let execStart = try #require(unit.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+            // ExecStart=/bin/sh -c '<script>': the script, as systemd hands it to the shell.
+            let script = try #require(execStart.firstMatch(of: #/^ExecStart=/bin/sh -c '(.*)'$/#)).1
+                .replacingOccurrences(of: "@BINDIR@", with: TestBinaries.directory)
+            let daemon = try DaemonProcess()
+            let textfiles = daemon.directory.file("textfile")
+            try FileManager.default.createDirectory(atPath: textfiles, withIntermediateDirectories: true)
+            let environment = ["TEXTFILE_DIR": textfiles, "COUNTDOWND_SOCKET": daemon.socketPath]
+            let written = try runCommand("/bin/sh", ["-c", script], environment: environment)
+            #expect(written.status == 0, "\(written.stderr)")
+            let text = try String(contentsOfFile: textfiles + "/countdownd.prom", encoding: .utf8)
+            #expect(text.contains("# TYPE countdownd_countdowns gauge") && text.contains("countdownd_storage_ok 1"))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: textfiles) == ["countdownd.prom"], "no temporary file left")
+            let mode = try #require(try FileManager.default.attributesOfItem(atPath: textfiles + "/countdownd.prom")[.posixPermissions] as? Int)
+            #expect(mode == 0o644, "node_exporter (another user) reads it")
+            #expect(daemon.terminate() == 0)
+            let failed = try runCommand("/bin/sh", ["-c", script], environment: environment)
+            #expect(failed.status != 0 && failed.stderr.contains("cdctl: cannot connect"), "\(failed.stderr)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: textfiles).isEmpty, "stale figures are not left for a scrape")
         }
 
         @Test(
@@ -165,7 +189,7 @@ extension Integration {
         )
         func clusterDropIn() throws {
             let units = InstalledUnits()
-            let service = try #require(units.system.first { $0.hasSuffix(".service") })
+            let service = try #require(units.system.first { $0.hasSuffix("/countdownd.service") })
             let dropIns = units.directory.file("countdownd.service.d")
             try FileManager.default.createDirectory(atPath: dropIns, withIntermediateDirectories: true)
             let text = try String(contentsOfFile: "\(packageRoot)/systemd/countdownd-cluster.conf", encoding: .utf8)
@@ -258,8 +282,11 @@ struct InstalledUnits {
         // Creating folders and files in a fresh temporary directory only fails if /tmp is broken.
         try! FileManager.default.createDirectory(atPath: runtimeDirectory, withIntermediateDirectories: true)
         try! FileManager.default.createDirectory(atPath: directory.file("user"), withIntermediateDirectories: true)
-        for (source, target) in [("systemd", ""), ("systemd/user", "user/")] {
-            for unit in ["countdownd.service", "countdownd.socket"] {
+        for (source, target, units) in [
+            ("systemd", "", ["countdownd.service", "countdownd.socket", "countdownd-metrics.service", "countdownd-metrics.timer"]),
+            ("systemd/user", "user/", ["countdownd.service", "countdownd.socket"]),
+        ] {
+            for unit in units {
                 // The units are part of the repository; a missing one is a broken checkout.
                 let text = try! String(contentsOfFile: "\(packageRoot)/\(source)/\(unit)", encoding: .utf8)
                     .replacingOccurrences(of: "@BINDIR@", with: TestBinaries.directory)
