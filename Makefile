@@ -27,7 +27,7 @@ APT_PACKAGES := libsystemd-dev libsqlite3-dev libcurl4-openssl-dev pkg-config
 # Only the tests use these (zsh and fish check their completions, etcd-server is a real cluster
 # for the etcd client); without them those tests are skipped with a message, so failing to
 # install them does not fail the build.
-TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus
+TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus mandoc
 
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300

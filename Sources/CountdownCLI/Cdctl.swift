@@ -18,6 +18,9 @@ public struct Cdctl {
 
     /// Runs the command and returns the exit code; every failure has been explained on stderr.
     public func run() -> ExitCode {
+        for note in invocation.notes {
+            console.error("cdctl: note: \(note)\n")
+        }
         switch invocation.command {
         case .help:
             console.out(CdctlCommandLine.help + "\n")
@@ -107,9 +110,9 @@ public struct Cdctl {
             console.out(render(reply.countdowns, style: style, single: true))
             return .success
         case .status(nil, let style, false):
-            return try list(style: style, state: nil, prefix: nil, on: connection)
-        case .list(let style, let state, let prefix):
-            return try list(style: style, state: state, prefix: prefix, on: connection)
+            return try list(style: style, states: [], prefix: nil, on: connection)
+        case .list(let style, let states, let prefix):
+            return try list(style: style, states: states, prefix: prefix, on: connection)
         case .completeNames:
             let reply = try connection.request("LIST")
             console.out(reply.countdowns.map { $0.name + "\n" }.joined())
@@ -177,18 +180,19 @@ public struct Cdctl {
         }
     }
 
-    /// `list`: every countdown, or those in `state`.
-    /// Filtered by the daemon (`LIST STATE … PREFIX …`), sorted by name here: the daemon sends
-    /// countdowns in its own order, so that a million never hold it up.
-    private func list(style: OutputStyle, state: CountdownState?, prefix: String?, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
-        let options = (state.map { ["STATE", $0.rawValue] } ?? []) + (prefix.map { ["PREFIX", $0] } ?? [])
+    /// `list`: every countdown, or those in `states`.
+    /// Filtered by the daemon (`LIST STATE … PREFIX …`), sorted by name here as people sort
+    /// (`many2` before `many10`): the daemon sends countdowns in its own order, so that a million
+    /// never hold it up.
+    private func list(style: OutputStyle, states: [CountdownState], prefix: String?, on connection: CountdownConnection) throws(ClientError) -> ExitCode {
+        let options = (states.isEmpty ? [] : ["STATE", states.map(\.rawValue).joined(separator: ",")]) + (prefix.map { ["PREFIX", $0] } ?? [])
         let reply = try connection.request((["LIST"] + options).joined(separator: " "))
         if case .error = reply.outcome {
             return report(reply, on: connection, name: nil)
         }
-        let countdowns = reply.countdowns.sorted { $0.name < $1.name }
+        let countdowns = reply.countdowns.sorted { NaturalOrder.precedes($0.name, $1.name) }
         if case .table = style, countdowns.isEmpty {
-            let which = [state?.rawValue, prefix.map { "'\($0)…'" }].compactMap { $0 }.joined(separator: " ")
+            let which = [states.isEmpty ? nil : states.map(\.rawValue).joined(separator: " or "), prefix.map { "'\($0)…'" }].compactMap { $0 }.joined(separator: " ")
             console.out(which.isEmpty ? "no countdowns\n" : "no \(which) countdowns\n")
         } else {
             console.out(render(countdowns, style: style, single: false))
@@ -361,7 +365,9 @@ public struct Cdctl {
             console.error("cdctl: unexpected reply from countdownd\n")
             return .refused
         }
-        var text = "cdctl: \(Self.inCdctlTerms(message, name: name)) (\(rawCode))"
+        // A countdown that already finished exists: "not-found" would say the opposite.
+        let alreadyFinished = code == .notFound && message.contains("already finished")
+        var text = "cdctl: \(Self.inCdctlTerms(message, name: name))" + (alreadyFinished ? "" : " (\(rawCode))")
         if code == .notFound, let name, !message.contains("finished"),
            let list = try? connection.request("LIST"),
            let suggestion = Suggestion.closest(to: name, among: list.countdowns.map(\.name)) {
@@ -389,6 +395,8 @@ public struct Cdctl {
         for (protocolPhrase, cdctlPhrase) in phrases {
             text = text.replacing(protocolPhrase, with: cdctlPhrase)
         }
+        // `SINCE 99999 is ahead …` is cdctl's --since.
+        text = text.replacing(#/\bSINCE (\d+)/#) { "--since \($0.1)" }
         return text
     }
 

@@ -29,7 +29,7 @@ public enum CdctlCommand: Equatable, Sendable {
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
     /// `list [--json | --format T] [--state STATE] [--prefix PREFIX]`
-    case list(style: OutputStyle, state: CountdownState?, prefix: String? = nil)
+    case list(style: OutputStyle, states: [CountdownState] = [], prefix: String? = nil)
     /// `cancel NAME`
     case cancel(name: String)
     /// `pause NAME`
@@ -66,6 +66,8 @@ public struct CdctlInvocation: Equatable, Sendable {
     public var socketPath: String
     /// Whether colour is allowed (a terminal, no `--no-color`, no `NO_COLOR`).
     public var colorAllowed: Bool
+    /// Notes for the person, printed on stderr before the command runs (an ambiguous `--at`).
+    public var notes: [String] = []
 }
 
 /// A `cdctl` usage error: what was wrong, for stderr, with exit code 2.
@@ -87,21 +89,22 @@ public enum CdctlCommandLine {
         Commands:
           start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait]
                 [--then COMMAND]
-                                 start a countdown (default 60s), or one until a time of
-                                 day (--at 09:30, 'tomorrow 09:30', '2026-12-24 18:00',
-                                 'now + 3 min'; it follows the wall clock if that is
-                                 set); --replace restarts a
-                                 running one; --if-idle leaves a running one alone and
-                                 succeeds; --wait blocks until it finishes; --then runs
-                                 COMMAND (a shell line) when it is done, from your user
+                                 start a countdown (default 60s), or one until a time
+                                 of day (--at 09:30, 'tomorrow 09:30', '2026-12-24
+                                 18:00', 'now + 3 min'; it follows the wall clock if
+                                 that is set); --replace restarts a running one;
+                                 --if-idle leaves a running one alone and succeeds;
+                                 --wait blocks until it finishes; --then runs COMMAND
+                                 (a shell line) when it is done, from your user
                                  manager, with no terminal kept open
           status [NAME] [--json | --format TEMPLATE] [--follow]
                                  show one countdown, or all; --follow prints again on
                                  every change (every second while running), for bars
-          list [--json | --format TEMPLATE] [--state STATE] [--prefix PREFIX]
-                                 show all countdowns, or those running, paused,
-                                 done or cancelled, or those whose names start
-                                 with PREFIX (sorted by name)
+          list [--json | --format TEMPLATE] [--state STATE[,STATE...]]
+                [--prefix PREFIX]
+                                 show all countdowns, or those running, paused, done
+                                 or cancelled, or those whose names start with PREFIX
+                                 (sorted by name, numbers by value)
           cancel NAME            cancel a running or paused countdown
           pause NAME             pause a running countdown
           resume NAME            resume a paused countdown
@@ -178,10 +181,15 @@ public enum CdctlCommandLine {
         }
         let socketPath = parsed.value("socket") ?? SocketPath.resolve(environment: environment, uid: uid)
         let noColor = parsed.has("no-color") || !(environment["NO_COLOR"] ?? "").isEmpty
+        var notes: [String] = []
         func invocation(_ command: CdctlCommand) -> CdctlInvocation {
-            CdctlInvocation(command: command, socketPath: socketPath, colorAllowed: stdoutIsTerminal && !noColor)
+            CdctlInvocation(command: command, socketPath: socketPath, colorAllowed: stdoutIsTerminal && !noColor, notes: notes)
         }
-        if parsed.has("help") { return invocation(.help) }
+        if parsed.has("help") {
+            // `cdctl start --help` is `cdctl help start`.
+            if let verb = parsed.operands.first, commandHelp(verb) != nil { return invocation(.helpTopic(verb)) }
+            return invocation(.help)
+        }
         if parsed.has("version") { return invocation(.version) }
         guard let verb = parsed.operands.first else {
             throw UsageError("no command given; see cdctl --help")
@@ -200,18 +208,28 @@ public enum CdctlCommandLine {
         switch verb {
         case "start":
             allowedFlags = ["replace", "wait", "if-idle", "then", "at"]
+            let startUsage = "start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]"
+            guard !operands.isEmpty else {
+                throw UsageError("start needs a NAME, as in cdctl start tea 3m or cdctl start standup --at 09:30; usage: cdctl \(startUsage)")
+            }
+            if operands.count > 2, (try? CountdownDuration.parse(operands.dropFirst().joined())) != nil {
+                let words = operands.dropFirst().joined(separator: " ")
+                throw UsageError("a duration is one argument: quote it, as in cdctl start \(operands[0]) '\(words)'")
+            }
             var at: Int64?
             if let text = parsed.value("at") {
                 guard operands.count == 1 else {
                     throw UsageError("give a DURATION or --at TIME, not both")
                 }
                 do {
-                    at = try LocalTime.parse(text, now: Date(), timeZone: .current)
+                    let chosen = try LocalTime.resolve(text, now: Date(), timeZone: .current)
+                    at = chosen.unixMilliseconds
+                    if let note = chosen.note { notes.append(note) }
                 } catch {
                     throw UsageError("bad --at: \(error)")
                 }
             }
-            try expect(operands, 1...2, usage: "start NAME [DURATION] [--replace | --if-idle] [--wait] [--then COMMAND]")
+            try expect(operands, 1...2, usage: startUsage)
             if let then = parsed.value("then"), then.allSatisfy({ $0 == " " }) {
                 throw UsageError("--then needs a command, such as --then 'notify-send \"tea is ready\"'")
             }
@@ -233,13 +251,14 @@ public enum CdctlCommandLine {
             command = .status(name: try operands.first.map(name), style: style, follow: parsed.has("follow"))
         case "list", "ls":
             allowedFlags = ["json", "format", "state", "prefix"]
-            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE] [--state STATE] [--prefix PREFIX]")
-            var state: CountdownState?
-            if let text = parsed.value("state") {
-                guard let value = CountdownState(rawValue: text) else {
-                    throw UsageError("--state '\(text)' is not one of running, paused, done, cancelled")
+            try expect(operands, 0...0, usage: "list [--json | --format TEMPLATE] [--state STATE[,STATE...]] [--prefix PREFIX]")
+            // `--state running,paused`, or `--state` given again: every state named.
+            var states: [CountdownState] = []
+            for text in (parsed.values["state"] ?? []).flatMap({ $0.split(separator: ",", omittingEmptySubsequences: false) }) {
+                guard let value = CountdownState(rawValue: text.lowercased()) else {
+                    throw UsageError("--state '\(text)' is not one of running, paused, done, cancelled (several: --state running,paused)")
                 }
-                state = value
+                if !states.contains(value) { states.append(value) }
             }
             var prefix: String?
             if let text = parsed.value("prefix") {
@@ -248,7 +267,7 @@ public enum CdctlCommandLine {
                 }
                 prefix = text
             }
-            command = .list(style: style, state: state, prefix: prefix)
+            command = .list(style: style, states: states, prefix: prefix)
         case "cancel", "pause", "resume":
             allowedFlags = []
             try expect(operands, 1...1, usage: "\(verb) NAME")
@@ -339,9 +358,19 @@ public enum CdctlCommandLine {
     /// The commands, for messages and completion.
     public static let commands = ["start", "status", "list", "cancel", "pause", "resume", "extend", "toggle", "rm", "watch", "wait", "stats", "help"]
 
-    /// `; did you mean 'start'?` for a mistyped command, or nothing.
-    private static func suggestion(for verb: String) -> String {
-        Suggestion.closest(to: verb, among: commands).map { "; did you mean '\($0)'?" } ?? ""
+    /// `; did you mean 'start'?` for a mistyped command, or nothing: a command spelled in
+    /// capitals (as in the protocol) is named in lower case, the start of some commands names
+    /// them, and otherwise the closest by edit distance.
+    static func suggestion(for verb: String) -> String {
+        let lower = verb.lowercased()
+        if lower != verb, commands.contains(lower) || lower == "ls" {
+            return "; commands are lower case: did you mean '\(lower)'?"
+        }
+        let starting = commands.filter { $0.hasPrefix(lower) && $0 != lower }
+        if !lower.isEmpty, !starting.isEmpty, starting.count <= 3 {
+            return "; did you mean " + starting.map { "'\($0)'" }.joined(separator: " or ") + "?"
+        }
+        return Suggestion.closest(to: lower, among: commands).map { "; did you mean '\($0)'?" } ?? ""
     }
 
     /// One command's part of the help text: its usage line and the lines under it.
@@ -351,8 +380,8 @@ public enum CdctlCommandLine {
         for line in help.split(separator: "\n", omittingEmptySubsequences: false) {
             if lines.isEmpty {
                 if line.hasPrefix("  \(name) ") || line == "  \(name)" { lines.append(line) }
-            } else if line.hasPrefix("                   ") {
-                lines.append(line)
+            } else if line.hasPrefix("   ") {
+                lines.append(line)  // Its usage's second line, or its description.
             } else {
                 break
             }

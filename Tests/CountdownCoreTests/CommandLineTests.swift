@@ -39,9 +39,11 @@ struct CommandLineTests {
         #expect(try cdctl(["status"]).command == .status(name: nil, style: .table, follow: false))
         #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", style: .json, follow: false))
         #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
-        #expect(try cdctl(["list", "--json"]).command == .list(style: .json, state: nil))
-        #expect(try cdctl(["list", "--state", "running"]).command == .list(style: .table, state: .running))
-        #expect(try cdctl(["list", "--prefix", "otp:"]).command == .list(style: .table, state: nil, prefix: "otp:"))
+        #expect(try cdctl(["list", "--json"]).command == .list(style: .json))
+        #expect(try cdctl(["list", "--state", "running"]).command == .list(style: .table, states: [.running]))
+        #expect(try cdctl(["list", "--state", "running,paused"]).command == .list(style: .table, states: [.running, .paused]))
+        #expect(try cdctl(["list", "--state", "done", "--state", "cancelled"]).command == .list(style: .table, states: [.done, .cancelled]), "a repeated --state adds")
+        #expect(try cdctl(["list", "--prefix", "otp:"]).command == .list(style: .table, prefix: "otp:"))
         #expect(throws: UsageError.self) { try cdctl(["list", "--prefix", "a b"]) }
         #expect(try cdctl(["watch", "--events", "done,cancelled"]).command == .watch(names: [], json: false, since: nil, events: "done,cancelled"))
         #expect(throws: UsageError.self) { try cdctl(["watch", "--events", "dun"]) }

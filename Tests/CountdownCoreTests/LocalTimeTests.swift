@@ -37,4 +37,29 @@ struct LocalTimeTests {
             #expect(error.description.contains("09:30") || error.description.contains("now + 3 min"), "\(error)")
         }
     }
+
+    @Test("a countdown's end must be a date that exists, still to come, and within 366 days; a local time the clocks show twice gets a note")
+    func resolvedChecks() throws {
+        func refusal(_ text: String, _ zone: TimeZone) -> String {
+            do {
+                _ = try LocalTime.resolve(text, now: now, timeZone: zone)
+                return "accepted"
+            } catch {
+                return error.description
+            }
+        }
+        #expect(refusal("2027-02-29 10:00", utc).contains("is not a date: 2027-02 has 28 days"))
+        #expect(refusal("2026-11-30 09:00", utc).contains("which has passed (it is now 2026-11-30 10:00:00"))
+        #expect(refusal("2028-01-01 10:00", utc).contains("more than 366 days away"))
+        #expect(try LocalTime.resolve("2028-02-29 10:00", now: Date(timeIntervalSince1970: 1_819_000_000), timeZone: utc).note == nil, "a leap day is a date")
+        let plain = try LocalTime.resolve("tomorrow 09:30", now: now, timeZone: utc)
+        #expect(plain.note == nil && plain.unixMilliseconds == 1_796_032_800_000 + 23 * 3_600_000 + 1_800_000)
+        if let berlin {
+            // 2027-10-31: Berlin's clocks go back from 03:00 to 02:00; 02:30 comes twice.
+            let twice = try LocalTime.resolve("2027-10-31 02:30", now: now, timeZone: berlin)
+            #expect(twice.note?.contains("2027-10-31 02:30:00 happens twice") == true, "\(twice)")
+            // 2027-03-28: they go forward from 02:00 to 03:00; 02:30 never comes.
+            #expect(refusal("2027-03-28 02:30", berlin).contains("does not exist here"))
+        }
+    }
 }

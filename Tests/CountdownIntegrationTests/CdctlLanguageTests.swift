@@ -69,6 +69,42 @@ extension Integration {
             #expect(try runCommand(TestBinaries.cdctl, ["help", "toggle"]).stdout.hasPrefix("Usage: cdctl toggle NAME"))
         }
 
+        @Test("what a person trips over gets cdctl's own words: times passed or too far, a missing name, an unquoted duration, --since, a second cancel, a command's start or capitals")
+        func roughEdges() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            func refused(_ arguments: [String]) throws -> CommandResult { try cdctl(arguments, socket: s) }
+            let past = try refused(["start", "x", "--at", "2020-01-01 06:00"])
+            #expect(past.status == 2 && past.stderr.contains("which has passed (it is now") && !past.stderr.contains("1577858400000"), "\(past.stderr)")
+            let far = try refused(["start", "x", "--at", "now + 400 days"])
+            #expect(far.status == 2 && far.stderr.contains("more than 366 days away"), "\(far.stderr)")
+            let leap = try refused(["start", "x", "--at", "2027-02-29 10:00"])
+            #expect(leap.status == 2 && leap.stderr.contains("is not a date: 2027-02 has 28 days"), "\(leap.stderr)")
+            let nameless = try refused(["start", "--at", "09:30"])
+            #expect(nameless.status == 2 && nameless.stderr.contains("start needs a NAME"), "\(nameless.stderr)")
+            let unquoted = try refused(["start", "tea", "5", "minutes"])
+            #expect(unquoted.status == 2 && unquoted.stderr.contains("quote it, as in cdctl start tea '5 minutes'"), "\(unquoted.stderr)")
+            let usage = try refused(["start", "tea", "5m", "extra", "words"])
+            #expect(usage.status == 2 && usage.stderr.contains("[DURATION | --at TIME]"), "\(usage.stderr)")
+            let since = try refused(["watch", "--since", "99999"])
+            #expect(since.status != 0 && since.stderr.contains("--since 99999 is ahead") && !since.stderr.contains("SINCE"), "\(since.stderr)")
+            _ = try refused(["start", "t", "1h"])
+            _ = try refused(["cancel", "t"])
+            let again = try refused(["cancel", "t"])
+            #expect(again.status != 0 && again.stderr.contains("already finished (cancelled)") && !again.stderr.contains("not-found"), "\(again.stderr)")
+            let stat = try runCommand(TestBinaries.cdctl, ["stat", "tea"])
+            #expect(stat.status == 2 && stat.stderr.contains("did you mean 'status' or 'stats'?"), "\(stat.stderr)")
+            let capitals = try runCommand(TestBinaries.cdctl, ["START", "tea"])
+            #expect(capitals.status == 2 && capitals.stderr.contains("commands are lower case: did you mean 'start'?"), "\(capitals.stderr)")
+            // list: as people sort, and several states in one --state or many.
+            for name in ["many10", "many2", "many1", "many11"] { _ = try refused(["start", name, "1h"]) }
+            _ = try refused(["pause", "many11"])
+            let listed = try refused(["list", "--prefix", "many", "--format", "{name}"])
+            #expect(listed.stdout == "many1\nmany2\nmany10\nmany11\n", "\(listed.stdout)")
+            #expect(try refused(["list", "--state", "paused,cancelled", "--format", "{name}"]).stdout == "many11\nt\n")
+            #expect(try refused(["list", "--state", "paused", "--state", "cancelled", "--format", "{name}"]).stdout == "many11\nt\n")
+        }
+
         @Test("STATS counts events and measures lateness; cdctl stats prints it as a table, JSON, and Prometheus text")
         func stats() throws {
             let daemon = try DaemonProcess()

@@ -178,6 +178,17 @@ extension Integration {
         }
 
         @Test(
+            "mandoc -Tlint finds nothing to warn about in either man page",
+            .enabled(if: toolExists("/usr/bin/mandoc"), "mandoc is not installed; make test installs it as root")
+        )
+        func manPagesLint() throws {
+            for page in ["cdctl.1", "countdownd.8"] {
+                let result = try runCommand("/usr/bin/mandoc", ["-Tlint", "-W", "warning", "\(packageRoot)/docs/man/\(page)"])
+                #expect(result.status == 0 && result.stdout.isEmpty && result.stderr.isEmpty, "\(page): \(result.stdout)\(result.stderr)")
+            }
+        }
+
+        @Test(
             "zsh completion, typed in a real zsh on a terminal (tmux): a name with ':' completes whole",
             .enabled(if: toolExists("/usr/bin/zsh") && toolExists("/usr/bin/tmux"), "zsh or tmux is not installed")
         )
