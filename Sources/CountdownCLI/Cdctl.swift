@@ -224,6 +224,7 @@ public struct Cdctl {
         let names = name.map { [$0] } ?? []
         var connection = first
         var lastSequence: UInt64?
+        var known: [String: KnownCountdown] = [:]
         while true {
             if let since = lastSequence, try subscribe(connection, to: names, since: since) != nil {
                 // Resumed after the last event shown: what happened meanwhile follows.
@@ -250,10 +251,27 @@ public struct Cdctl {
                     console.out(goneLine(event.name, style: style))
                     continue
                 }
+                // Every line carries the deadline and owner, as `status --json` does: the deadline
+                // from the snapshot, kept through the ticks, the owner from the name; a start, resume or extension sets a new
+                // deadline (now + time left, to the millisecond a tick is read).
+                var shown = known[event.name] ?? KnownCountdown(owner: Self.owner(of: event.name))
+                switch event.kind {
+                case .snapshot:
+                    shown.deadline = event.deadlineUnixMilliseconds
+                    shown.isPinned = event.isPinned
+                case .started, .resumed, .extended:
+                    shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
+                case .tick:
+                    if shown.deadline == nil { shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds }
+                case .paused, .done, .cancelled, .removed:
+                    shown.deadline = nil
+                }
+                known[event.name] = shown
                 let countdown = CountdownInfo(
                     name: event.name, state: state,
                     remainingMilliseconds: event.remainingMilliseconds, totalMilliseconds: event.totalMilliseconds,
-                    deadlineUnixMilliseconds: event.deadlineUnixMilliseconds
+                    deadlineUnixMilliseconds: state == .running ? shown.deadline : nil,
+                    owner: shown.owner, lateMilliseconds: event.lateMilliseconds, isPinned: shown.isPinned ?? false
                 )
                 console.out(followLine(countdown, style: style))
             }
@@ -263,6 +281,24 @@ public struct Cdctl {
             }
             connection = next
         }
+    }
+
+    /// What `status --follow` remembers of a countdown between its events.
+    private struct KnownCountdown {
+        var deadline: Int64?
+        var owner: UInt32?
+        var isPinned: Bool?
+    }
+
+    /// The wall clock, in Unix milliseconds.
+    private static func nowUnixMilliseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
+    /// Whose a name is, as this user wrote or was shown it: `1000/tea` is uid 1000's, a plain
+    /// one the caller's own.
+    private static func owner(of name: String) -> UInt32 {
+        name.contains("/") ? CountdownAddress.split(name).owner : getuid()
     }
 
     /// `stats`: the daemon's counters as a table, JSON, or Prometheus's text format (for

@@ -61,6 +61,25 @@ extension Integration {
             #expect(Array(shown[restart...]) == ["tea 3 running", "tea 2 running", "tea 1 running", "tea 0 done"], "one line a second, then done: \(shown)")
         }
 
+        @Test("status --follow --json: every line has the deadline and the owner, as status --json has them")
+        func followJSON() throws {
+            let daemon = try DaemonProcess()
+            _ = try cdctl(["start", "tea", "1h"], socket: daemon.socketPath)
+            let once = try #require(try JSONSerialization.jsonObject(with: Data(try cdctl(["status", "tea", "--json"], socket: daemon.socketPath).stdout.utf8)) as? [String: Any])
+            let deadline = try #require(once["deadline_unix_ms"] as? Int64)
+            let lines = try outputLines(of: TestBinaries.cdctl, ["--socket", daemon.socketPath, "status", "tea", "--follow", "--json"], timeout: 60) { $0.count >= 3 }
+            try #require(lines.count >= 3, "\(lines)")
+            var deadlines: Set<Int64> = []
+            for line in lines.prefix(3) {
+                let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+                #expect(object["owner_uid"] as? Int == Int(getuid()), "\(line)")
+                deadlines.insert(try #require(object["deadline_unix_ms"] as? Int64, "\(line)"))
+            }
+            // The snapshot's deadline, kept through the ticks (the daemon maps its clock to the
+            // wall clock afresh for each reply, to the millisecond).
+            #expect(deadlines.count == 1 && abs((deadlines.first ?? 0) - deadline) <= 5, "\(deadlines) against \(deadline)")
+        }
+
         @Test("start --if-idle leaves a running countdown alone and succeeds")
         func ifIdle() throws {
             let daemon = try DaemonProcess()
