@@ -12,13 +12,20 @@ _cdctl_names() {
 
 _cdctl() {
     local -a words
-    local line=${COMP_LINE:0:COMP_POINT}
-    if [[ -n $COMP_LINE ]]; then
-        read -ra words <<< "$line"
-        [[ -z $line || $line == *[[:blank:]] ]] && words+=("")
-    else
-        words=("${COMP_WORDS[@]:0:COMP_CWORD+1}")
+    local line=${COMP_LINE:0:COMP_POINT} joined="" part j
+    if [[ -z $COMP_LINE ]]; then
+        # Called without COMP_LINE (another completer's wrapper): the line again from COMP_WORDS,
+        # which bash split at ':' too; a ':' and what follows it belong to the word before.
+        for ((j = 0; j <= COMP_CWORD; j++)); do
+            part=${COMP_WORDS[j]}
+            if [[ $part == : || $joined == *: ]]; then joined+=$part
+            elif ((j == 0)); then joined=$part
+            else joined+=" $part"; fi
+        done
+        line=$joined
     fi
+    read -ra words <<< "$line"
+    [[ -z $line || $line == *[[:blank:]] ]] && words+=("")
     local cword=$((${#words[@]} - 1))
     local cur=${words[cword]} prev=${words[cword-1]}
     local command="" socket="" operands=0 i word
@@ -27,7 +34,7 @@ _cdctl() {
         case $word in
             --socket) socket=${words[i+1]}; ((i++)) ;;
             --socket=*) socket=${word#--socket=} ;;
-            --format|--since|--state|--prefix|--events) ((i++)) ;;
+            --format|--since|--state|--prefix|--events|--at|--then) ((i++)) ;;
             -*) ;;
             *) if [[ -z $command ]]; then command=$word; else ((operands++)); fi ;;
         esac
@@ -37,6 +44,8 @@ _cdctl() {
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --format) COMPREPLY=($(compgen -W "'{name} {remaining}' '{name} {bar} {remaining}' '{remaining_s}'" -- "$cur")); return ;;
         --since|--prefix) return ;;
+        --at) COMPREPLY=($(compgen -W "09:30 'tomorrow 09:30' 'now + 25 min'" -- "$cur")); return ;;
+        --then) COMPREPLY=($(compgen -c -- "$cur")); return ;;
         --events) COMPREPLY=($(compgen -W "lifecycle all started tick paused resumed extended done cancelled snapshot removed" -- "$cur")); return ;;
         --state) COMPREPLY=($(compgen -W "running paused done cancelled" -- "$cur")); return ;;
     esac
@@ -53,7 +62,7 @@ _cdctl() {
 
     local options=""
     case $command in
-        start) options="--replace --if-idle --wait" ;;
+        start) options="--at --replace --if-idle --wait --then" ;;
         status) options="--json --format --follow" ;;
         list) options="--json --format --state --prefix" ;;
         watch) options="--json --since --events" ;;

@@ -1,6 +1,21 @@
 # fish completion for cdctl: commands, options, and live countdown names from the daemon.
+# Names from the daemon the command line names with --socket, if it does.
 function __cdctl_names
-    cdctl __complete names 2>/dev/null
+    set -l tokens (commandline -opc)
+    set -l socket
+    for index in (seq (count $tokens))
+        switch $tokens[$index]
+            case --socket
+                set socket $tokens[(math $index + 1)]
+            case '--socket=*'
+                set socket (string replace -- --socket= '' $tokens[$index])
+        end
+    end
+    if test -n "$socket"
+        cdctl --socket $socket __complete names 2>/dev/null
+    else
+        cdctl __complete names 2>/dev/null
+    end
 end
 
 set -l commands start status list cancel pause resume extend toggle rm watch wait stats help
@@ -35,7 +50,7 @@ function __cdctl_wants_name
             continue
         end
         switch $token
-            case --socket --format --since --state --prefix --events
+            case --socket --format --since --state --prefix --events --at --then
                 set skip 1
             case '-*'
             case '*'
@@ -64,6 +79,8 @@ complete -c cdctl -n "__fish_seen_subcommand_from stats" -l prometheus -d 'Prome
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l replace -d 'restart a running one'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l if-idle -d 'leave a running one alone'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l wait -d 'block until done'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l at -x -a "09:30 'tomorrow 09:30' 'now + 25 min'" -d 'until a time of day'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l then -x -a '(__fish_complete_command)' -d 'run a command when done'
 complete -c cdctl -n "__fish_seen_subcommand_from status list watch" -l json -d 'JSON output'
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l since -r -d 'replay after event number'
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l events -x -a 'lifecycle all started tick paused resumed extended done cancelled snapshot removed' -d 'only these kinds'

@@ -118,7 +118,7 @@ extension Integration {
             _ = try cdctl(["start", "otp:+4915112345678", "1m"], socket: daemon.socketPath)
             /// Completes `line` as bash does: COMP_LINE and COMP_POINT, and COMP_WORDS split at
             /// blanks and at the characters of COMP_WORDBREAKS (':' among them).
-            func complete(_ line: String) throws -> String {
+            func complete(_ line: String, withLine: Bool = true) throws -> String {
                 var words: [String] = []
                 var current = ""
                 for character in line {
@@ -139,7 +139,7 @@ extension Integration {
                     source '\(packageRoot)/completions/cdctl.bash'
                     PATH='\(TestBinaries.directory)':$PATH
                     export COUNTDOWND_SOCKET='\(daemon.socketPath)'
-                    COMP_LINE='\(line)'; COMP_POINT=${#COMP_LINE}
+                    \(withLine ? "COMP_LINE='\(line)'; COMP_POINT=${#COMP_LINE}" : "unset COMP_LINE COMP_POINT")
                     COMP_WORDS=(\(quoted)); COMP_CWORD=\(words.count - 1)
                     _cdctl
                     printf '%s\\n' "${COMPREPLY[@]}" | sort
@@ -156,6 +156,12 @@ extension Integration {
             // start NAME DURATION: durations, not names, in the second place.
             #expect(try complete("cdctl start tea ") == "10m\n1h\n1m\n25m\n30s\n5m\n")
             #expect(try complete("cdctl cancel tea ") == "\n", "cancel takes one name")
+            #expect(try complete("cdctl start tea --").contains("--at\n") && complete("cdctl start tea --").contains("--then\n"))
+            #expect(try complete("cdctl start standup --at ").contains("09:30"))
+            // From COMP_WORDS alone (a wrapper that sets no COMP_LINE): the same answers.
+            #expect(try complete("cdctl st", withLine: false) == "start\nstats\nstatus\n")
+            #expect(try complete("cdctl cancel otp:", withLine: false) == "+4915112345678\n")
+            #expect(try complete("cdctl cancel ", withLine: false) == "otp:+4915112345678\npomodoro\ntea\n")
         }
 
         @Test(
@@ -175,6 +181,12 @@ extension Integration {
             #expect(try complete("cdctl cancel otp:") == "otp:+4915112345678")
             #expect(try complete("cdctl wait tea ") == "otp:+4915112345678\ntea")
             #expect(try !complete("cdctl start tea ").contains("otp:"), "no names where the DURATION goes")
+            let options = try complete("cdctl start tea --")
+            #expect(options.contains("--at") && options.contains("--then"), "\(options)")
+            // --socket on the line: names from that daemon, not from $COUNTDOWND_SOCKET's.
+            let other = try DaemonProcess()
+            _ = try cdctl(["start", "elsewhere", "1h"], socket: other.socketPath)
+            #expect(try complete("cdctl --socket \(other.socketPath) cancel ") == "elsewhere")
         }
 
         @Test(
