@@ -40,6 +40,14 @@ int countdownd_terminal_columns(int fd) {
     return size.ws_col;
 }
 
+int countdownd_terminal_rows(int fd) {
+    struct winsize size;
+    if (ioctl(fd, TIOCGWINSZ, &size) != 0) {
+        return 0;
+    }
+    return size.ws_row;
+}
+
 int countdownd_epoll_create(void) {
     return epoll_create1(EPOLL_CLOEXEC);
 }

@@ -5,6 +5,10 @@ import Glibc
 
 /// `cdctl watch` on a terminal: one live line per countdown, redrawn in place ten times a second,
 /// with the remaining time interpolated locally between the daemon's ticks.
+///
+/// A frame never has more lines than the terminal has rows, and no newline after its last line,
+/// so it never scrolls: what does not fit is counted ("+3 more"), and the next frame starts
+/// where this one did, whatever row of the terminal that is.
 struct LiveWatch {
     /// What the display knows of one countdown.
     struct Row {
@@ -66,12 +70,17 @@ struct LiveWatch {
                 continue
             }
             guard let event = next else {
-                // A restart: the countdowns survive it; draw again from the new snapshots.
+                // A restart: the countdowns survive it; say so while reconnecting, then draw
+                // again from the new snapshots.
+                drawnLines = draw(rows: rows, now: monotonicSeconds(), replacing: drawnLines, status: "countdownd went away; reconnecting…")
                 guard let fresh = reconnect() else {
-                    console.out("countdownd closed the connection\n")
+                    console.out("\ncountdownd closed the connection and did not come back\n")
                     return .unavailable
                 }
                 connection = fresh
+                rows = [:]  // The snapshots that follow are the state now.
+                finishedAt = [:]
+                nextFrame = 0
                 continue
             }
             let arrived = monotonicSeconds()
@@ -100,25 +109,47 @@ struct LiveWatch {
         }
     }
 
-    /// Draws all rows over the previous frame; returns how many lines were drawn.
-    private func draw(rows: [String: Row], now: Double, replacing previous: Int) -> Int {
+    /// Draws all rows over the previous frame (with `status` as a last line, if given); returns
+    /// how many lines were drawn.
+    private func draw(rows: [String: Row], now: Double, replacing previous: Int, status: String? = nil) -> Int {
         let columns = Int(countdownd_terminal_columns(STDOUT_FILENO))
         let width = columns > 0 ? columns : 80
-        var frame = previous > 0 ? "\u{1B}[\(previous)F" : "\r"
-        frame += "\u{1B}[J"
+        let height = Int(countdownd_terminal_rows(STDOUT_FILENO))
+        let lines = frameLines(rows: rows, now: now, width: width, height: height > 0 ? height : 24, status: status)
+        // Back to the start of the previous frame (the cursor is on its last line), then each line
+        // written over the old one, the rest of it erased. Never "erase the screen" from its
+        // top-left corner: tmux (scroll-on-clear) moves the whole screen into the scrollback
+        // for that, and a watch started on a pane's top row flooded it.
+        var frame = "\r" + (previous > 1 ? "\u{1B}[\(previous - 1)A" : "")
+        frame += lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n")
+        if lines.count < previous {
+            frame += "\u{1B}[J"  // The old frame's last lines, below this one's last.
+        }
+        console.out(frame)
+        return lines.count
+    }
+
+    /// The lines of one frame: at most `height` of them (the last one says how many rows did not
+    /// fit), each cut to `width`.
+    func frameLines(rows: [String: Row], now: Double, width: Int, height: Int, status: String? = nil) -> [String] {
         var lines: [String] = []
         if rows.isEmpty {
             lines.append(names.isEmpty ? "watching all countdowns; none running" : "waiting for \(names.joined(separator: ", "))")
         }
         let nameWidth = min(rows.keys.map(\.count).max() ?? 0, max(8, width / 3))
-        for row in rows.values.sorted(by: { $0.name < $1.name }) {
+        let sorted = rows.values.sorted { NaturalOrder.precedes($0.name, $1.name) }
+        let room = max(1, height - (status == nil ? 0 : 1))
+        let shown = sorted.count <= room ? sorted.count : room - 1
+        for row in sorted.prefix(shown) {
             lines.append(render(row, now: now, width: width, nameWidth: nameWidth))
         }
-        for line in lines {
-            frame += line + "\n"
+        if shown < sorted.count {
+            lines.append(String("+\(sorted.count - shown) more (a taller terminal shows them; cdctl list shows all)".prefix(max(width - 1, 1))))
         }
-        console.out(frame)
-        return lines.count
+        if let status {
+            lines.append(String(status.prefix(max(width - 1, 1))))
+        }
+        return Array(lines.prefix(max(height, 1)))
     }
 
     /// `name  [#####-----]  0:01:23  running`, never wider than the terminal (no wrapping, so the

@@ -38,6 +38,36 @@ extension Integration {
     @Suite("cdctl watch on a real pseudo-terminal (tmux)")
     struct WatchTerminalTests {
         @Test(
+            "more countdowns than rows: what fits, '+N more', and never a line into the scrollback; during a restart it says it is reconnecting",
+            .enabled(if: toolExists("/usr/bin/tmux"), "tmux is not installed")
+        )
+        func moreRowsThanTerminal() throws {
+            var daemon = try DaemonProcess()
+            for index in 1...16 { _ = try cdctl(["start", "c\(index)", "1h"], socket: daemon.socketPath) }
+            let tmux = Tmux(socket: daemon.directory.file("tmux.sock"))
+            // On the pane's top row, in 8 rows.
+            try tmux.run([
+                "new-session", "-d", "-s", tmux.session, "-x", "80", "-y", "8",
+                "env", "TERM=xterm-256color", TestBinaries.cdctl, "--socket", daemon.socketPath, "watch",
+            ])
+            defer { _ = try? tmux.run(["kill-server"]) }
+            let first = try tmux.waitForScreen(timeout: 30) { $0.contains("+9 more") }
+            let lines = first.split(separator: "\n", omittingEmptySubsequences: false)
+            #expect(lines.first?.hasPrefix("c1 ") == true && lines[6].hasPrefix("c7 ") && lines[7].hasPrefix("+9 more"), "\(first)")
+            // Frames go on (a clock changes), and none of them scrolled anything out.
+            let firstClock = lines.first.map(String.init) ?? ""
+            _ = try tmux.waitForScreen(timeout: 30) { $0.split(separator: "\n").first.map(String.init) != firstClock }
+            #expect(try tmux.value("#{history_size}") == "0", "redraws went into the scrollback")
+            // The daemon goes away: the display says so, then carries on from the new daemon.
+            #expect(daemon.terminate() == 0)
+            _ = try tmux.waitForScreen(timeout: 30) { $0.contains("reconnecting") }
+            daemon = try DaemonProcess(directory: daemon.directory)
+            let back = try tmux.waitForScreen(timeout: 60) { $0.contains("+9 more") && !$0.contains("reconnecting") }
+            #expect(back.hasPrefix("c1 "))
+            #expect(try tmux.value("#{history_size}") == "0")
+        }
+
+        @Test(
             "the bar shrinks, follows a resize, the countdown finishes on screen, and Ctrl-C leaves the terminal clean",
             .enabled(if: toolExists("/usr/bin/tmux"), "tmux is not installed")
         )

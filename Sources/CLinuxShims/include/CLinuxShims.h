@@ -59,4 +59,7 @@ int countdownd_read_signal(int fd);
 
 /// The width of the terminal on `fd` in columns, or 0 when it is not a terminal.
 int countdownd_terminal_columns(int fd);
+
+/// The height of the terminal on `fd` in rows, or 0 when it is not a terminal.
+int countdownd_terminal_rows(int fd);
 #endif
