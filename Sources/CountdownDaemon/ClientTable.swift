@@ -307,7 +307,9 @@ final class ClientTable: @unchecked Sendable {
     /// Writes what the connection has queued; waits for writability when the socket is full.
     private func flush(_ connection: Connection) {
         guard !connection.isClosed else { return }
-        switch connection.output.write(to: connection.descriptor, scratch: &scratch) {
+        let outcome = connection.output.write(to: connection.descriptor, scratch: &scratch)
+        connection.unsentAfterLastWrite = connection.output.byteCount
+        switch outcome {
         case .drained:
             connection.stopWaitingForWritable()
             onOutputDrained(connection)

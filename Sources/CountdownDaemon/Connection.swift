@@ -35,6 +35,9 @@ final class Connection {
     var eventKinds = EventKindSet.all
     /// It is sent no ticks for now: it fell behind (`EventFanOut`), until its output drains.
     var areTicksHeld = false
+    /// Bytes the socket did not take when its output was last written: how far behind the client
+    /// was before the current batch (what the batch itself queues does not count).
+    var unsentAfterLastWrite = 0
     /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
     /// it is unfinished, the connection's further requests wait.
     var listing: ListingInProgress?

@@ -27,8 +27,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var maximumConnectionsPerUser = 1_000
     /// The most names one connection may subscribe to.
     public var maximumSubscriptionsPerConnection = 10_000
-    /// Once a subscriber has this many bytes unsent, it is sent no ticks until its output
-    /// drains: a subscriber that reads slowly or not at all costs nothing per tick.
+    /// Once a subscriber has this many bytes left unsent after its output was written, it is sent
+    /// no ticks until its output drains: a subscriber that reads slowly or not at all costs
+    /// nothing per tick.
     public var tickHoldThreshold = 64 * 1024
     /// Once a connection has this many bytes unsent, its requests are not read until they drain:
     /// backpressure for clients that pipeline without reading. Generous, so that a client may

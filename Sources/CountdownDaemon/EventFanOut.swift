@@ -6,7 +6,8 @@ import Dispatch
 /// subscriber's output queue.
 ///
 /// What a subscriber costs is bounded by what it reads. Ticks are derived data: once a
-/// subscriber has `tickHoldThreshold` bytes unsent, it is sent no ticks (and costs nothing per
+/// subscriber had `tickHoldThreshold` bytes left unsent when its output was last written, it is
+/// sent no ticks (and costs nothing per
 /// tick: it leaves the groups that ticks are delivered to) until its output drains; then the next
 /// tick of each countdown brings it up to date. Lifecycle events are queued, each one, up to the
 /// hard output limit; past it the subscriber gets `ERR overflow` and is disconnected.
@@ -338,7 +339,9 @@ final class EventFanOut {
         guard !connection.isClosing, connection.eventKinds.includes(kind) else { return }
         if kind == .tick {
             guard !connection.areTicksHeld else { return }
-            if connection.output.byteCount >= tickHoldThreshold {
+            // Behind before this batch, not by what this batch queues: a client that reads keeps
+            // up with a burst of a hundred thousand ticks in one batch.
+            if connection.unsentAfterLastWrite >= tickHoldThreshold {
                 connection.areTicksHeld = true
                 heldCount += 1
                 fallenBehind.append(connection)  // Out of the groups once this event is delivered.

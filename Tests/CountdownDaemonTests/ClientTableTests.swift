@@ -193,6 +193,25 @@ struct ClientTableTests {
         #expect(harness.waitOnQueue { harness.clients.count == 0 }, "closed")
     }
 
+    @Test("a burst of 10,000 ticks in one batch is no reason to hold a subscriber that reads: all of them reach it")
+    func burstIsNotBehind() throws {
+        let harness = try TableHarness { $0.tickHoldThreshold = 4096 }
+        defer { harness.finish() }
+        let reader = try harness.connect()
+        defer { close(reader) }
+        _ = harness.readLines(reader, count: 1)
+        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        let connection = try #require(harness.newestConnection)
+        harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            harness.fanOut.deliver((0..<10_000).map { event(1, .tick, "c\($0)", remaining: 1000) }, batch: harness.batchNumber)
+            harness.clients.flushTouched()
+        }
+        let lines = harness.readLines(reader, count: 10_000)
+        #expect(lines.count == 10_000 && lines.last == "EVENT 1 tick c9999 1000 5000")
+        #expect(harness.waitOnQueue { !connection.areTicksHeld && connection.output.isEmpty })
+    }
+
     @Test("a held subscriber that reads again gets ticks again, and every lifecycle event it was sent meanwhile, in order")
     func heldSubscriberCatchesUp() throws {
         let harness = try TableHarness { $0.tickHoldThreshold = 4096 }
