@@ -42,6 +42,7 @@ def root_done_lateness(sock_path, results):
     names = ["root%d" % i for i in range(ROOT_COUNTDOWNS)]
     follower = socket.socket(socket.AF_UNIX)
     follower.connect(sock_path)
+    follower.settimeout(120)  # A lost done ends the reading, not the benchmark.
     events = follower.makefile("rb")
     events.readline()
     follower.sendall(("SUBSCRIBE %s EVENTS done\n" % " ".join(names)).encode())
@@ -50,13 +51,16 @@ def root_done_lateness(sock_path, results):
 
     def read():
         while len(results) < ROOT_COUNTDOWNS:
-            line = events.readline().decode()
+            try:
+                line = events.readline().decode()
+            except OSError:
+                return
             if not line:
                 return
             arrived = time.monotonic()
             if line.startswith("EVENT"):
                 results.append((arrived - deadlines[line.split()[3]]) * 1000)
-    reader = threading.Thread(target=read)
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock_path)
@@ -69,6 +73,7 @@ def root_done_lateness(sock_path, results):
         time.sleep(WINDOW_S / 2 / ROOT_COUNTDOWNS)
     reader.join(60)
     s.close()
+    follower.shutdown(socket.SHUT_RDWR)
     follower.close()
 
 

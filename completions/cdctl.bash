@@ -44,7 +44,8 @@ _cdctl() {
         --socket) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --format) COMPREPLY=($(compgen -W "'{name} {remaining}' '{name} {bar} {remaining}' '{remaining_s}'" -- "$cur")); return ;;
         --since|--prefix) return ;;
-        --at) COMPREPLY=($(compgen -W "09:30 'tomorrow 09:30' 'now + 25 min'" -- "$cur")); return ;;
+        # One-word forms only: compgen's words are split at blanks.
+        --at) COMPREPLY=($(compgen -W "09:30 17:00 now+25min now+1h" -- "$cur")); return ;;
         --then) COMPREPLY=($(compgen -c -- "$cur")); return ;;
         --events) COMPREPLY=($(compgen -W "lifecycle all started tick paused resumed extended done cancelled snapshot removed" -- "$cur")); return ;;
         --state) COMPREPLY=($(compgen -W "running paused done cancelled" -- "$cur")); return ;;

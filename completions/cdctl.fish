@@ -79,7 +79,7 @@ complete -c cdctl -n "__fish_seen_subcommand_from stats" -l prometheus -d 'Prome
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l replace -d 'restart a running one'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l if-idle -d 'leave a running one alone'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l wait -d 'block until done'
-complete -c cdctl -n "__fish_seen_subcommand_from start" -l at -x -a "09:30 'tomorrow 09:30' 'now + 25 min'" -d 'until a time of day'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l at -x -a "09:30 17:00 now+25min now+1h" -d 'until a time of day'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l then -x -a '(__fish_complete_command)' -d 'run a command when done'
 complete -c cdctl -n "__fish_seen_subcommand_from status list watch" -l json -d 'JSON output'
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l since -r -d 'replay after event number'

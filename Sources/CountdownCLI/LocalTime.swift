@@ -123,15 +123,20 @@ public enum LocalTime {
         components.minute = minute
         components.second = second
         guard var date = calendar.date(from: components) else { throw unreadable(text) }
+        if day == nil && date <= now {
+            // A bare time of day means the next one: the same clock time tomorrow.
+            guard let nextDay = calendar.date(byAdding: .day, value: 1, to: day ?? now) else { throw unreadable(text) }
+            components = calendar.dateComponents([.year, .month, .day], from: nextDay)
+            components.hour = hour
+            components.minute = minute
+            components.second = second
+            guard let tomorrow = calendar.date(from: components) else { throw unreadable(text) }
+            date = tomorrow
+        }
         // A time the clocks skip (turned forward) comes out as another: say so.
         let shownComponents = calendar.dateComponents([.hour, .minute, .second], from: date)
         if shownComponents.hour != hour || shownComponents.minute != minute || shownComponents.second != second {
             throw ParseError(description: "'\(text)' does not exist here: the clocks skip it (they go forward, to \(shown(date, timeZone))); give that time, or an offset")
-        }
-        if day == nil && date <= now {
-            // A bare time of day means the next one.
-            guard let tomorrow = calendar.date(byAdding: .day, value: 1, to: date) else { throw unreadable(text) }
-            date = tomorrow
         }
         return Int64((date.timeIntervalSince1970 * 1000).rounded())
     }

@@ -18,6 +18,8 @@ public enum StatsRendering {
         var key: String
         /// The daemon counts microseconds; Prometheus wants seconds.
         var microseconds = false
+        /// The same for milliseconds.
+        var milliseconds = false
     }
 
     /// Prometheus's text exposition format (checked by `promtool check metrics`): every family
@@ -36,7 +38,8 @@ public enum StatsRendering {
             for sample in present {
                 // Filtered above: each key has an integer value.
                 let value = Int64(values[sample.key] ?? "") ?? 0
-                out += "countdownd_\(name)\(sample.labels) \(sample.microseconds ? seconds(microseconds: value) : String(value))\n"
+                let shown = sample.microseconds ? seconds(microseconds: value) : sample.milliseconds ? seconds(microseconds: value * 1000) : String(value)
+                out += "countdownd_\(name)\(sample.labels) \(shown)\n"
                 handled.insert(sample.key)
             }
         }
@@ -79,7 +82,9 @@ public enum StatsRendering {
         gauge("cluster_members", "Cluster mode: etcd members configured.", "cluster_members")
         gauge("cluster_lag_seconds", "Cluster mode: how long this host's last change took from its commit to this host's copy.", "cluster_lag_us", microseconds: true)
         gauge("cluster_hosts_seen", "Cluster mode: other hosts whose changes this host has seen.", "cluster_hosts_seen")
-        gauge("cluster_skew_max_milliseconds", "Cluster mode: the largest estimated offset of another host's wall clock from this one's.", "cluster_skew_max_ms")
+        family("cluster_skew_max_seconds", "gauge", "Cluster mode: the largest estimated offset of another host's wall clock from this one's.", [
+            Sample(key: "cluster_skew_max_ms", milliseconds: true),
+        ])
         if let storage = values["storage"] {
             out += "# HELP countdownd_storage_ok Whether changes can be stored (0: changes are refused with ERR unavailable).\n"
             out += "# TYPE countdownd_storage_ok gauge\ncountdownd_storage_ok \(storage == "ok" ? 1 : 0)\n"

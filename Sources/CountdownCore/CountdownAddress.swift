@@ -60,8 +60,6 @@ public enum CountdownAddress {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The key an address names for a client of uid `requester`.
-    /// - Throws: `forbidden` when a non-root client names another user's countdown.
     /// The key prefix a name prefix stands for, resolved as `resolve` resolves an address: a
     /// user's own namespace, plain or as `<uid>/…`; root's `<uid>/…` for another's (and `0/…` for
     /// its own).
@@ -79,6 +77,8 @@ public enum CountdownAddress {
         return keyPrefix.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") } ? nil : 0
     }
 
+    /// The key an address names for a client of uid `requester`.
+    /// - Throws: `forbidden` when a non-root client names another user's countdown.
     public static func resolve(_ address: String, requester: UInt32) throws(ProtocolError) -> (key: String, owner: UInt32) {
         let (owner, name) = address.utf8.contains(UInt8(ascii: "/")) ? split(address) : (requester, address)
         guard requester == 0 || owner == requester else {

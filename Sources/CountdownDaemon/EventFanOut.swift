@@ -341,7 +341,9 @@ final class EventFanOut {
             guard !connection.areTicksHeld else { return }
             // Behind before this batch, not by what this batch queues: a client that reads keeps
             // up with a burst of a hundred thousand ticks in one batch.
-            if connection.unsentAfterLastWrite >= tickHoldThreshold {
+            // Half the hard limit in one batch is too much all the same: ticks never get a
+            // subscriber disconnected.
+            if connection.unsentAfterLastWrite >= tickHoldThreshold || connection.output.byteCount >= outputHardLimit / 2 {
                 connection.areTicksHeld = true
                 heldCount += 1
                 fallenBehind.append(connection)  // Out of the groups once this event is delivered.

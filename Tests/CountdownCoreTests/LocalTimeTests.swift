@@ -60,6 +60,12 @@ struct LocalTimeTests {
             #expect(twice.note?.contains("2027-10-31 02:30:00 happens twice") == true, "\(twice)")
             // 2027-03-28: they go forward from 02:00 to 03:00; 02:30 never comes.
             #expect(refusal("2027-03-28 02:30", berlin).contains("does not exist here"))
+            // A bare time is tomorrow's when today's has passed: checked on the day it lands on.
+            let saturdayEvening = Date(timeIntervalSince1970: 1_806_170_400)  // 2027-03-27 19:00 in Berlin
+            #expect(throws: LocalTime.ParseError.self) { try LocalTime.resolve("02:30", now: saturdayEvening, timeZone: berlin) }
+            let sundayMorning = Date(timeIntervalSince1970: 1_806_220_800)  // 2027-03-28 10:00 in Berlin
+            let monday = try LocalTime.resolve("02:30", now: sundayMorning, timeZone: berlin)
+            #expect(monday.unixMilliseconds == 1_806_280_200_000, "2027-03-29 02:30 in Berlin (00:30 UTC)")
         }
     }
 }

@@ -212,6 +212,27 @@ struct ClientTableTests {
         #expect(harness.waitOnQueue { !connection.areTicksHeld && connection.output.isEmpty })
     }
 
+    @Test("ticks alone never get a subscriber disconnected: a burst past half the hard limit in one batch holds it instead")
+    func burstPastHalfTheLimit() throws {
+        let harness = try TableHarness {
+            $0.tickHoldThreshold = 4096
+            $0.outputHardLimit = 256 * 1024
+        }
+        defer { harness.finish() }
+        let client = try harness.connect()
+        defer { close(client) }
+        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        let connection = try #require(harness.newestConnection)
+        harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            harness.fanOut.deliver((0..<20_000).map { event(1, .tick, "c\($0)", remaining: 1000) }, batch: harness.batchNumber)
+            #expect(connection.areTicksHeld, "held once half the hard limit is queued")
+            #expect(connection.output.byteCount <= 128 * 1024 + 100)
+            #expect(harness.fanOut.subscriberCount == 1, "not disconnected")
+            harness.clients.flushTouched()
+        }
+    }
+
     @Test("a held subscriber that reads again gets ticks again, and every lifecycle event it was sent meanwhile, in order")
     func heldSubscriberCatchesUp() throws {
         let harness = try TableHarness { $0.tickHoldThreshold = 4096 }

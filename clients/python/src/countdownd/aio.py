@@ -6,7 +6,8 @@ from collections import deque
 from typing import AsyncIterator, Dict, Iterable, List, Optional, Tuple
 
 from .protocol import (
-    FINAL_KINDS, ConnectionLost, Countdown, Err, Event, Gone, Hello, NotFound, Ok, ProtocolViolation, Stat,
+    FINAL_KINDS, BadRequest, ConnectionLost, Countdown, Err, Event, Gone, Hello, NotFound, Ok, Overflow,
+    ProtocolViolation, Stat,
     check_name, default_socket_path, duration_text, list_line, parse_line, start_line, stat_value,
     subscribe_line, subscribed_seq,
 )
@@ -40,7 +41,11 @@ class AsyncClient:
                 "cannot connect to countdownd at %s (%s); start it with 'systemctl --user start countdownd.socket' "
                 "or run 'countdownd', or pass the socket path it listens on" % (path, getattr(error, "strerror", None) or error)) from None
         client = cls(path, reader, writer, timeout)
-        greeting = parse_line(await client._read_line())
+        try:
+            greeting = parse_line(await client._read_line(timeout))
+        except asyncio.TimeoutError:
+            await client.close()
+            raise ConnectionLost("countdownd at %s accepted the connection but sent no greeting within %s s" % (path, timeout)) from None
         if isinstance(greeting, Err):
             await client.close()
             raise greeting.error
@@ -159,13 +164,20 @@ class AsyncClient:
                 delay = min(delay * 2, 2.0)
                 continue
             try:
-                await follower._request(subscribe_line([name], kinds=FINAL_KINDS))
+                # With snapshots: in cluster mode a RESYNC comes with a snapshot of each followed
+                # countdown, finished ones too, which may be the only word of its end.
+                await follower._request(subscribe_line([name], kinds=FINAL_KINDS + ("snapshot",)))
                 current = await follower.status(name)
                 if current.is_finished:
                     return current
                 while True:
                     event = await follower.next_event()
                     if event.name != current.name:
+                        continue
+                    if event.kind == "snapshot":
+                        if event.state in ("done", "cancelled"):
+                            return Countdown(event.name, event.state, event.remaining_ms, event.total_ms, None,
+                                             owner_uid=current.owner_uid, pinned=current.pinned)
                         continue
                     if event.kind == "removed":
                         raise NotFound("'%s' was removed before it finished" % name)
@@ -196,10 +208,13 @@ class AsyncClient:
             try:
                 try:
                     _, _, text = await follower._request(subscribe_line(names, prefix, kinds, last_seq))
-                except Gone:
+                except (Gone, BadRequest):
+                    # Not kept that far back, or a daemon whose history never had it (its state
+                    # was replaced): afresh, the current state as snapshots.
                     if not reconnect or last_seq is None:
                         raise
                     _, _, text = await follower._request(subscribe_line(names, prefix, kinds, None))
+                    last_seq = None
                 if last_seq is None:
                     last_seq = subscribed_seq(text)
                 while True:
@@ -207,7 +222,8 @@ class AsyncClient:
                     if event.is_lifecycle:
                         last_seq = event.seq
                     yield event
-            except ConnectionLost:
+            except (ConnectionLost, Overflow):
+                # Overflow: it fell too far behind and was cut off; SINCE brings what it missed.
                 if not reconnect:
                     raise
             finally:

@@ -7,8 +7,8 @@ from collections import deque
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .protocol import (
-    FINAL_KINDS, ConnectionLost, Countdown, CountdowndError, Err, Event, Gone, Hello, NotFound, Ok,
-    ProtocolViolation, Resync, Shutdown, Stat, check_name, default_socket_path, duration_text,
+    FINAL_KINDS, BadRequest, ConnectionLost, Countdown, CountdowndError, Err, Event, Gone, Hello, NotFound, Ok,
+    Overflow, ProtocolViolation, Resync, Shutdown, Stat, check_name, default_socket_path, duration_text,
     list_line, parse_line, start_line, stat_value, subscribe_line, subscribed_seq,
 )
 
@@ -194,15 +194,18 @@ class Client:
             return remaining
         delay = 0.05
         while True:
+            budget = left()
             try:
-                follower = Client(self.socket_path, timeout=self.timeout)
+                follower = Client(self.socket_path, timeout=self.timeout if budget is None else min(self.timeout or budget, budget))
             except ConnectionLost:
                 time.sleep(min(delay, left() or delay))
                 delay = min(delay * 2, 2.0)
                 continue
             try:
-                # Subscribed first, then asked: a `done` between the two cannot be missed.
-                follower._request(subscribe_line([name], kinds=FINAL_KINDS))
+                # Subscribed first, then asked: a `done` between the two cannot be missed. With
+                # snapshots: in cluster mode a RESYNC comes with a snapshot of each followed
+                # countdown, finished ones too, which may be the only word of its end.
+                follower._request(subscribe_line([name], kinds=FINAL_KINDS + ("snapshot",)))
                 current = follower.status(name)
                 if current.is_finished:
                     return current
@@ -214,10 +217,18 @@ class Client:
                         continue
                     if event.name != current.name:
                         continue
+                    if event.kind == "snapshot":
+                        if event.state in ("done", "cancelled"):
+                            return Countdown(event.name, event.state, event.remaining_ms, event.total_ms, None,
+                                             owner_uid=current.owner_uid, pinned=current.pinned)
+                        continue
                     if event.kind == "removed":
                         raise NotFound("'%s' was removed before it finished" % name)
                     return Countdown(event.name, event.kind, event.remaining_ms, event.total_ms, None,
                                      owner_uid=current.owner_uid, late_ms=event.late_ms, pinned=current.pinned)
+            except socket.timeout:
+                left()  # Raises TimeoutError once the time is up; else a slow reply: again.
+                continue
             except ConnectionLost:
                 delay = 0.05
                 continue
@@ -251,10 +262,13 @@ class Client:
             try:
                 try:
                     _, _, text = follower._request(subscribe_line(names, prefix, kinds, last_seq))
-                except Gone:
+                except (Gone, BadRequest):
+                    # Not kept that far back, or a daemon whose history never had it (its state
+                    # was replaced): afresh, the current state as snapshots.
                     if not reconnect or last_seq is None:
                         raise
                     _, _, text = follower._request(subscribe_line(names, prefix, kinds, None))
+                    last_seq = None
                 if last_seq is None:
                     last_seq = subscribed_seq(text)
                 while True:
@@ -262,7 +276,8 @@ class Client:
                     if event.is_lifecycle:
                         last_seq = event.seq
                     yield event
-            except ConnectionLost:
+            except (ConnectionLost, Overflow):
+                # Overflow: it fell too far behind and was cut off; SINCE brings what it missed.
                 if not reconnect:
                     raise
             finally:
