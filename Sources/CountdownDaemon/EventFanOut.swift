@@ -35,6 +35,10 @@ final class EventFanOut {
     private var fallenBehind: [Connection] = []
     /// Subscribers sent no ticks for being behind, now.
     private(set) var heldCount = 0
+    /// How many connections ticks to everything (or to a user's everything) are delivered to.
+    var tickGroupMemberCount: Int {
+        allTickSubscribers.count + ownerTickSubscribers.values.reduce(0) { $0 + $1.count }
+    }
     /// Connections that follow some countdowns, by key.
     private var nameSubscribers: [String: [Int: Connection]] = [:]
     /// Connections that follow every countdown whose key starts with a prefix, by that prefix.

@@ -170,6 +170,7 @@ struct ClientTableTests {
             }
             #expect(connection.output.byteCount < 4096 + 100, "no tick is queued past the threshold: \(connection.output.byteCount) bytes wait")
             #expect(connection.areTicksHeld && harness.fanOut.heldCount == 1, "held")
+            #expect(harness.fanOut.tickGroupMemberCount == 0, "out of the group ticks are delivered to: it costs nothing per tick")
             #expect(harness.fanOut.subscriberCount == 1, "ticks alone never overflow")
             // Lifecycle events are kept, each one, until the hard limit.
             var sequence: UInt64 = 2
@@ -283,6 +284,7 @@ struct ClientTableTests {
         #expect(before.last == "EVENT \(held + 1) started egg 5000 5000", "the lifecycle event sent while held came, last: \(before.suffix(2))")
         #expect(lines == ["EVENT \(held + 2) tick tea 3 5000"])
         #expect(harness.fanOut.heldCount == 0)
+        harness.queue.sync { #expect(harness.fanOut.tickGroupMemberCount == 1, "back in the group") }
     }
 
     @Test("a client disconnected for overflow that never reads is closed when its grace ends, not before")

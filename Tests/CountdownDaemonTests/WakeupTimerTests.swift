@@ -37,6 +37,12 @@ struct WakeupTimerTests {
             #expect(minute > 0 && minute <= 60 * 1_000_000_000)
             try timer.arm(at: now.advanced(byMilliseconds: 7_200_000))  // Later: re-armed too.
             #expect(try #require(try timer.kernelTimeLeft()) > 3_600 * 1_000_000_000)
+            // To the nanosecond, not the second: an instant .999 s past a whole second keeps it.
+            let precise = Instant(nanoseconds: (now.nanoseconds / 1_000_000_000 + 100) * 1_000_000_000 + 999_000_000)
+            try timer.arm(at: precise)
+            let left = try #require(try timer.kernelTimeLeft())
+            let expected = precise.nanoseconds - SystemClock.now().nanoseconds
+            #expect(abs(left - expected) < 500_000_000, "the kernel's \(left) ns against \(expected) ns")
             try timer.arm(at: nil)
             #expect(try timer.kernelTimeLeft() == nil, "nil disarms")
         }
