@@ -48,9 +48,12 @@ public enum CountdownAddress {
     /// and `cdctl list --prefix` take it: name characters, and for root a uid and a slash first.
     /// - Throws: `bad-name`, saying what a name may hold.
     public static func validatePrefix<Bytes: Collection<UInt8>>(bytes: Bytes) throws(ProtocolError) -> String {
-        // Any start of a valid address becomes a valid address once a name character is added.
+        // Any start of a valid address becomes a valid address once a name character is added;
+        // a whole name of the longest length is a prefix too (of itself).
         do throws(ProtocolError) {
-            _ = try validate(bytes: Array(bytes) + [UInt8(ascii: "a")])
+            if (try? validate(bytes: Array(bytes))) == nil {
+                _ = try validate(bytes: Array(bytes) + [UInt8(ascii: "a")])
+            }
         } catch {
             throw ProtocolError(
                 .badName,
@@ -66,7 +69,12 @@ public enum CountdownAddress {
     /// - Throws: `forbidden` for a non-root requester naming another uid's namespace.
     public static func resolvePrefix(_ prefix: String, requester: UInt32) throws(ProtocolError) -> String {
         guard prefix.utf8.contains(UInt8(ascii: "/")) else { return key(owner: requester, name: prefix) }
-        return try resolve(prefix, requester: requester).key
+        let resolved = try resolve(prefix, requester: requester)
+        // Root's own names carry no prefix of their own: `0/` alone would be every namespace.
+        if resolved.key.isEmpty && requester == 0 {
+            throw ProtocolError(.badName, "'\(prefix)' is no prefix: root's own names have nothing in common to start with; give the start of a name (0/otp: or otp:)")
+        }
+        return resolved.key
     }
 
     /// The one owner whose keys can start with `keyPrefix`, if only one's can: `1000/…` is uid

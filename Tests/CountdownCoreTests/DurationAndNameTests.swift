@@ -185,6 +185,10 @@ struct EnginePinnedTests {
         #expect(try CountdownAddress.resolvePrefix("otp:", requester: 0) == "otp:")
         #expect(try CountdownAddress.resolvePrefix("1000/otp:", requester: 0) == "1000/otp:")
         #expect(try CountdownAddress.resolvePrefix("0/tea", requester: 0) == "tea")
+        #expect(throws: ProtocolError.self, "0/ alone would be everyone's") { try CountdownAddress.resolvePrefix("0/", requester: 0) }
+        // A name of the longest length is a prefix of itself.
+        let longest = String(repeating: "a", count: 128)
+        #expect(try CountdownAddress.validatePrefix(bytes: Array(longest.utf8)) == longest)
         // Whose keys a key prefix can reach: one user's, root's own, or (digits) anyone's.
         #expect(CountdownAddress.onlyOwner(ofKeysStartingWith: "1000/otp:") == 1000)
         #expect(CountdownAddress.onlyOwner(ofKeysStartingWith: "otp:") == 0)

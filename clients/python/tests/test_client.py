@@ -25,8 +25,9 @@ DEADLINE = 60
 class Daemon:
     """A countdownd on a temporary socket; `restart` keeps its state directory."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, extra=()):
         self.directory = directory
+        self.extra = list(extra)
         self.socket = os.path.join(directory, "d.sock")
         self.state = os.path.join(directory, "state")
         self.process = None
@@ -41,7 +42,7 @@ class Daemon:
         listener.settimeout(DEADLINE)
         env = {k: v for k, v in os.environ.items() if k not in ("LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC")}
         env["NOTIFY_SOCKET"] = notify
-        self.process = subprocess.Popen([BINARY, "--socket", self.socket, "--state-dir", self.state, "--log-level", "error"],
+        self.process = subprocess.Popen([BINARY, "--socket", self.socket, "--state-dir", self.state, "--log-level", "error"] + self.extra,
                                         env=env, stdout=subprocess.DEVNULL)
         try:
             while b"READY=1" not in listener.recv(4096).split(b"\n"):
@@ -178,6 +179,19 @@ class AgainstTheDaemon(unittest.TestCase):
         self.assertTrue(done.wait(DEADLINE * 2), "seen: %s" % seen)
         follower.close()
         self.assertEqual(seen, [("started", "otp:a"), ("started", "otp:b"), ("cancelled", "otp:b")])
+
+    def test_gone_is_never_silent(self):
+        """A `since` the daemon no longer keeps raises Gone: no events skipped without a word."""
+        self.client.close()
+        self.daemon.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory = tempfile.mkdtemp(prefix="cd-python-")
+        self.daemon = Daemon(self.directory, extra=["--replay-events", "64"])
+        self.client = Client(self.daemon.socket, timeout=DEADLINE)
+        for index in range(100):
+            self.client.start("g%d" % index, "1h")
+        with self.assertRaises(countdownd.Gone):
+            next(iter(self.client.subscribe(kinds=["lifecycle"], since=0)))
 
     def test_asyncio(self):
         async def scenario():

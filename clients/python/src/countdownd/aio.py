@@ -195,6 +195,8 @@ class AsyncClient:
         names = list(names or [])
         last_seq = since
         delay = 0.05
+        resumed = False  # True once a connection was lost and is being taken up again.
+        wants_snapshots = kinds is None or bool({"snapshot", "all"} & set(kinds))
         while True:
             try:
                 follower = await AsyncClient.connect(self.socket_path, self.timeout)
@@ -210,8 +212,10 @@ class AsyncClient:
                     _, _, text = await follower._request(subscribe_line(names, prefix, kinds, last_seq))
                 except (Gone, BadRequest):
                     # Not kept that far back, or a daemon whose history never had it (its state
-                    # was replaced): afresh, the current state as snapshots.
-                    if not reconnect or last_seq is None:
+                    # was replaced): afresh, the current state as snapshots; but only on a
+                    # reconnect, and only where snapshots were asked for, so that a gap is
+                    # never silent. The caller's own `since` is answered as the daemon answers.
+                    if not reconnect or last_seq is None or not resumed or not wants_snapshots:
                         raise
                     _, _, text = await follower._request(subscribe_line(names, prefix, kinds, None))
                     last_seq = None
@@ -226,5 +230,6 @@ class AsyncClient:
                 # Overflow: it fell too far behind and was cut off; SINCE brings what it missed.
                 if not reconnect:
                     raise
+                resumed = True
             finally:
                 await follower.close()
