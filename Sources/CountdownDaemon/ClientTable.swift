@@ -171,7 +171,7 @@ final class ClientTable: @unchecked Sendable {
         var greeting: [UInt8] = []
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
         touch(connection, batch: batch)
-        connection.output.appendReply(greeting)
+        connection.output.append(greeting)
     }
 
     /// Tells a client it is not taken, in one non-blocking send, and closes it.
@@ -361,7 +361,7 @@ final class ClientTable: @unchecked Sendable {
             ProtocolError(.overflow, "this client fell more than \(configuration.outputHardLimit) bytes behind and is disconnected; reconnect and read faster"),
             to: &line
         )
-        connection.output.appendReply(line)
+        connection.output.append(line)
         touched[connection.id] = connection
         let id = connection.id
         let grace = Int64(configuration.overflowGraceMilliseconds) * 1_000_000
@@ -378,7 +378,7 @@ final class ClientTable: @unchecked Sendable {
         isStopping = true
         listener?.close()
         for connection in connections.values {
-            connection.output.appendReply(notice)
+            connection.output.append(notice)
             // Ignored on purpose: one non-blocking attempt at stop; a client that cannot take
             // it is closed all the same.
             _ = connection.output.write(to: connection.descriptor, scratch: &scratch)

@@ -188,7 +188,7 @@ extension Daemon {
         var out: [UInt8] = []
         build(&out)
         clients.touch(connection, batch: batch.number)
-        connection.output.appendReply(out)
+        connection.output.append(out)
     }
 
     /// Countdowns the replica found due: each host proposes the `done` (or the removal at the end

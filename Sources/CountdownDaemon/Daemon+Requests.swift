@@ -120,7 +120,7 @@ extension Daemon {
     /// Queues `replyBuffer` on the connection, remembering where this batch's output starts.
     func appendReply(to connection: Connection) {
         clients.touch(connection, batch: batch.number)
-        connection.output.appendReply(replyBuffer)
+        connection.output.append(replyBuffer)
     }
 
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.

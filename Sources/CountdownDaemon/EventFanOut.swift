@@ -355,7 +355,7 @@ final class EventFanOut {
             }
         }
         clients.touch(connection, batch: batch)
-        connection.output.appendEvent(line)
+        connection.output.append(line)
         if connection.output.byteCount > outputHardLimit {
             clients.overflow(connection)
         }

@@ -59,18 +59,9 @@ struct OutputQueue {
         return true
     }
 
-    /// Appends reply bytes.
-    mutating func appendReply(_ bytes: [UInt8]) {
-        append(bytes)
-    }
-
-    /// Appends one event's bytes.
-    mutating func appendEvent(_ bytes: [UInt8]) {
-        append(bytes)
-    }
-
-    /// Adds bytes to the last chunk while it is small; otherwise starts a new one.
-    private mutating func append(_ bytes: [UInt8]) {
+    /// Appends bytes (replies and events alike: they go out in the order appended), to the last
+    /// chunk while it is small; otherwise in a new one.
+    mutating func append(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         byteCount += bytes.count
         if head < chunks.count, chunks[chunks.count - 1].count < 16_384 {
@@ -93,7 +84,7 @@ struct OutputQueue {
         }
         reset()
         byteCount = 0
-        appendReply(keep)
+        append(keep)
     }
 
     /// The outcome of a write attempt.

@@ -32,7 +32,7 @@ struct ClientTableTests {
         let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             harness.clients.touch(connection, batch: harness.batchNumber)
-            connection.output.appendReply(Array(repeating: UInt8(ascii: "x"), count: 2047) + [UInt8(ascii: "\n")])
+            connection.output.append(Array(repeating: UInt8(ascii: "x"), count: 2047) + [UInt8(ascii: "\n")])
             harness.clients.endTurn(connection, linesLeft: false)
             #expect(connection.isReadingPaused, "2 KiB unsent, past 1 KiB")
             #expect(!connection.watchedFor.contains(.readable), "the poller no longer reports its input")

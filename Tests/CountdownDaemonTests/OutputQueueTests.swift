@@ -52,9 +52,9 @@ struct OutputQueueTests {
         let pair = SocketPair()
         var queue = OutputQueue()
         var scratch: [UInt8] = []
-        queue.appendReply(line("OK 1"))
-        queue.appendEvent(line("EVENT 1 tick a 2000 3000"))
-        queue.appendReply(line("OK 2"))
+        queue.append(line("OK 1"))
+        queue.append(line("EVENT 1 tick a 2000 3000"))
+        queue.append(line("OK 2"))
         #expect(queue.write(to: pair.writer, scratch: &scratch) == .drained)
         #expect(queue.isEmpty)
         #expect(pair.readAll() == "OK 1\nEVENT 1 tick a 2000 3000\nOK 2\n")
@@ -66,10 +66,10 @@ struct OutputQueueTests {
         var queue = OutputQueue()
         var scratch: [UInt8] = []
         let big = String(repeating: "x", count: 300_000)
-        queue.appendEvent(line("EVENT 1 tick a \(big)"))
+        queue.append(line("EVENT 1 tick a \(big)"))
         #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
         #expect(queue.isMidLine)
-        queue.appendEvent(line("EVENT 2 tick a 1"))
+        queue.append(line("EVENT 2 tick a 1"))
         let received = drain(&queue, into: pair, scratch: &scratch)
         #expect(queue.isEmpty)
         #expect(received == "EVENT 1 tick a \(big)\nEVENT 2 tick a 1\n")
@@ -82,7 +82,7 @@ struct OutputQueueTests {
         shutdown(pair.reader, Int32(SHUT_RDWR))  // The peer goes away; the pair still owns the descriptor.
         var queue = OutputQueue()
         var scratch: [UInt8] = []
-        queue.appendReply(line("OK 1"))
+        queue.append(line("OK 1"))
         if case .failed = queue.write(to: pair.writer, scratch: &scratch) {} else {
             Issue.record("writing to a closed peer did not fail")
         }
@@ -95,21 +95,21 @@ struct OutputQueueTests {
         var scratch: [UInt8] = []
         // Earlier output, partly written: the peer has some of it.
         let big = String(repeating: "x", count: 100_000)
-        queue.appendReply(line("OK before " + big))
+        queue.append(line("OK before " + big))
         #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
-        queue.appendEvent(line("EVENT 1 tick a 2000 3000"))
+        queue.append(line("EVENT 1 tick a 2000 3000"))
         let before = queue.byteCount
         queue.mark(batch: 7)
-        queue.appendReply(line("OK undone"))
-        queue.appendEvent(line("EVENT 1 tick a 1000 3000"))
-        queue.appendEvent(line("EVENT 2 started b 5000 5000"))
+        queue.append(line("OK undone"))
+        queue.append(line("EVENT 1 tick a 1000 3000"))
+        queue.append(line("EVENT 2 started b 5000 5000"))
         queue.mark(batch: 7)  // A second mark in the same batch moves nothing.
         let otherBatch = queue.rollback(batch: 6)
         #expect(!otherBatch, "another batch's mark is not this one")
         let rolledBack = queue.rollback(batch: 7)
         #expect(rolledBack)
         #expect(queue.byteCount <= before, "nothing of the batch is left")
-        queue.appendReply(line("ERR unavailable"))
+        queue.append(line("ERR unavailable"))
         var received = pair.readAll()
         while queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock {
             received += pair.readAll()
@@ -123,18 +123,18 @@ struct OutputQueueTests {
         let pair = SocketPair(sendBuffer: 4096)
         var queue = OutputQueue()
         var scratch: [UInt8] = []
-        queue.appendReply(line("OK " + String(repeating: "x", count: 50_000)))
+        queue.append(line("OK " + String(repeating: "x", count: 50_000)))
         #expect(queue.write(to: pair.writer, scratch: &scratch) == .wouldBlock)
         var expected = ""
         for index in 0..<500 {
-            queue.appendEvent(line("EVENT \(index) started n\(index) 5000 5000"))
+            queue.append(line("EVENT \(index) started n\(index) 5000 5000"))
             expected += "EVENT \(index) started n\(index) 5000 5000\n"
         }
         queue.mark(batch: 9)
-        for index in 0..<2_000 { queue.appendEvent(line("EVENT \(index) done gone\(index) 0 5000")) }
+        for index in 0..<2_000 { queue.append(line("EVENT \(index) done gone\(index) 0 5000")) }
         let rolledBack = queue.rollback(batch: 9)
         #expect(rolledBack)
-        queue.appendReply(line("OK after"))
+        queue.append(line("OK after"))
         let received = drain(&queue, into: pair, scratch: &scratch)
         #expect(received.split(separator: "\n").dropFirst().joined(separator: "\n") + "\n" == expected + "OK after\n")
     }
