@@ -6,7 +6,7 @@ from collections import deque
 from typing import AsyncIterator, Dict, Iterable, List, Optional, Tuple
 
 from .protocol import (
-    FINAL_KINDS, BadRequest, ConnectionLost, Countdown, Err, Event, Gone, Hello, NotFound, Ok, Overflow,
+    FINAL_KINDS, how_it_ended, BadRequest, ConnectionLost, Countdown, Err, Event, Gone, Hello, NotFound, Ok, Overflow,
     ProtocolViolation, Stat,
     check_name, default_socket_path, duration_text, list_line, parse_line, start_line, stat_value,
     subscribe_line, subscribed_seq,
@@ -172,17 +172,9 @@ class AsyncClient:
                     return current
                 while True:
                     event = await follower.next_event()
-                    if event.name != current.name:
-                        continue
-                    if event.kind == "snapshot":
-                        if event.state in ("done", "cancelled"):
-                            return Countdown(event.name, event.state, event.remaining_ms, event.total_ms, None,
-                                             owner_uid=current.owner_uid, pinned=current.pinned)
-                        continue
-                    if event.kind == "removed":
-                        raise NotFound("'%s' was removed before it finished" % name)
-                    return Countdown(event.name, event.kind, event.remaining_ms, event.total_ms, None,
-                                     owner_uid=current.owner_uid, late_ms=event.late_ms, pinned=current.pinned)
+                    ended = how_it_ended(event, current)
+                    if ended is not None:
+                        return ended
             except ConnectionLost:
                 delay = 0.05
             finally:

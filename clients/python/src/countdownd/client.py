@@ -7,7 +7,7 @@ from collections import deque
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .protocol import (
-    FINAL_KINDS, BadRequest, ConnectionLost, Countdown, CountdowndError, Err, Event, Gone, Hello, NotFound, Ok,
+    FINAL_KINDS, how_it_ended, BadRequest, ConnectionLost, Countdown, CountdowndError, Err, Event, Gone, Hello, NotFound, Ok,
     Overflow, ProtocolViolation, Resync, Shutdown, Stat, check_name, default_socket_path, duration_text,
     list_line, parse_line, start_line, stat_value, subscribe_line, subscribed_seq,
 )
@@ -215,17 +215,9 @@ class Client:
                     except socket.timeout:
                         left()
                         continue
-                    if event.name != current.name:
-                        continue
-                    if event.kind == "snapshot":
-                        if event.state in ("done", "cancelled"):
-                            return Countdown(event.name, event.state, event.remaining_ms, event.total_ms, None,
-                                             owner_uid=current.owner_uid, pinned=current.pinned)
-                        continue
-                    if event.kind == "removed":
-                        raise NotFound("'%s' was removed before it finished" % name)
-                    return Countdown(event.name, event.kind, event.remaining_ms, event.total_ms, None,
-                                     owner_uid=current.owner_uid, late_ms=event.late_ms, pinned=current.pinned)
+                    ended = how_it_ended(event, current)
+                    if ended is not None:
+                        return ended
             except socket.timeout:
                 left()  # Raises TimeoutError once the time is up; else a slow reply: again.
                 continue

@@ -360,3 +360,18 @@ def stat_value(value: str):
 
 
 FINAL_KINDS = ("done", "cancelled", "removed")
+
+
+def how_it_ended(event: Event, current: Countdown) -> Optional[Countdown]:
+    """For `wait`: how `current` ended, if `event` (of its name) says so: a `done` or `cancelled`
+    event, or a snapshot of it finished (a cluster's RESYNC). `NotFound` if it was removed first;
+    `None` for any other event."""
+    if event.name != current.name:
+        return None
+    if event.kind == "removed":
+        raise NotFound("'%s' was removed before it finished" % current.name)
+    state = event.state if event.kind == "snapshot" else event.kind
+    if state not in ("done", "cancelled"):
+        return None
+    return Countdown(event.name, state, event.remaining_ms, event.total_ms, None,
+                     owner_uid=current.owner_uid, late_ms=event.late_ms, pinned=current.pinned)
