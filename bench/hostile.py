@@ -15,10 +15,12 @@ Each round starts a fresh release daemon per scenario:
   - **10,000 connections closed at once**: the time until a fresh client's PING is answered.
 Every figure: 3 runs, median (lowest-highest).
 """
-import os, resource, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
+import os, resource, shutil, socket, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (the benchmark's daemon, tools and helpers)
+from run import cell, met  # noqa: E402
+from sections import write_section  # noqa: E402
 
 ROOT = run.ROOT
 RUNS = 3
@@ -220,14 +222,6 @@ def close_all_at_once(workdir, count=10_000):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def cell(values, fmt):
-    return (fmt + " (" + fmt + "–" + fmt + ")") % (statistics.median(values), min(values), max(values))
-
-
-def met(values, target):
-    return "yes" if max(values) <= target else ("**no** (spread crosses it)" if statistics.median(values) <= target else "**no**")
-
-
 def main():
     global RUNS, ATTACK_COUNTDOWNS, ROOT_COUNTDOWNS, WINDOW_S
     import argparse
@@ -293,15 +287,7 @@ def main():
     if args.quick:
         print("\n".join(lines))
         return
-    path = os.path.join(ROOT, "BENCHMARKS.md")
-    text = open(path).read()
-    before, _, after = text.partition(MARK)
-    # Keep what follows this section (another script's), if anything.
-    rest = ""
-    if after:
-        following = after.find("\n## ")
-        rest = after[following:] if following >= 0 else ""
-    open(path, "w").write(before.rstrip("\n") + "\n" + MARK + "\n" + "\n".join(lines) + rest.rstrip("\n") + "\n")
+    write_section(os.path.join(ROOT, "BENCHMARKS.md"), MARK, lines)
     print("\n".join(lines))
 
 

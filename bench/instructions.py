@@ -7,6 +7,9 @@ BENCHMARKS.md ("Instructions per event").
 """
 import os, re, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sections import write_section  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "\n## Instructions per event\n"
 SIZES = (10_000, 100_000)
@@ -40,14 +43,7 @@ def main():
     for n, events, per_start, per_event in rows:
         lines.append("| {:,} | {:,} | {:.0f} | {:.0f} |".format(n, events, per_start, per_event))
     lines.append("")
-    path = os.path.join(ROOT, "BENCHMARKS.md")
-    text = open(path).read()
-    before, _, after = text.partition(MARK)
-    rest = ""
-    if after:
-        following = after.find("\n## ")
-        rest = after[following:] if following >= 0 else ""
-    open(path, "w").write(before.rstrip("\n") + "\n" + MARK + "\n" + "\n".join(lines) + rest.rstrip("\n") + "\n")
+    write_section(os.path.join(ROOT, "BENCHMARKS.md"), MARK, lines)
     print("\n".join(lines))
 
 

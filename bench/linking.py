@@ -14,6 +14,7 @@ import os, shutil, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402  (the benchmark's daemon, tools and helpers)
+from sections import write_section  # noqa: E402
 
 ROOT = run.ROOT
 STATIC = os.path.join(ROOT, ".build", "release")
@@ -131,10 +132,8 @@ def main():
         "| START/s, 8 clients, pipeline 32 | %s | %s | %s× |" % (cell(figures["static"]["start32"], "%.0f"), cell(figures["dynamic"]["start32"], "%.0f"), cell(ratios["start32"], "%.2f")),
         "",
     ]
-    path = os.path.join(ROOT, "BENCHMARKS.md")
-    text = open(path).read()
-    head = text.split(MARK)[0].rstrip("\n")
-    open(path, "w").write(head + "\n" + MARK + "\n".join(lines[1:]) + "\n")
+    # Its own section only: the sections after it (hostile.py's, instructions.py's) stay.
+    write_section(os.path.join(ROOT, "BENCHMARKS.md"), MARK, lines[2:])
     print("\n".join(lines))
 
 
