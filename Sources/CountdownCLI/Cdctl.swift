@@ -45,11 +45,14 @@ public struct Cdctl {
 
     private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
         switch invocation.command {
-        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at):
+        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at, let pauseOnSuspend):
             if wait {
                 try subscribe(connection, to: [name], events: "lifecycle")
             }
             var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
+            if pauseOnSuspend {
+                line += " ON-SUSPEND pause"
+            }
             // --replace says whether it replaced anything.
             var replacing: CountdownInfo?
             if replace {
@@ -259,6 +262,7 @@ public struct Cdctl {
                 case .snapshot:
                     shown.deadline = event.deadlineUnixMilliseconds
                     shown.isPinned = event.isPinned
+                    shown.pausesOnSuspend = event.pausesOnSuspend
                 case .started, .resumed, .extended:
                     shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
                 case .tick:
@@ -271,7 +275,8 @@ public struct Cdctl {
                     name: event.name, state: state,
                     remainingMilliseconds: event.remainingMilliseconds, totalMilliseconds: event.totalMilliseconds,
                     deadlineUnixMilliseconds: state == .running ? shown.deadline : nil,
-                    owner: shown.owner, lateMilliseconds: event.lateMilliseconds, isPinned: shown.isPinned ?? false
+                    owner: shown.owner, lateMilliseconds: event.lateMilliseconds, isPinned: shown.isPinned ?? false,
+                    pausesOnSuspend: shown.pausesOnSuspend ?? false
                 )
                 console.out(followLine(countdown, style: style))
             }
@@ -288,6 +293,7 @@ public struct Cdctl {
         var deadline: Int64?
         var owner: UInt32?
         var isPinned: Bool?
+        var pausesOnSuspend: Bool?
     }
 
     /// The wall clock, in Unix milliseconds.
@@ -349,6 +355,9 @@ public struct Cdctl {
             let formatter = DateFormatter()
             formatter.dateFormat = countdown.remainingMilliseconds < 86_400_000 ? "HH:mm" : "yyyy-MM-dd HH:mm"
             text += ", until \(formatter.string(from: Date(timeIntervalSince1970: Double(deadline) / 1000)))"
+        }
+        if countdown.pausesOnSuspend == true && countdown.state.isActive {
+            text += "; stands still while the machine sleeps"
         }
         return text + "\n"
     }

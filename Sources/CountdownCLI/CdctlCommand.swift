@@ -23,9 +23,13 @@ public enum StatsFormat: Equatable, Sendable {
 
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
-    /// `start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]`;
+    /// `start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]
+    /// [--pause-on-suspend]`;
     /// `atUnixMilliseconds` for a countdown to a wall-clock time.
-    case start(name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil)
+    case start(
+        name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil,
+        pauseOnSuspend: Bool = false
+    )
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
     /// `list [--json | --format T] [--state STATE] [--prefix PREFIX]`
@@ -88,7 +92,7 @@ public enum CdctlCommandLine {
 
         Commands:
           start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait]
-                [--then COMMAND]
+                [--then COMMAND] [--pause-on-suspend]
                                  start a countdown (default 60s), or one until a time
                                  of day (--at 09:30, 'tomorrow 09:30', '2026-12-24
                                  18:00', 'now + 3 min'; it follows the wall clock if
@@ -96,7 +100,9 @@ public enum CdctlCommandLine {
                                  --if-idle leaves a running one alone and succeeds;
                                  --wait blocks until it finishes; --then runs COMMAND
                                  (a shell line) when it is done, from your user
-                                 manager, with no terminal kept open
+                                 manager, with no terminal kept open;
+                                 --pause-on-suspend stands still while the machine
+                                 sleeps (a pomodoro), instead of counting on
           status [NAME] [--json | --format TEMPLATE] [--follow]
                                  show one countdown, or all; --follow prints again on
                                  every change (every second while running), for bars
@@ -158,6 +164,7 @@ public enum CdctlCommandLine {
         .init(["--wait"]),
         .init(["--then"], takesValue: true),
         .init(["--at"], takesValue: true),
+        .init(["--pause-on-suspend"]),
         .init(["--since"], takesValue: true),
         .init(["--state"], takesValue: true),
         .init(["--prefix"], takesValue: true),
@@ -207,8 +214,8 @@ public enum CdctlCommandLine {
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait", "if-idle", "then", "at"]
-            let startUsage = "start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]"
+            allowedFlags = ["replace", "wait", "if-idle", "then", "at", "pause-on-suspend"]
+            let startUsage = "start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend]"
             guard !operands.isEmpty else {
                 throw UsageError("start needs a NAME, as in cdctl start tea 3m or cdctl start standup --at 09:30; usage: cdctl \(startUsage)")
             }
@@ -233,6 +240,9 @@ public enum CdctlCommandLine {
             if let then = parsed.value("then"), then.allSatisfy({ $0 == " " }) {
                 throw UsageError("--then needs a command, such as --then 'notify-send \"tea is ready\"'")
             }
+            guard at == nil || !parsed.has("pause-on-suspend") else {
+                throw UsageError("--pause-on-suspend does not go with --at: a time of day comes whether the machine sleeps or not; give a DURATION")
+            }
             guard !(parsed.has("replace") && parsed.has("if-idle")) else {
                 throw UsageError("--replace and --if-idle exclude each other: one restarts a running countdown, the other leaves it alone")
             }
@@ -243,7 +253,8 @@ public enum CdctlCommandLine {
                 ifIdle: parsed.has("if-idle"),
                 wait: parsed.has("wait"),
                 then: parsed.value("then"),
-                atUnixMilliseconds: at
+                atUnixMilliseconds: at,
+                pauseOnSuspend: parsed.has("pause-on-suspend")
             )
         case "status":
             allowedFlags = ["json", "format", "follow"]
@@ -325,7 +336,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at", "pause-on-suspend"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

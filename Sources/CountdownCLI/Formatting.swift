@@ -42,7 +42,7 @@ public enum Formatting {
         for countdown in countdowns {
             rows.append([
                 countdown.name,
-                countdown.state.rawValue,
+                countdown.state.rawValue + (countdown.pausesOnSuspend == true && countdown.state.isActive ? " (pauses on suspend)" : ""),
                 CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds),
                 CountdownDuration.clock(milliseconds: countdown.totalMilliseconds),
                 bar(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds, width: 20, filled: "█", empty: "░")
@@ -72,11 +72,14 @@ public enum Formatting {
     }
 
     /// One event as a stable, space-separated line for `while read` loops:
-    /// `<seq> <kind> <name> <remaining_ms> <total_ms>`, plus `<state>` for a snapshot.
+    /// `<seq> <kind> <name> <remaining_ms> <total_ms>`, plus `<state>` for a snapshot and
+    /// `suspend` for a `paused` or `resumed` that the machine's sleep caused.
     public static func eventLine(_ event: EventInfo) -> String {
         var line = "\(event.sequence) \(event.kind.rawValue) \(event.name) \(event.remainingMilliseconds) \(event.totalMilliseconds)"
         if event.kind == .snapshot, let state = event.state {
             line += " \(state.rawValue)"
+        } else if event.causedBySuspend == true {
+            line += " suspend"
         }
         return line + "\n"
     }

@@ -54,7 +54,8 @@ public struct CountdownEngine {
         private var instantField: Int64
         private var numberField: Int64
         var owner: UInt32
-        /// The state in the low 2 bits, the generation above: 48 bytes a record, not 56.
+        /// The state in the low 2 bits, `pausesOnSuspend` in the next, the generation above: 48
+        /// bytes a record, not 56.
         private var stateAndGeneration: UInt32
 
         /// Where the countdown is in its life.
@@ -80,16 +81,23 @@ public struct CountdownEngine {
         }
 
         /// Bumped on every change of schedule; heap entries with an older generation are stale.
-        /// 30 bits: it wraps after a billion changes of one countdown, and is only compared for
-        /// equality with the heap entries of that countdown's current schedule.
+        /// 29 bits: it wraps after half a billion changes of one countdown, and is only compared
+        /// for equality with the heap entries of that countdown's current schedule.
         var generation: UInt32 {
-            get { stateAndGeneration >> 2 }
-            set { stateAndGeneration = (newValue << 2) | (stateAndGeneration & 3) }
+            get { stateAndGeneration >> 3 }
+            set { stateAndGeneration = (newValue << 3) | (stateAndGeneration & 7) }
+        }
+
+        /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
+        var pausesOnSuspend: Bool {
+            get { stateAndGeneration & 4 != 0 }
+            set { stateAndGeneration = newValue ? stateAndGeneration | 4 : stateAndGeneration & ~4 }
         }
 
         init(
             name: String, state: CountdownState, totalMilliseconds: Int64, deadline: Instant, remainingNanoseconds: Int64,
-            finishedAt: Instant, owner: UInt32, generation: UInt32, lateMilliseconds: Int64?, pinned: Int64 = CountdownEngine.notPinned
+            finishedAt: Instant, owner: UInt32, generation: UInt32, lateMilliseconds: Int64?, pinned: Int64 = CountdownEngine.notPinned,
+            pausesOnSuspend: Bool = false
         ) {
             self.name = name
             self.totalMilliseconds = totalMilliseconds
@@ -98,6 +106,7 @@ public struct CountdownEngine {
             (instantField, numberField) = (0, 0)
             self.state = state
             self.generation = generation
+            self.pausesOnSuspend = pausesOnSuspend
             switch state {
             case .running: (instantField, numberField) = (deadline.nanoseconds, pinned)
             case .paused: (instantField, numberField) = (0, remainingNanoseconds)
@@ -118,7 +127,8 @@ public struct CountdownEngine {
                 owner: persisted.owner,
                 generation: generation,
                 lateMilliseconds: persisted.lateMilliseconds,
-                pinned: persisted.pinnedUnixMilliseconds ?? CountdownEngine.notPinned
+                pinned: persisted.pinnedUnixMilliseconds ?? CountdownEngine.notPinned,
+                pausesOnSuspend: persisted.pausesOnSuspend
             )
         }
 
@@ -382,8 +392,11 @@ public struct CountdownEngine {
     /// Starts a countdown of `milliseconds`.
     ///
     /// A finished name starts afresh. A running or paused one answers `busy`, unless `replace` is
-    /// set, in which case the old one is reported `cancelled` and the new one `started`.
-    /// - Throws: `bad-duration`, `busy`, `forbidden` (replacing someone else's), `limit`.
+    /// set, in which case the old one is reported `cancelled` and the new one `started`. With
+    /// `onSuspend: .pause` it stands still while the machine sleeps (`machineSlept(for:now:events:)`);
+    /// a countdown to a wall-clock time (`pinnedTo`) cannot: the time of day comes regardless.
+    /// - Throws: `bad-duration`, `bad-request` (`.pause` with `pinnedTo`), `busy`, `forbidden`
+    ///   (replacing someone else's), `limit`.
     @discardableResult
     public mutating func start(
         _ name: String,
@@ -391,12 +404,19 @@ public struct CountdownEngine {
         replace: Bool = false,
         requester: UInt32,
         pinnedTo pinnedUnixMilliseconds: Int64? = nil,
+        onSuspend: SuspendPolicy = .count,
         now: Instant,
         events: inout [CountdownEvent]
     ) throws(ProtocolError) -> CountdownSnapshot {
         advance(to: now, events: &events)
         guard milliseconds > 0, milliseconds <= CountdownDuration.maximumMilliseconds else {
             throw ProtocolError(.badDuration, "duration must be more than 0 and at most 366 days")
+        }
+        guard onSuspend == .count || pinnedUnixMilliseconds == nil else {
+            throw ProtocolError(
+                .badRequest,
+                "a countdown to a time of day (AT) cannot pause while the machine sleeps: that time comes regardless; give a duration for ON-SUSPEND pause"
+            )
         }
         let slot: Int32
         var generation: UInt32 = 0
@@ -457,7 +477,8 @@ public struct CountdownEngine {
             owner: requester,
             generation: generation,
             lateMilliseconds: nil,
-            pinned: pinnedUnixMilliseconds ?? Self.notPinned
+            pinned: pinnedUnixMilliseconds ?? Self.notPinned,
+            pausesOnSuspend: onSuspend == .pause
         )
         records[Int(slot)] = record
         countState(.running, of: record.owner, 1)
@@ -600,6 +621,42 @@ public struct CountdownEngine {
             record.generation &+= 1
             records[index] = record
             push(nextEntry(slot: Int32(index), record: record, now: now))
+            moved += 1
+        }
+        dropStaleTop()
+        return moved
+    }
+
+    // MARK: - Sleep
+
+    /// The machine was suspended for `slept` nanoseconds, and has just woken (`now`). Countdowns
+    /// that pause on suspend (`START … ON-SUSPEND pause`) are treated as paused for exactly that
+    /// time: each gets a `paused` with the time it had left when the machine went to sleep, and
+    /// a `resumed`, both marked `causedBySuspend`, and its deadline moves `slept` later. The
+    /// others (`.count`) are left as they are: the time asleep passed for them, and whatever
+    /// fell due meanwhile fires at the next `advance`, late.
+    ///
+    /// The sleep is taken to have ended at `now`; what was due before it began (`now - slept`)
+    /// runs first, as it would have. O(n) in the countdowns held, once per suspend.
+    /// - Returns: how many countdowns stood still.
+    @discardableResult
+    public mutating func machineSlept(for slept: Int64, now: Instant, events: inout [CountdownEvent]) -> Int {
+        guard slept > 0 else { return 0 }
+        let fellAsleep = now.advanced(byNanoseconds: -slept)
+        advance(to: fellAsleep, events: &events)
+        var moved = 0
+        for index in 0..<records.count {
+            guard var record = records[index], record.state == .running, record.pausesOnSuspend else { continue }
+            let slot = Int32(index)
+            let left = record.deadline.nanoseconds(since: fellAsleep).ceilingMillisecondsOfNanoseconds
+            emit(in: slot, .paused, record, remaining: left, into: &events)
+            events[events.count - 1].causedBySuspend = true
+            record.deadline = record.deadline.advanced(byNanoseconds: slept)
+            record.generation &+= 1
+            records[index] = record
+            emit(in: slot, .resumed, record, remaining: left, into: &events)
+            events[events.count - 1].causedBySuspend = true
+            push(nextEntry(slot: slot, record: record, now: now))
             moved += 1
         }
         dropStaleTop()
@@ -785,7 +842,8 @@ public struct CountdownEngine {
                 totalMilliseconds: record.totalMilliseconds,
                 deadline: record.deadline,
                 owner: record.owner,
-                pinnedUnixMilliseconds: record.pinned == Self.notPinned ? nil : record.pinned
+                pinnedUnixMilliseconds: record.pinned == Self.notPinned ? nil : record.pinned,
+                pausesOnSuspend: record.pausesOnSuspend
             )
         case .paused, .cancelled:
             return CountdownSnapshot(
@@ -794,7 +852,8 @@ public struct CountdownEngine {
                 remainingMilliseconds: record.remainingNanoseconds.ceilingMillisecondsOfNanoseconds,
                 totalMilliseconds: record.totalMilliseconds,
                 deadline: nil,
-                owner: record.owner
+                owner: record.owner,
+                pausesOnSuspend: record.pausesOnSuspend
             )
         case .done:
             return CountdownSnapshot(
@@ -804,7 +863,8 @@ public struct CountdownEngine {
                 totalMilliseconds: record.totalMilliseconds,
                 deadline: nil,
                 owner: record.owner,
-                lateMilliseconds: record.lateMilliseconds
+                lateMilliseconds: record.lateMilliseconds,
+                pausesOnSuspend: record.pausesOnSuspend
             )
         }
     }

@@ -34,6 +34,8 @@ public struct CountdownSnapshot: Sendable, Equatable {
     public var lateMilliseconds: Int64?
     /// For a running countdown to a wall-clock time: that time, in Unix milliseconds.
     public var pinnedUnixMilliseconds: Int64?
+    /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
+    public var pausesOnSuspend: Bool
 
     /// Creates a snapshot.
     public init(
@@ -44,9 +46,11 @@ public struct CountdownSnapshot: Sendable, Equatable {
         deadline: Instant?,
         owner: UInt32,
         lateMilliseconds: Int64? = nil,
-        pinnedUnixMilliseconds: Int64? = nil
+        pinnedUnixMilliseconds: Int64? = nil,
+        pausesOnSuspend: Bool = false
     ) {
         self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
+        self.pausesOnSuspend = pausesOnSuspend
         self.name = name
         self.state = state
         self.remainingMilliseconds = remainingMilliseconds
@@ -55,6 +59,15 @@ public struct CountdownSnapshot: Sendable, Equatable {
         self.owner = owner
         self.lateMilliseconds = lateMilliseconds
     }
+}
+
+/// What a countdown does while the machine is suspended (`START … ON-SUSPEND <policy>`).
+public enum SuspendPolicy: String, Sendable, CaseIterable, Equatable {
+    /// It counts on: the time asleep is time passed (a cooldown, an egg). The default.
+    case count
+    /// It stands still: the time asleep is added to its deadline, as if it had been paused (a
+    /// pomodoro, an exam timer), with a `paused` and a `resumed` event marked `suspend`.
+    case pause
 }
 
 /// The kinds of events a subscriber receives.
@@ -106,6 +119,9 @@ public struct CountdownEvent: Sendable, Equatable {
     public var due: Instant?
     /// The uid whose namespace the countdown is in: who may see this event.
     public var owner: UInt32
+    /// A `paused` or `resumed` that the machine's sleep caused, not a request: the countdown
+    /// pauses on suspend (`START … ON-SUSPEND pause`). On the wire as a last field, `suspend`.
+    public var causedBySuspend = false
     /// Where the engine held the countdown when it emitted the event (-1: unknown): a hint that
     /// spares the daemon a name lookup (`CountdownEngine.persistentState(of:hint:)`). Not on the
     /// wire, not compared.
@@ -202,5 +218,6 @@ extension CountdownEvent {
         left.sequence == right.sequence && left.kind == right.kind && left.name == right.name
             && left.remainingMilliseconds == right.remainingMilliseconds && left.totalMilliseconds == right.totalMilliseconds
             && left.lateMilliseconds == right.lateMilliseconds && left.due == right.due && left.owner == right.owner
+            && left.causedBySuspend == right.causedBySuspend
     }
 }

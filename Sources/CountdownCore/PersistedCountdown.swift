@@ -23,14 +23,17 @@ public struct PersistedCountdown: Equatable, Sendable {
     /// For a countdown to a wall-clock time (`START … AT`): that time, in Unix milliseconds. Its
     /// deadline follows the wall clock when it is set; `nil` for a plain duration.
     public var pinnedUnixMilliseconds: Int64?
+    /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
+    public var pausesOnSuspend: Bool
 
     /// Creates a persisted countdown.
     public init(
         name: String, state: CountdownState, totalMilliseconds: Int64, deadline: Instant?,
         remainingNanoseconds: Int64, finishedAt: Instant?, owner: UInt32, lateMilliseconds: Int64? = nil,
-        pinnedUnixMilliseconds: Int64? = nil
+        pinnedUnixMilliseconds: Int64? = nil, pausesOnSuspend: Bool = false
     ) {
         self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
+        self.pausesOnSuspend = pausesOnSuspend
         self.name = name
         self.state = state
         self.totalMilliseconds = totalMilliseconds
@@ -71,7 +74,8 @@ extension CountdownEngine.Record {
             finishedAt: state.isActive ? nil : finishedAt,
             owner: owner,
             lateMilliseconds: lateMilliseconds,
-            pinnedUnixMilliseconds: state == .running && pinned != CountdownEngine.notPinned ? pinned : nil
+            pinnedUnixMilliseconds: state == .running && pinned != CountdownEngine.notPinned ? pinned : nil,
+            pausesOnSuspend: pausesOnSuspend
         )
     }
 }

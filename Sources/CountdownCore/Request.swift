@@ -1,7 +1,8 @@
 /// One parsed client request of protocol v1.
 public enum Request: Equatable, Sendable {
-    /// `START <name> [<duration>] [REPLACE]`; the duration defaults to 60 s.
-    case start(name: String, milliseconds: Int64, replace: Bool)
+    /// `START <name> [<duration>] [REPLACE] [ON-SUSPEND pause|count]`; the duration defaults to
+    /// 60 s, and the countdown counts on while the machine sleeps unless told to pause.
+    case start(name: String, milliseconds: Int64, replace: Bool, onSuspend: SuspendPolicy = .count)
     /// `START <name> AT <time> [REPLACE]`: until a wall-clock time (Unix ms), and pinned to it.
     case startAt(name: String, unixMilliseconds: Int64, replace: Bool)
     /// `STATUS <name>`
@@ -94,8 +95,8 @@ public enum RequestParser {
         let arguments = fields.dropFirst()
 
         if keyword(verb, is: "START") {
-            guard (1...4).contains(arguments.count) else {
-                throw usage("START <name> [<duration> | AT <time>] [REPLACE]", got: arguments.count)
+            guard (1...6).contains(arguments.count) else {
+                throw usage("START <name> [<duration> | AT <time>] [REPLACE] [ON-SUSPEND pause|count]", got: arguments.count)
             }
             let name = try CountdownAddress.validate(bytes: arguments[arguments.startIndex])
             let rest = Array(arguments.dropFirst())
@@ -104,6 +105,12 @@ public enum RequestParser {
                     throw ProtocolError(.badRequest, "AT needs a time: \(WallClockTime.acceptedForms); usage: START <name> AT <time> [REPLACE]")
                 }
                 let time = try WallClockTime.parse(bytes: rest[1])
+                if rest.dropFirst(2).contains(where: { keyword($0, is: "ON-SUSPEND") }) {
+                    throw ProtocolError(
+                        .badRequest,
+                        "a countdown to a time of day (AT) cannot pause while the machine sleeps: that time comes regardless; give a duration for ON-SUSPEND"
+                    )
+                }
                 guard rest.count == 2 || (rest.count == 3 && keyword(rest[2], is: "REPLACE")) else {
                     throw ProtocolError(
                         .badRequest,
@@ -112,24 +119,36 @@ public enum RequestParser {
                 }
                 return .startAt(name: name, unixMilliseconds: time, replace: rest.count == 3)
             }
-            guard arguments.count <= 3 else {
-                throw usage("START <name> [<duration>] [REPLACE]", got: arguments.count)
-            }
             var milliseconds = CountdownDuration.defaultMilliseconds
             var replace = false
-            for (offset, field) in arguments.dropFirst().enumerated() {
-                if keyword(field, is: "REPLACE") {
+            var onSuspend: SuspendPolicy?
+            var fields = rest[...]
+            var offset = 0
+            while let field = fields.popFirst() {
+                defer { offset += 1 }
+                if keyword(field, is: "REPLACE") && !replace {
                     replace = true
+                } else if keyword(field, is: "ON-SUSPEND") && onSuspend == nil {
+                    guard let word = fields.popFirst() else {
+                        throw ProtocolError(.badRequest, "ON-SUSPEND needs a policy: pause (stand still while the machine sleeps) or count (the default)")
+                    }
+                    guard let policy = SuspendPolicy(rawValue: String(decoding: word, as: UTF8.self).lowercased()) else {
+                        throw ProtocolError(
+                            .badRequest,
+                            "unknown ON-SUSPEND policy '\(ProtocolText.sanitized(word))'; it is pause (stand still while the machine sleeps) or count (the default)"
+                        )
+                    }
+                    onSuspend = policy
                 } else if offset == 0 {
                     milliseconds = try CountdownDuration.parse(bytes: field)
                 } else {
                     throw ProtocolError(
                         .badRequest,
-                        "unexpected '\(ProtocolText.sanitized(field))' after the duration; the only option is REPLACE"
+                        "unexpected '\(ProtocolText.sanitized(field))' after the duration; the options are REPLACE and ON-SUSPEND pause|count, once each"
                     )
                 }
             }
-            return .start(name: name, milliseconds: milliseconds, replace: replace)
+            return .start(name: name, milliseconds: milliseconds, replace: replace, onSuspend: onSuspend ?? .count)
         }
         if keyword(verb, is: "STATUS") {
             return .status(name: try oneName(arguments, usage: "STATUS <name>"))
@@ -256,7 +275,7 @@ public enum RequestParser {
         guard field.count == upperCaseKeyword.utf8CodeUnitCount else { return false }
         var expected = upperCaseKeyword.utf8Start
         for byte in field {
-            // Clearing bit 5 upper-cases ASCII letters; the keywords are letters only.
+            // Clearing bit 5 upper-cases ASCII letters; the keywords are letters and `-`, which it leaves alone.
             let folded = (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) ? byte & 0xDF : byte
             guard folded == expected.pointee else { return false }
             expected += 1

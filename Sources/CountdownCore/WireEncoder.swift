@@ -62,7 +62,8 @@ public enum WireEncoder {
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> [<late_ms>]`
+    /// `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> [<late_ms> | suspend]`: `late_ms` on
+    /// a late `done`, `suspend` on a `paused` or `resumed` that the machine's sleep caused.
     public static func appendEvent(_ event: CountdownEvent, to out: inout [UInt8]) {
         appendEvent(event, name: event.name, to: &out)
     }
@@ -82,12 +83,15 @@ public enum WireEncoder {
         if let late = event.lateMilliseconds {
             out.append(UInt8(ascii: " "))
             appendDecimal(late, to: &out)
+        } else if event.causedBySuspend {
+            append(" suspend", to: &out)
         }
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// `EVENT <seq> snapshot <name> <remaining_ms> <total_ms> <state> <deadline_unix_ms> <owner_uid>`:
-    /// the current state of a countdown, sent to a new subscriber. `seq` is the last emitted one.
+    /// `EVENT <seq> snapshot <name> <remaining_ms> <total_ms> <state> <deadline_unix_ms> <owner_uid>
+    /// [at | pause-on-suspend]`: the current state of a countdown, sent to a new subscriber. `seq`
+    /// is the last emitted one.
     public static func appendSnapshotEvent(
         sequence: UInt64, _ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]
     ) {
@@ -105,9 +109,7 @@ public enum WireEncoder {
         appendDeadline(snapshot, clock: clock, to: &out)
         out.append(UInt8(ascii: " "))
         appendDecimal(Int64(snapshot.owner), to: &out)
-        if snapshot.pinnedUnixMilliseconds != nil {
-            append(" at", to: &out)
-        }
+        appendMarker(snapshot, to: &out)
         out.append(UInt8(ascii: "\n"))
     }
 
@@ -134,7 +136,8 @@ public enum WireEncoder {
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> <owner_uid> [<late_ms>]`
+    /// `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> <owner_uid> [<late_ms>|-]
+    /// [at | pause-on-suspend]`
     static func appendFields(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
         append(snapshot.name, to: &out)
         out.append(UInt8(ascii: " "))
@@ -150,12 +153,19 @@ public enum WireEncoder {
         if let late = snapshot.lateMilliseconds {
             out.append(UInt8(ascii: " "))
             appendDecimal(late, to: &out)
-        } else if snapshot.pinnedUnixMilliseconds != nil {
+        } else if snapshot.pinnedUnixMilliseconds != nil || snapshot.pausesOnSuspend {
             append(" -", to: &out)
         }
+        appendMarker(snapshot, to: &out)
+    }
+
+    /// What kind of countdown it is, when not a plain one: ` at` for one to a wall-clock time,
+    /// ` pause-on-suspend` for one that stands still while the machine sleeps (never both).
+    private static func appendMarker(_ snapshot: CountdownSnapshot, to out: inout [UInt8]) {
         if snapshot.pinnedUnixMilliseconds != nil {
-            // A countdown to a wall-clock time: `at` (a plain duration has no such field).
             append(" at", to: &out)
+        } else if snapshot.pausesOnSuspend {
+            append(" pause-on-suspend", to: &out)
         }
     }
 

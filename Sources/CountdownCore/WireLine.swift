@@ -17,14 +17,18 @@ public struct CountdownInfo: Sendable, Equatable, Codable {
     /// `true` for a countdown to a wall-clock time (`START … AT`), whose deadline follows the
     /// wall clock; absent for a plain duration. In JSON: `"at": true`.
     public var isPinned: Bool?
+    /// `true` for a countdown that stands still while the machine sleeps (`START … ON-SUSPEND
+    /// pause`); absent otherwise. In JSON: `"pause_on_suspend": true`.
+    public var pausesOnSuspend: Bool?
 
     /// Creates a countdown description.
     public init(
         name: String, state: CountdownState, remainingMilliseconds: Int64, totalMilliseconds: Int64,
         deadlineUnixMilliseconds: Int64? = nil, owner: UInt32? = nil, lateMilliseconds: Int64? = nil,
-        isPinned: Bool = false
+        isPinned: Bool = false, pausesOnSuspend: Bool = false
     ) {
         self.isPinned = isPinned ? true : nil
+        self.pausesOnSuspend = pausesOnSuspend ? true : nil
         self.name = name
         self.state = state
         self.remainingMilliseconds = remainingMilliseconds
@@ -42,6 +46,7 @@ public struct CountdownInfo: Sendable, Equatable, Codable {
         case owner = "owner_uid"
         case lateMilliseconds = "late_ms"
         case isPinned = "at"
+        case pausesOnSuspend = "pause_on_suspend"
     }
 }
 
@@ -68,6 +73,11 @@ public struct EventInfo: Sendable, Equatable, Codable {
     public var deadlineUnixMilliseconds: Int64?
     /// For `snapshot`: `true` when it counts down to a wall-clock time.
     public var isPinned: Bool?
+    /// For `snapshot`: `true` when it stands still while the machine sleeps.
+    public var pausesOnSuspend: Bool?
+    /// For `paused` and `resumed`: `true` when the machine's sleep caused it, not a request. In
+    /// JSON: `"suspend": true`.
+    public var causedBySuspend: Bool?
 
     /// Creates an event description.
     public init(
@@ -92,6 +102,8 @@ public struct EventInfo: Sendable, Equatable, Codable {
         case lateMilliseconds = "late_ms"
         case deadlineUnixMilliseconds = "deadline_unix_ms"
         case isPinned = "at"
+        case pausesOnSuspend = "pause_on_suspend"
+        case causedBySuspend = "suspend"
     }
 }
 
@@ -148,8 +160,8 @@ public enum WireLine: Sendable, Equatable {
         }
     }
 
-    /// Reads `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>]]`,
-    /// the fields of `OK` after a mutation and of `COUNTDOWN`.
+    /// Reads `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>|-
+    /// [at|pause-on-suspend]]]`, the fields of `OK` after a mutation and of `COUNTDOWN`.
     public static func countdownInfo(_ f: [String]) -> CountdownInfo? {
         guard f.count >= 5, let state = CountdownState(rawValue: f[1]),
               let remaining = Int64(f[2]), let total = Int64(f[3]) else { return nil }
@@ -161,7 +173,8 @@ public enum WireLine: Sendable, Equatable {
             deadlineUnixMilliseconds: Int64(f[4]),
             owner: f.count > 5 ? UInt32(f[5]) : nil,
             lateMilliseconds: f.count > 6 ? Int64(f[6]) : nil,
-            isPinned: f.count > 7 && f[7] == "at"
+            isPinned: f.count > 7 && f[7] == "at",
+            pausesOnSuspend: f.count > 7 && f[7] == "pause-on-suspend"
         )
     }
 
@@ -175,8 +188,11 @@ public enum WireLine: Sendable, Equatable {
             event.state = f.count > 5 ? CountdownState(rawValue: f[5]) : nil
             event.deadlineUnixMilliseconds = f.count > 6 ? Int64(f[6]) : nil
             event.isPinned = f.count > 8 && f[8] == "at" ? true : nil
+            event.pausesOnSuspend = f.count > 8 && f[8] == "pause-on-suspend" ? true : nil
         } else if kind == .done, f.count > 5 {
             event.lateMilliseconds = Int64(f[5])
+        } else if kind == .paused || kind == .resumed {
+            event.causedBySuspend = f.count > 5 && f[5] == "suspend" ? true : nil
         }
         return event
     }

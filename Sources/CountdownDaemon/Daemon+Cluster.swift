@@ -99,7 +99,15 @@ extension Daemon {
         let key: String
         let change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
         switch request {
-        case .start(let address, let milliseconds, let replace):
+        case .start(let address, let milliseconds, let replace, let onSuspend):
+            guard onSuspend == .count else {
+                // The shared store has no notion of one machine's sleep, and a fleet's countdowns
+                // must not move because one host was suspended.
+                throw ProtocolError(
+                    .badRequest,
+                    "ON-SUSPEND pause is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep; start it without ON-SUSPEND"
+                )
+            }
             let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
             key = resolved
             change = { engine, events throws(ProtocolError) in

@@ -155,10 +155,12 @@ extension Daemon {
             return
         }
         switch request {
-        case .start(let address, let milliseconds, let replace):
+        case .start(let address, let milliseconds, let replace, let onSuspend):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             recordUndo(key)
-            let snapshot = try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, now: now, events: &events)
+            let snapshot = try engine.start(
+                key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, now: now, events: &events
+            )
             WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
         case .startAt(let address, let unixMilliseconds, let replace):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)

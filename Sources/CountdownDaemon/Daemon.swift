@@ -47,6 +47,8 @@ public final class Daemon: @unchecked Sendable {
     let later: DelayedWork
     var timer: WakeupTimer?
     var wallClock: WallClockWatcher?
+    /// Notices that the machine slept, at the start of each batch.
+    var sleepDetector: SleepDetector
     /// Notices the state directory deleted or moved (`nil` when inotify is not available).
     var stateWatcher: StateDirectoryWatcher?
     var stateCheckScheduled = false
@@ -91,6 +93,7 @@ public final class Daemon: @unchecked Sendable {
             logger: logger, later: later
         )
         self.fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
+        sleepDetector = SleepDetector(environment: environment)
     }
 
     /// Starts listening, tells systemd it is ready, and serves until SIGTERM or SIGINT. It blocks
@@ -254,6 +257,22 @@ public final class Daemon: @unchecked Sendable {
         advanceTime(to: now)
     }
 
+    /// The machine slept (`SleepDetector`): countdowns that pause on suspend stand still for that
+    /// time, with a `paused` and a `resumed` each, released with the batch like time's events
+    /// (nothing can be refused to time). The others have counted on, and fire late, once.
+    private func noticeSleep() {
+        let slept = sleepDetector.sleptSinceLastCheck()
+        guard slept > 0 else { return }
+        let now = SystemClock.now()
+        timer?.clockMoved()
+        events.removeAll(keepingCapacity: true)
+        let stoodStill = engine.machineSlept(for: slept, now: now, events: &events)
+        batch.timeEvents.append(contentsOf: events)
+        publish(events)
+        raceDueChanges()
+        logger.log(.notice, "the machine slept for \(CountdownDuration.clock(milliseconds: slept / 1_000_000)); \(stoodStill) countdowns that pause on suspend stood still meanwhile, the others counted on")
+    }
+
     private func timerFired() {
         let now = SystemClock.now()
         timer?.fired(at: now)
@@ -269,6 +288,7 @@ public final class Daemon: @unchecked Sendable {
     private func runBatch(_ pollerBatch: EventPoller.Batch) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         beginBatch()
+        noticeSleep()
         batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
         pollerBatch.deliverUrgent()
         for connection in clients.takeCarriedOver(rotation: Self.minimumTurnsPerBatch) {

@@ -1,5 +1,6 @@
 import CountdownCore
 import Glibc
+import Synchronization
 
 /// The daemon's clocks: `CLOCK_BOOTTIME` for countdowns, `CLOCK_REALTIME` for reporting.
 ///
@@ -7,9 +8,29 @@ import Glibc
 /// set before closing the lid is due at the right moment after it opens. It never steps when the
 /// wall clock is set, so NTP or `date -s` never moves a running countdown.
 enum SystemClock {
-    /// The current instant on `CLOCK_BOOTTIME`.
+    /// The current instant on `CLOCK_BOOTTIME` (plus any simulated sleep).
     static func now() -> Instant {
-        Instant(nanoseconds: read(CLOCK_BOOTTIME))
+        Instant(nanoseconds: read(CLOCK_BOOTTIME) &+ simulatedSleep.load(ordering: .relaxed))
+    }
+
+    /// `CLOCK_BOOTTIME` and `CLOCK_MONOTONIC`, read as close together as the machine allows: the
+    /// boot clock between two readings of the monotonic one, whose midpoint is returned with the
+    /// time between the two. Their difference grows by exactly the time the machine slept.
+    static func bootAndMonotonic() -> (boot: Int64, monotonic: Int64, uncertainty: Int64) {
+        let before = read(CLOCK_MONOTONIC)
+        let boot = read(CLOCK_BOOTTIME) &+ simulatedSleep.load(ordering: .relaxed)
+        let after = read(CLOCK_MONOTONIC)
+        return (boot, before + (after - before) / 2, after - before)
+    }
+
+    /// Time added to `CLOCK_BOOTTIME` readings, and to nothing else: a sleep of the machine,
+    /// simulated for tests (`SleepDetector`), since a real suspend cannot be had on a test
+    /// machine. Always 0 in service.
+    static let simulatedSleep = Atomic<Int64>(0)
+
+    /// An instant as the kernel's `CLOCK_BOOTTIME` has it, for arming a timer on that clock.
+    static func kernelBootNanoseconds(of instant: Instant) -> Int64 {
+        instant.nanoseconds &- simulatedSleep.load(ordering: .relaxed)
     }
 
     /// The wall clock, in nanoseconds since the Unix epoch.

@@ -62,6 +62,12 @@ final class WakeupTimer {
         }
     }
 
+    /// The boot clock moved under the timer (a simulated sleep, `SleepDetector`): the next `arm`
+    /// sets it again even for the same instant.
+    func clockMoved() {
+        armedFor = nil
+    }
+
     /// Arms the timer for `requested` (no sooner than `minimumWakeInterval` after it last fired),
     /// or disarms it for `nil`. An instant already past fires at once.
     /// - Throws: `DaemonError.system` when `timerfd_settime` fails; the timer is then unarmed
@@ -72,7 +78,7 @@ final class WakeupTimer {
         var spec = itimerspec()
         if let instant {
             // An all-zero it_value would disarm the timer; never ask for less than 1 ns.
-            let ns = max(instant.nanoseconds, 1)
+            let ns = max(SystemClock.kernelBootNanoseconds(of: instant), 1)
             spec.it_value.tv_sec = Int(ns / 1_000_000_000)
             spec.it_value.tv_nsec = Int(ns % 1_000_000_000)
         }

@@ -36,6 +36,7 @@ struct CommandLineTests {
         #expect(try cdctl(["start", "tea", "3m"]).command == .start(name: "tea", milliseconds: 180_000, replace: false, ifIdle: false, wait: false))
         #expect(try cdctl(["start", "--replace", "tea", "--wait"]).command == .start(name: "tea", milliseconds: nil, replace: true, ifIdle: false, wait: true))
         #expect(try cdctl(["start", "otp:1", "60", "--if-idle"]).command == .start(name: "otp:1", milliseconds: 60_000, replace: false, ifIdle: true, wait: false))
+        #expect(try cdctl(["start", "pomodoro", "25m", "--pause-on-suspend"]).command == .start(name: "pomodoro", milliseconds: 1_500_000, replace: false, ifIdle: false, wait: false, pauseOnSuspend: true))
         #expect(try cdctl(["status"]).command == .status(name: nil, style: .table, follow: false))
         #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", style: .json, follow: false))
         #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
@@ -91,7 +92,7 @@ struct CommandLineTests {
         (["start", "a/b"], "bad name"), (["start", "tea", "5x"], "bad duration"), (["list", "--replace"], "does not apply"),
         (["wait"], "usage: cdctl wait"), (["status", "a", "b"], "usage"), (["--bogus", "list"], "unknown option"),
         (["list", "--follow"], "does not apply"), (["status", "--json", "--format", "{name}"], "exclude each other"),
-        (["start", "a", "--replace", "--if-idle"], "exclude each other"), (["status", "--format", "{nope}"], "unknown placeholder"),
+        (["start", "a", "--replace", "--if-idle"], "exclude each other"), (["start", "a", "--at", "09:30", "--pause-on-suspend"], "does not go with --at"), (["list", "--pause-on-suspend"], "does not apply"), (["status", "--format", "{nope}"], "unknown placeholder"),
         (["status", "--format", "{name"], "not closed"), (["cancel", "a", "--if-idle"], "does not apply"),
     ] as [([String], String)])
     func cdctlUsageErrors(arguments: [String], fragment: String) {

@@ -36,6 +36,16 @@ struct ManualClock {
         log += events.map { (now, $0) }
     }
 
+    /// The machine sleeps for `milliseconds` and wakes: the boot clock jumps, and the daemon's
+    /// first batch after it tells the engine (`machineSlept`) before anything else runs.
+    mutating func sleep(forMilliseconds milliseconds: Int64) {
+        now = now.advanced(byMilliseconds: milliseconds)
+        var events: [CountdownEvent] = []
+        engine.machineSlept(for: milliseconds * 1_000_000, now: now, events: &events)
+        engine.advance(to: now, events: &events)
+        log += events.map { (now, $0) }
+    }
+
     /// Runs a mutation at the current instant, logging the events it causes.
     @discardableResult
     mutating func perform(
@@ -48,9 +58,11 @@ struct ManualClock {
 
     /// Starts a countdown owned by `uid` at the current instant.
     @discardableResult
-    mutating func start(_ name: String, _ milliseconds: Int64, replace: Bool = false, uid: UInt32 = 1000) throws(ProtocolError) -> CountdownSnapshot {
+    mutating func start(
+        _ name: String, _ milliseconds: Int64, replace: Bool = false, uid: UInt32 = 1000, onSuspend: SuspendPolicy = .count
+    ) throws(ProtocolError) -> CountdownSnapshot {
         try perform { engine, now, events throws(ProtocolError) in
-            try engine.start(name, milliseconds: milliseconds, replace: replace, requester: uid, now: now, events: &events)
+            try engine.start(name, milliseconds: milliseconds, replace: replace, requester: uid, onSuspend: onSuspend, now: now, events: &events)
         }
     }
 

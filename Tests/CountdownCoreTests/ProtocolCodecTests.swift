@@ -12,6 +12,10 @@ struct ProtocolCodecTests {
         ("start tea", .start(name: "tea", milliseconds: 60_000, replace: false)),
         ("START tea 5 replace", .start(name: "tea", milliseconds: 5000, replace: true)),
         ("START tea REPLACE", .start(name: "tea", milliseconds: 60_000, replace: true)),
+        ("START pomodoro 25m ON-SUSPEND pause", .start(name: "pomodoro", milliseconds: 1_500_000, replace: false, onSuspend: .pause)),
+        ("start p 25m on-suspend PAUSE replace", .start(name: "p", milliseconds: 1_500_000, replace: true, onSuspend: .pause)),
+        ("START p REPLACE ON-SUSPEND count", .start(name: "p", milliseconds: 60_000, replace: true, onSuspend: .count)),
+        ("START p ON-SUSPEND pause", .start(name: "p", milliseconds: 60_000, replace: false, onSuspend: .pause)),
         ("Status tea", .status(name: "tea")),
         ("LIST", .list(states: [], prefix: "")),
         ("list state running,paused prefix otp:", .list(states: [.running, .paused], prefix: "otp:")),
@@ -52,6 +56,8 @@ struct ProtocolCodecTests {
         ("EXTEND a", .badRequest), ("CANCEL", .badRequest), ("QUIT now", .badRequest), ("UNSUBSCRIBE a", .badRequest), ("SUBSCRIBE SINCE x", .badRequest), ("SUBSCRIBE a SINCE -1", .badRequest), ("SUBSCRIBE SINCE 99999999999999999999999", .badRequest),
         ("SUBSCRIBE PREFIX", .badRequest), ("SUBSCRIBE PREFIX a b", .badRequest), ("SUBSCRIBE PREFIX a/", .badName),
         ("START a/b 5", .badName), ("STATUS é", .badName), ("SUBSCRIBE ok bad\u{1}", .badName), ("START \u{7F} 5", .badName),
+        ("START a 5 ON-SUSPEND", .badRequest), ("START a 5 ON-SUSPEND sleep", .badRequest), ("START a 5 ON-SUSPEND pause ON-SUSPEND count", .badRequest),
+        ("START a 5 REPLACE REPLACE", .badRequest), ("START a AT 1800000000000 ON-SUSPEND pause", .badRequest), ("START a ON-SUSPEND pause 5", .badRequest),
         ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),
         ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration), ("START a 999999999999999w", .badDuration),
     ] as [(String, ErrorCode)])
@@ -138,6 +144,14 @@ struct ProtocolCodecTests {
         WireEncoder.appendError(ProtocolError(.busy, "two\nlines"), to: &out)
         WireEncoder.appendError(ProtocolError(.busy, "'a=b' is running", fields: [.init("remaining_ms", "58000"), .init("state", "running")]), to: &out)
         WireEncoder.appendGreeting(daemonVersion: "9.9", to: &out)
+        var pomodoro = snapshot
+        pomodoro.name = "pomodoro"
+        pomodoro.pausesOnSuspend = true
+        WireEncoder.appendOK(pomodoro, clock: clock, to: &out)
+        WireEncoder.appendSnapshotEvent(sequence: 8, pomodoro, clock: clock, to: &out)
+        var slept = CountdownEvent(sequence: 9, kind: .paused, name: "pomodoro", remainingMilliseconds: 2500, totalMilliseconds: 3000)
+        slept.causedBySuspend = true
+        WireEncoder.appendEvent(slept, to: &out)
         let text = String(decoding: out, as: UTF8.self)
         #expect(text == """
             COUNTDOWN tea running 2500 3000 1700000002500 1000
@@ -148,6 +162,9 @@ struct ProtocolCodecTests {
             ERR busy two lines
             ERR busy 'a=b' is running remaining_ms=58000 state=running
             HELLO countdownd 1 9.9
+            OK pomodoro running 2500 3000 1700000002500 1000 - pause-on-suspend
+            EVENT 8 snapshot pomodoro 2500 3000 running 1700000002500 1000 pause-on-suspend
+            EVENT 9 paused pomodoro 2500 3000 suspend
 
             """)
         let lines = text.split(separator: "\n").map { WireLine.parse(String($0)) }
@@ -160,6 +177,13 @@ struct ProtocolCodecTests {
         #expect(lines[5] == .error(code: .busy, rawCode: "busy", message: "two lines"))
         #expect(lines[6] == .error(code: .busy, rawCode: "busy", message: "'a=b' is running remaining_ms=58000 state=running"))
         #expect(lines[7] == .hello(protocolVersion: 1, daemonVersion: "9.9"))
+        #expect(WireLine.countdownInfo("pomodoro running 2500 3000 1700000002500 1000 - pause-on-suspend".split(separator: " ").map(String.init))?.pausesOnSuspend == true)
+        guard case .event(let snapshotEvent) = lines[9], case .event(let pausedEvent) = lines[10] else {
+            Issue.record("not events: \(lines[9]), \(lines[10])")
+            return
+        }
+        #expect(snapshotEvent.pausesOnSuspend == true && snapshotEvent.isPinned == nil)
+        #expect(pausedEvent.causedBySuspend == true && pausedEvent.kind == .paused && pausedEvent.remainingMilliseconds == 2500)
     }
 
     @Test("an ERR's fields are its trailing key=value words; the message before them is whole")

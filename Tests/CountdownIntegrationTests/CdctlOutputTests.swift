@@ -157,6 +157,7 @@ extension Integration {
             #expect(try complete("cdctl start tea ") == "10m\n1h\n1m\n25m\n30s\n5m\n")
             #expect(try complete("cdctl cancel tea ") == "\n", "cancel takes one name")
             #expect(try complete("cdctl start tea --").contains("--at\n") && complete("cdctl start tea --").contains("--then\n"))
+            #expect(try complete("cdctl start tea --p") == "--pause-on-suspend\n")
             #expect(try complete("cdctl start standup --at ") == "09:30\n17:00\nnow+1h\nnow+25min\n", "whole one-word times")
             // From COMP_WORDS alone (a wrapper that sets no COMP_LINE): the same answers.
             #expect(try complete("cdctl st", withLine: false) == "start\nstats\nstatus\n")
@@ -182,7 +183,7 @@ extension Integration {
             #expect(try complete("cdctl wait tea ") == "otp:+4915112345678\ntea")
             #expect(try !complete("cdctl start tea ").contains("otp:"), "no names where the DURATION goes")
             let options = try complete("cdctl start tea --")
-            #expect(options.contains("--at") && options.contains("--then"), "\(options)")
+            #expect(options.contains("--at") && options.contains("--then") && options.contains("--pause-on-suspend"), "\(options)")
             // --socket on the line: names from that daemon, not from $COUNTDOWND_SOCKET's.
             let other = try DaemonProcess()
             _ = try cdctl(["start", "elsewhere", "1h"], socket: other.socketPath)

@@ -36,6 +36,12 @@ extension Integration {
             // Both hosts hold all of them.
             #expect(try b.request("LIST STATE running").countdowns.count == 1000)
             #expect(try a.request("LIST STATE running").countdowns.count == 1000)
+            // A shared countdown does not follow one machine's sleep: refused, saying so.
+            guard case .error(.badRequest?, _, let message) = try a.request("START pomodoro 25m ON-SUSPEND pause").outcome else {
+                Issue.record("ON-SUSPEND pause was accepted in cluster mode")
+                return
+            }
+            #expect(message.contains("cluster mode"), "\(message)")
         }
 
         @Test("a subscriber on one host sees the other's changes numbered by etcd with no gap; a done comes once, on both")

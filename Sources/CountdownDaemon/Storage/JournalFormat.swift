@@ -18,6 +18,11 @@ import CountdownCore
 ///               -- the plain name in the owner's namespace
 ///     3 removed seq u64, owner u32, total_ms i64, name (u8 length + bytes)
 ///               -- the countdown was forgotten (REMOVE, or the end of its retention)
+///     4 flagged event: an event record (type 2's fields) followed by flags u8:
+///               -- bit 0: the event was caused by the machine's sleep (`suspend`)
+///               -- bit 1: the countdown stands still while the machine sleeps (ON-SUSPEND pause)
+///               -- written only when a flag is set, so a journal without them stays readable by
+///               -- an older countdownd
 ///
 /// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
 enum JournalFormat {
@@ -31,6 +36,14 @@ enum JournalFormat {
         case header = 1
         case event = 2
         case removed = 3
+        case flaggedEvent = 4
+    }
+
+    /// The flags of a `flaggedEvent` record.
+    enum EventFlag {
+        static let causedBySuspend: UInt8 = 1
+        static let pausesOnSuspend: UInt8 = 2
+        static let known: UInt8 = 3
     }
 
     /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
@@ -77,7 +90,8 @@ enum JournalFormat {
     }
 
     static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
-        buffer.append(RecordType.event.rawValue)
+        let flags = (event.causedBySuspend ? EventFlag.causedBySuspend : 0) | (state.pausesOnSuspend ? EventFlag.pausesOnSuspend : 0)
+        buffer.append(flags == 0 ? RecordType.event.rawValue : RecordType.flaggedEvent.rawValue)
         append(event.sequence, to: &buffer)
         buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
         buffer.append(UInt8(states.firstIndex(of: state.state) ?? 0))
@@ -92,6 +106,9 @@ enum JournalFormat {
         appendShortString(state.name, to: &buffer)
         append(state.lateMilliseconds ?? absent, to: &buffer)
         append(state.pinnedUnixMilliseconds ?? absent, to: &buffer)
+        if flags != 0 {
+            buffer.append(flags)
+        }
     }
 
     static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
@@ -254,10 +271,12 @@ enum JournalFormat {
     ) throws(FormatError) {
         var reader = Reader(bytes: bytes, offset: start, end: end)
         while reader.offset < end {
-            switch RecordType(rawValue: try reader.byte()) {
+            let type = RecordType(rawValue: try reader.byte())
+            switch type {
             case .header:
                 scan.header = try reader.header()
-            case .event:
+            case .event, .flaggedEvent:
+                let flagged = type == .flaggedEvent
                 let sequence = try reader.u64()
                 let kindIndex = Int(try reader.byte()), stateIndex = Int(try reader.byte())
                 guard kindIndex < kinds.count, stateIndex < states.count else {
@@ -270,18 +289,25 @@ enum JournalFormat {
                 let name = try reader.shortString()
                 let stateLate = try reader.i64()
                 let pinned = try reader.i64()
+                let flags = flagged ? try reader.byte() : 0
+                guard flags & ~EventFlag.known == 0 else {
+                    throw FormatError(reason: "an event record with unknown flags (\(flags))")
+                }
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
+                var event = CountdownEvent(
+                    sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
+                    remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate),
+                    owner: owner
+                )
+                event.causedBySuspend = flags & EventFlag.causedBySuspend != 0
                 visit(EventRecord(
-                    event: CountdownEvent(
-                        sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
-                        remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate),
-                        owner: owner
-                    ),
+                    event: event,
                     state: StoredCountdown(
                         name: name, state: states[stateIndex], totalMilliseconds: total,
                         deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
-                        owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned)
+                        owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned),
+                        pausesOnSuspend: flags & EventFlag.pausesOnSuspend != 0
                     )
                 ))
             case .removed:

@@ -108,6 +108,15 @@ final class SQLiteStatement {
         sqlite3_bind_text(statement, index, value, -1, Self.transient)
     }
 
+    /// Binds text, or NULL for `nil` (1-based index).
+    func bind(_ index: Int32, _ value: String?) {
+        if let value {
+            bind(index, value)
+        } else {
+            sqlite3_bind_null(statement, index)
+        }
+    }
+
     /// Steps once. - Returns: `true` for a row, `false` when done.
     func step() throws(SQLiteError) -> Bool {
         let result = sqlite3_step(statement)

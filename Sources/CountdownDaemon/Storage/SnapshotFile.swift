@@ -16,29 +16,38 @@ struct StoredCountdown: Equatable, Sendable {
     var lateMilliseconds: Int64?
     /// Running to a wall-clock time: that time (the deadline follows the wall clock).
     var pinnedUnixMilliseconds: Int64? = nil
+    /// Stands still while the machine sleeps (`START … ON-SUSPEND pause`).
+    var pausesOnSuspend = false
 }
 
 /// The snapshot: every countdown and the recent events at one moment, in SQLite, so the state can
 /// be inspected with the `sqlite3` tool. Together with the journal files from its generation on,
 /// it is the daemon's durable state.
 ///
-/// Schema (version 2):
+/// Schema (version 3):
 ///
 ///     countdowns(name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns,
-///                finished_unix_ms, owner_uid, late_ms, pinned_unix_ms, PRIMARY KEY (owner_uid, name))
+///                finished_unix_ms, owner_uid, late_ms, pinned_unix_ms, on_suspend,
+///                PRIMARY KEY (owner_uid, name))
 ///                -- pinned_unix_ms: set for a countdown to a wall-clock time (START … AT)
+///                -- on_suspend: 'pause' for one that stands still while the machine sleeps,
+///                --   NULL (count on) otherwise
 ///                -- names are per owner: two users may both have `tea`
-///     events(seq PRIMARY KEY, kind, name, remaining_ms, total_ms, late_ms, owner_uid)  -- the replay ring
+///     events(seq PRIMARY KEY, kind, name, remaining_ms, total_ms, late_ms, owner_uid, cause)
+///                -- the replay ring; cause: 'suspend' on a paused/resumed the machine's sleep caused
 ///     meta(key PRIMARY KEY, value)  -- schema_version, journal_generation (replay journals from
 ///                                   -- this one on), last_seq, events_kept_after, boot_id,
 ///                                   -- written_unix_ms
 ///
 /// A snapshot is written whole to a temporary file, synced, and renamed over the old one, so the
-/// file on disk is always complete. Version 1 (the row store of countdownd 0.1) is read too.
+/// file on disk is always complete. Versions 1 (the row store of countdownd 0.1) and 2 (without
+/// `on_suspend` and `cause`) are read too.
 enum SnapshotFile {
     /// The snapshot's name inside the state directory.
     static let fileName = "countdownd.db"
-    static let schemaVersion = "2"
+    static let schemaVersion = "3"
+    /// The `cause` of an event the machine's sleep caused.
+    static let suspendCause = "suspend"
 
     /// What a snapshot holds.
     struct Contents: Sendable {
@@ -74,8 +83,8 @@ enum SnapshotFile {
             guard let version = try? database.scalarText("SELECT value FROM meta WHERE key = 'schema_version'") else {
                 throw SQLiteError(code: 0, message: "it has no countdownd metadata")
             }
-            guard version == schemaVersion || version == "1" else {
-                throw SQLiteError(code: 0, message: "schema version \(version) is not one this countdownd reads (1 or \(schemaVersion))")
+            guard let versionNumber = Int(version), (1...3).contains(versionNumber) else {
+                throw SQLiteError(code: 0, message: "schema version \(version) is not one this countdownd reads (1 to \(schemaVersion))")
             }
             var contents = Contents()
             func meta(_ key: String) throws(SQLiteError) -> String? {
@@ -85,11 +94,11 @@ enum SnapshotFile {
             contents.bootID = try meta("boot_id")
             contents.journalGeneration = UInt64(try meta("journal_generation") ?? "0") ?? 0
             contents.eventsKeptAfter = UInt64(try meta("events_kept_after") ?? "") ?? contents.lastSequence
-            contents.rows = try readRows(database, into: &contents, hasPinned: version != "1")
-            if version == "1" {
+            contents.rows = try readRows(database, into: &contents, version: versionNumber)
+            if versionNumber == 1 {
                 try applyVersion1Watermark(database, to: &contents)
             } else {
-                contents.events = try readEvents(database)
+                contents.events = try readEvents(database, version: versionNumber)
             }
             return contents
         } catch {
@@ -97,11 +106,11 @@ enum SnapshotFile {
         }
     }
 
-    private static func readRows(_ database: SQLiteDatabase, into contents: inout Contents, hasPinned: Bool) throws(SQLiteError) -> [StoredCountdown] {
+    private static func readRows(_ database: SQLiteDatabase, into contents: inout Contents, version: Int) throws(SQLiteError) -> [StoredCountdown] {
         var rows: [StoredCountdown] = []
         let select = try database.prepare("""
             SELECT name, state, total_ms, deadline_unix_ms, deadline_boot_ns, remaining_ns, finished_unix_ms, owner_uid, late_ms,
-                \(hasPinned ? "pinned_unix_ms" : "NULL")
+                \(version >= 2 ? "pinned_unix_ms" : "NULL"), \(version >= 3 ? "on_suspend" : "NULL")
             FROM countdowns
             """)
         while try select.step() {
@@ -119,7 +128,8 @@ enum SnapshotFile {
                 name: name, state: state, totalMilliseconds: total,
                 deadlineUnixMilliseconds: select.int(3), deadlineBootNanoseconds: select.int(4),
                 remainingNanoseconds: select.int(5) ?? 0, finishedUnixMilliseconds: select.int(6),
-                owner: ownerUID, lateMilliseconds: select.int(8), pinnedUnixMilliseconds: select.int(9)
+                owner: ownerUID, lateMilliseconds: select.int(8), pinnedUnixMilliseconds: select.int(9),
+                pausesOnSuspend: select.text(10) == SuspendPolicy.pause.rawValue
             ))
         }
         return rows
@@ -133,17 +143,21 @@ enum SnapshotFile {
         return nil
     }
 
-    private static func readEvents(_ database: SQLiteDatabase) throws(SQLiteError) -> [CountdownEvent] {
+    private static func readEvents(_ database: SQLiteDatabase, version: Int) throws(SQLiteError) -> [CountdownEvent] {
         var events: [CountdownEvent] = []
-        let select = try database.prepare("SELECT seq, kind, name, remaining_ms, total_ms, late_ms, owner_uid FROM events ORDER BY seq")
+        let select = try database.prepare(
+            "SELECT seq, kind, name, remaining_ms, total_ms, late_ms, owner_uid, \(version >= 3 ? "cause" : "NULL") FROM events ORDER BY seq"
+        )
         while try select.step() {
             guard let sequence = select.int(0), let kind = select.text(1).flatMap(EventKind.init(rawValue:)),
                   let name = select.text(2), let remaining = select.int(3), let total = select.int(4),
                   let owner = UInt32(exactly: select.int(6) ?? 0) else { continue }
-            events.append(CountdownEvent(
+            var event = CountdownEvent(
                 sequence: UInt64(sequence), kind: kind, name: CountdownAddress.key(owner: owner, name: name),
                 remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: select.int(5), owner: owner
-            ))
+            )
+            event.causedBySuspend = select.text(7) == Self.suspendCause
+            events.append(event)
         }
         return events
     }
@@ -204,17 +218,19 @@ enum SnapshotFile {
                     owner_uid INTEGER NOT NULL,
                     late_ms INTEGER,
                     pinned_unix_ms INTEGER,
+                    on_suspend TEXT CHECK (on_suspend IN ('pause')),
                     PRIMARY KEY (owner_uid, name)
                 ) WITHOUT ROWID;
                 CREATE TABLE events (
                     seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
                     remaining_ms INTEGER NOT NULL, total_ms INTEGER NOT NULL, late_ms INTEGER,
-                    owner_uid INTEGER NOT NULL DEFAULT 0
+                    owner_uid INTEGER NOT NULL DEFAULT 0,
+                    cause TEXT CHECK (cause IN ('suspend'))
                 );
                 CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
                 """)
             try database.transaction { () throws(SQLiteError) in
-                let insert = try database.prepare("INSERT OR REPLACE INTO countdowns VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")
+                let insert = try database.prepare("INSERT OR REPLACE INTO countdowns VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
                 for row in contents.rows {
                     insert.bind(1, row.name)
                     insert.bind(2, row.state.rawValue)
@@ -226,9 +242,10 @@ enum SnapshotFile {
                     insert.bind(8, Int64(row.owner))
                     insert.bind(9, row.lateMilliseconds)
                     insert.bind(10, row.pinnedUnixMilliseconds)
+                    insert.bind(11, row.pausesOnSuspend ? SuspendPolicy.pause.rawValue : nil)
                     try insert.run()
                 }
-                let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+                let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
                 for item in contents.events {
                     event.bind(1, Int64(bitPattern: item.sequence))
                     event.bind(2, item.kind.rawValue)
@@ -237,6 +254,7 @@ enum SnapshotFile {
                     event.bind(4, item.remainingMilliseconds)
                     event.bind(5, item.totalMilliseconds)
                     event.bind(6, item.lateMilliseconds)
+                    event.bind(8, item.causedBySuspend ? Self.suspendCause : nil)
                     try event.run()
                 }
                 let meta = try database.prepare("INSERT INTO meta VALUES (?1, ?2)")

@@ -14,7 +14,8 @@ extension StoredCountdown {
             finishedUnixMilliseconds: countdown.finishedAt.map(clock.unixMilliseconds(of:)),
             owner: countdown.owner,
             lateMilliseconds: countdown.lateMilliseconds,
-            pinnedUnixMilliseconds: countdown.pinnedUnixMilliseconds
+            pinnedUnixMilliseconds: countdown.pinnedUnixMilliseconds,
+            pausesOnSuspend: countdown.pausesOnSuspend
         )
     }
 
@@ -47,7 +48,8 @@ extension StoredCountdown {
             finishedAt: finishedUnixMilliseconds.map(clock.instant(ofUnixMilliseconds:)),
             owner: owner,
             lateMilliseconds: lateMilliseconds,
-            pinnedUnixMilliseconds: state == .running ? pinnedUnixMilliseconds : nil
+            pinnedUnixMilliseconds: state == .running ? pinnedUnixMilliseconds : nil,
+            pausesOnSuspend: pausesOnSuspend
         )
     }
 }

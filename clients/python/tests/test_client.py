@@ -76,6 +76,11 @@ class AgainstTheDaemon(unittest.TestCase):
         self.assertEqual((started.name, started.state, started.total_ms), ("tea", "running", 180_000))
         self.assertEqual(self.client.start("egg", 1.5).total_ms, 1500)
         self.assertEqual(self.client.start("button").total_ms, 60_000, "60 s by default")
+        pomodoro = self.client.start("pomodoro", "25m", pause_on_suspend=True)
+        self.assertTrue(pomodoro.pauses_on_suspend and self.client.status("pomodoro").pauses_on_suspend)
+        self.assertFalse(self.client.status("button").pauses_on_suspend)
+        self.client.cancel("pomodoro")
+        self.client.remove("pomodoro")
         self.assertEqual(self.client.pause("tea").state, "paused")
         self.assertEqual(self.client.status("tea").state, "paused")
         self.assertEqual(self.client.resume("tea").state, "running")
@@ -238,6 +243,11 @@ class Parsing(unittest.TestCase):
         countdown = parse_line("COUNTDOWN tea paused 5000 6000 - 1000")
         self.assertEqual((countdown.state, countdown.deadline_unix_ms, countdown.owner_uid), ("paused", None, 1000))
         self.assertEqual(type(parse_line("NEWS from the future")).__name__, "Unknown")
+        slept = parse_line("EVENT 12 resumed pomodoro 1440000 1500000 suspend")
+        self.assertEqual((slept.kind, slept.suspend, parse_line("EVENT 13 paused tea 1000 5000").suspend), ("resumed", True, False))
+        pomodoro = parse_line("COUNTDOWN pomodoro running 1440000 1500000 1700000002500 1000 - pause-on-suspend")
+        self.assertEqual((pomodoro.pauses_on_suspend, pomodoro.pinned), (True, False))
+        self.assertTrue(parse_line("EVENT 8 snapshot p 5 6 running 17 1000 pause-on-suspend").pauses_on_suspend)
 
 
 @unittest.skipUnless(shutil.which("pip") or shutil.which("pip3"), "pip is not installed here: the install check needs it")

@@ -106,8 +106,9 @@ class AsyncClient:
             raise ProtocolViolation("unexpected answer to %s: OK %s" % (line.split()[0], text))
         return countdown
 
-    async def start(self, name: str, duration=None, *, at=None, replace: bool = False) -> Countdown:
-        return await self._change(start_line(name, duration, at, replace))
+    async def start(self, name: str, duration=None, *, at=None, replace: bool = False,
+                    pause_on_suspend: bool = False) -> Countdown:
+        return await self._change(start_line(name, duration, at, replace, pause_on_suspend))
 
     async def status(self, name: str) -> Countdown:
         countdowns, _, _ = await self._request("STATUS " + check_name(name))

@@ -133,11 +133,13 @@ class Client:
 
     # Requests
 
-    def start(self, name: str, duration=None, *, at=None, replace: bool = False) -> Countdown:
+    def start(self, name: str, duration=None, *, at=None, replace: bool = False,
+              pause_on_suspend: bool = False) -> Countdown:
         """Starts a countdown: `duration` in seconds (int or float) or as text ('5m', '1500ms');
         60 s when neither it nor `at` (Unix ms, or an aware datetime) is given. Raises `Busy`
-        (with `remaining_ms`) while one of that name runs, unless `replace`."""
-        return self._change(start_line(name, duration, at, replace))
+        (with `remaining_ms`) while one of that name runs, unless `replace`. With
+        `pause_on_suspend` it stands still while the machine sleeps (a pomodoro)."""
+        return self._change(start_line(name, duration, at, replace, pause_on_suspend))
 
     def status(self, name: str) -> Countdown:
         """The countdown's state now; `NotFound` when there is none of that name."""

@@ -36,6 +36,7 @@ class Countdown:
     owner_uid: Optional[int] = None
     late_ms: Optional[int] = None  # a done delivered more than a second late
     pinned: bool = False  # counts down to a wall-clock time (START … AT)
+    pauses_on_suspend: bool = False  # stands still while the machine sleeps (ON-SUSPEND pause)
 
     @property
     def is_finished(self) -> bool:
@@ -55,6 +56,8 @@ class Event:
     deadline_unix_ms: Optional[int] = None  # snapshot of a running countdown
     owner_uid: Optional[int] = None  # snapshot only
     pinned: bool = False  # snapshot only
+    pauses_on_suspend: bool = False  # snapshot only
+    suspend: bool = False  # paused or resumed because the machine slept, not by a request
 
     @property
     def is_lifecycle(self) -> bool:
@@ -216,7 +219,8 @@ def _int(text: str) -> Optional[int]:
 
 
 def countdown_fields(words: list) -> Optional[Countdown]:
-    """`<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>|-] [at]]`."""
+    """`<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>|-]
+    [at|pause-on-suspend]]`."""
     if len(words) < 5 or _int(words[2]) is None or _int(words[3]) is None:
         return None
     return Countdown(
@@ -225,6 +229,7 @@ def countdown_fields(words: list) -> Optional[Countdown]:
         owner_uid=_int(words[5]) if len(words) > 5 else None,
         late_ms=_int(words[6]) if len(words) > 6 else None,
         pinned=len(words) > 7 and words[7] == "at",
+        pauses_on_suspend=len(words) > 7 and words[7] == "pause-on-suspend",
     )
 
 
@@ -237,9 +242,11 @@ def _event(words: list) -> Optional[Event]:
                      state=words[5] if len(words) > 5 else None,
                      deadline_unix_ms=_int(words[6]) if len(words) > 6 else None,
                      owner_uid=_int(words[7]) if len(words) > 7 else None,
-                     pinned=len(words) > 8 and words[8] == "at")
+                     pinned=len(words) > 8 and words[8] == "at",
+                     pauses_on_suspend=len(words) > 8 and words[8] == "pause-on-suspend")
     late = _int(words[5]) if kind == "done" and len(words) > 5 else None
-    return Event(seq, kind, name, remaining, total, late_ms=late)
+    suspend = kind in ("paused", "resumed") and len(words) > 5 and words[5] == "suspend"
+    return Event(seq, kind, name, remaining, total, late_ms=late, suspend=suspend)
 
 
 def parse_line(line: str) -> Line:
@@ -318,10 +325,12 @@ def at_text(at) -> str:
     raise TypeError("at must be Unix milliseconds (int) or a timezone-aware datetime (naive ones are ambiguous)")
 
 
-def start_line(name: str, duration=None, at=None, replace: bool = False) -> str:
-    """`START <name> [<duration>] [REPLACE]`, or `START <name> AT <time> [REPLACE]`."""
+def start_line(name: str, duration=None, at=None, replace: bool = False, pause_on_suspend: bool = False) -> str:
+    """`START <name> [<duration>] [REPLACE] [ON-SUSPEND pause]`, or `START <name> AT <time> [REPLACE]`."""
     if duration is not None and at is not None:
         raise ValueError("give a duration or at, not both")
+    if at is not None and pause_on_suspend:
+        raise ValueError("a countdown to a time of day (at) cannot pause while the machine sleeps; give a duration")
     words = ["START", check_name(name)]
     if at is not None:
         words += ["AT", at_text(at)]
@@ -329,6 +338,8 @@ def start_line(name: str, duration=None, at=None, replace: bool = False) -> str:
         words.append(duration_text(duration))
     if replace:
         words.append("REPLACE")
+    if pause_on_suspend:
+        words += ["ON-SUSPEND", "pause"]
     return " ".join(words)
 
 

@@ -1,0 +1,104 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Dispatch
+import Foundation
+import Glibc
+import Testing
+
+extension StateJournalTests {
+    @Test("the policy and the suspend marks survive the journal, then the snapshot")
+    func journalThenSnapshot() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        var engine = CountdownEngine()
+        engine.setTicksEnabled(false, now: SystemClock.now())
+        var events: [CountdownEvent] = []
+        let now = SystemClock.now()
+        try engine.start("1000/pomodoro", milliseconds: 1_500_000, requester: 1000, onSuspend: .pause, now: now, events: &events)
+        try engine.start("1000/tea", milliseconds: 1_500_000, requester: 1000, now: now, events: &events)
+        engine.machineSlept(for: 60_000_000_000, now: now.advanced(byMilliseconds: 61_000), events: &events)
+        #expect(events.map(\.kind) == [.started, .started, .paused, .resumed])
+        var first: StateJournal? = journal(in: directory)
+        _ = try recover(try #require(first))
+        let outcome = try queue.sync {
+            let journal = try #require(first)
+            journal.beginBatch()
+            for event in events {
+                journal.note(event, state: engine.persistentState(of: event.name), clock: SystemClock.mapping())
+            }
+            return journal.commit()
+        }
+        #expect(outcome == .durable)
+        first = nil  // Releases the directory's lock.
+        func check(_ recovered: StateJournal.Recovered, _ from: String) {
+            let byName = Dictionary(uniqueKeysWithValues: recovered.countdowns.map { ($0.name, $0) })
+            #expect(byName["1000/pomodoro"]?.pausesOnSuspend == true, "\(from)")
+            #expect(byName["1000/tea"]?.pausesOnSuspend == false, "\(from)")
+            #expect(recovered.ring.events.map(\.causedBySuspend) == [false, false, true, true], "\(from)")
+        }
+        var second: StateJournal? = journal(in: directory)
+        let fromJournal = try recover(try #require(second))
+        check(fromJournal, "from the journal")
+        try queue.sync {
+            try #require(second).snapshotAtStop(engine.durableImage(), ring: fromJournal.ring, clock: SystemClock.mapping())
+        }
+        second = nil
+        let database = try SQLiteDatabase(path: directory + "/countdownd.db", readOnly: true)
+        #expect(try database.scalarText("SELECT on_suspend FROM countdowns WHERE name = 'pomodoro'") == "pause")
+        #expect(try database.scalarText("SELECT count(*) FROM events WHERE cause = 'suspend'") == "2")
+        let fromSnapshot = try recover(journal(in: directory))
+        check(fromSnapshot, "from the snapshot")
+    }
+}
+
+@Suite("Pause on suspend in the snapshot of the version before, and in journal records")
+struct SuspendStorageTests {
+    @Test("a snapshot of schema version 2 (before ON-SUSPEND) is read: every countdown counts on")
+    func readsVersion2() throws {
+        let scratch = ScratchDirectory()
+        let database = try SQLiteDatabase(path: scratch.path + "/countdownd.db")
+        try database.execute("""
+            CREATE TABLE countdowns (name TEXT NOT NULL, state TEXT NOT NULL, total_ms INTEGER NOT NULL, deadline_unix_ms INTEGER,
+                deadline_boot_ns INTEGER, remaining_ns INTEGER NOT NULL DEFAULT 0, finished_unix_ms INTEGER, owner_uid INTEGER NOT NULL,
+                late_ms INTEGER, pinned_unix_ms INTEGER, PRIMARY KEY (owner_uid, name)) WITHOUT ROWID;
+            CREATE TABLE events (seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, remaining_ms INTEGER NOT NULL,
+                total_ms INTEGER NOT NULL, late_ms INTEGER, owner_uid INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+            INSERT INTO countdowns VALUES ('tea', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL);
+            INSERT INTO events VALUES (1, 'paused', 'tea', 30000, 60000, NULL, 1000);
+            INSERT INTO meta VALUES ('schema_version', '2'), ('last_seq', '1'), ('journal_generation', '1');
+            """)
+        let contents = try #require(try SnapshotFile.read(directory: scratch.path))
+        #expect(contents.rows.map(\.name) == ["tea"] && contents.rows.first?.pausesOnSuspend == false)
+        #expect(contents.events.map(\.kind) == [.paused] && contents.events.first?.causedBySuspend == false)
+    }
+
+    @Test("a journal event record without flags is written as before (type 2); one with them is type 4 and reads back")
+    func flaggedRecord() {
+        var plain = CountdownEvent(sequence: 1, kind: .paused, name: "1000/p", remainingMilliseconds: 5, totalMilliseconds: 10, owner: 1000)
+        let state = StoredCountdown(
+            name: "p", state: .paused, totalMilliseconds: 10, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
+            remainingNanoseconds: 5_000_000, finishedUnixMilliseconds: nil, owner: 1000, lateMilliseconds: nil
+        )
+        var bytes: [UInt8] = []
+        JournalFormat.appendEvent(plain, state: state, to: &bytes)
+        #expect(bytes.first == 2)
+        let plainLength = bytes.count
+        var flaggedState = state
+        flaggedState.pausesOnSuspend = true
+        plain.sequence = 2
+        plain.causedBySuspend = true
+        var frame: [UInt8] = []
+        JournalFormat.beginFrame(in: &frame)
+        JournalFormat.appendEvent(plain, state: flaggedState, to: &frame)
+        JournalFormat.sealFrame(in: &frame, at: 0)
+        #expect(frame[JournalFormat.frameHeaderSize] == 4 && frame.count - JournalFormat.frameHeaderSize == plainLength + 1)
+        let scan = JournalFormat.scan(frame)
+        #expect(scan.damage == nil && scan.events.count == 1)
+        #expect(scan.events.first?.event == plain && scan.events.first?.state == flaggedState)
+        // An unknown flag is damage, not silently dropped.
+        frame[frame.count - 1] = 0x80
+        JournalFormat.sealFrame(in: &frame, at: 0)
+        #expect(JournalFormat.scan(frame).damage?.reason.contains("unknown flags") == true)
+    }
+}
