@@ -266,7 +266,11 @@ public struct Cdctl {
                 case .started, .resumed, .extended:
                     shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
                 case .tick:
-                    if shown.deadline == nil { shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds }
+                    // A tick goes out at its whole second, so it says where the deadline is. It
+                    // corrects one that is unknown, or a second or more off: a `started` replayed
+                    // after a reconnect (`SINCE`) was read later than it happened.
+                    let estimate = Self.nowUnixMilliseconds() + event.remainingMilliseconds
+                    if shown.deadline.map({ abs($0 - estimate) >= 1000 }) ?? true { shown.deadline = estimate }
                 case .paused, .done, .cancelled, .removed:
                     shown.deadline = nil
                 }

@@ -172,7 +172,7 @@ extension Daemon {
                         }
                         try executeInCluster(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), cluster: cluster, attempt: attempt + 1)
                     } catch {
-                        answer(connection) { out in WireEncoder.appendError(error, to: &out) }
+                        answer(connection) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
                     }
                 }
             case .failed(let error):

@@ -137,8 +137,7 @@ extension Daemon {
         do throws(ProtocolError) {
             try execute(request, uid: uid, connection: connection, now: now, clock: clock)
         } catch {
-            // The engine names countdowns by key; a user knows its own by plain name.
-            throw uid == 0 ? error : ProtocolError(error.code, error.message.replacing("'\(uid)/", with: "'"))
+            throw error.shown(to: uid)
         }
     }
 
@@ -324,5 +323,16 @@ extension Daemon {
             replay.append(event)
         }
         return viewer == 0 ? replay : replay.filter { $0.owner == viewer }
+    }
+}
+
+extension ProtocolError {
+    /// The error as `uid` should read it: the engine names countdowns by key, and a user knows
+    /// its own by plain name. The fields (busy's `remaining_ms`) stay.
+    func shown(to uid: UInt32) -> ProtocolError {
+        guard uid != 0 else { return self }
+        var shown = self
+        shown.message = message.replacing("'\(uid)/", with: "'")
+        return shown
     }
 }

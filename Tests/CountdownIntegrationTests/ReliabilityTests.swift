@@ -257,6 +257,14 @@ extension Integration {
             #expect(try nobody.run(["start", "mine", "5m"]).status == 0)
             #expect(try nobody.run(["start", "otp:+4915199999999", "366d"]).status == 0)
             #expect(try daemon.connect().request("START otp:+4915199999999 1m").countdown?.state == .running, "root's name is its own")
+            // A user's busy names its own countdown plainly, and keeps the fields for programs.
+            let script = """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rw")
+                f.readline(); f.write("START mine 5m\\n"); f.flush(); print(f.readline().strip())
+                """
+            let busy = try runCommand("/usr/bin/setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", script, daemon.socketPath])
+            #expect(busy.stdout.hasPrefix("ERR busy 'mine' is running with ") && busy.stdout.contains(" remaining_ms=") && busy.stdout.hasSuffix(" state=running\n"), "\(busy.stdout)\(busy.stderr)")
             let mine = try nobody.run(["status", "mine", "--json"])
             #expect(mine.stdout.contains(#""name":"mine""#) && mine.stdout.contains(#""owner_uid":65534"#), "\(mine.stdout)")
             // Root sees everyone's, each other user's as uid/name, and can change them.
