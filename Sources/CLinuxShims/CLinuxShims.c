@@ -72,6 +72,10 @@ int countdownd_set_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
 }
 
+int countdownd_release_free_memory(void) {
+    return malloc_trim(0);
+}
+
 static void termination_set(sigset_t *set) {
     sigemptyset(set);
     sigaddset(set, SIGTERM);

@@ -1,3 +1,4 @@
+import CLinuxShims
 import CountdownCore
 import Dispatch
 import Glibc
@@ -50,6 +51,12 @@ final class ClientTable: @unchecked Sendable {
     private var outOfDescriptorsLogged = false
     /// Connections by uid, for `--max-connections-per-user` (root is not limited by it).
     private var connectionsByUID: [UInt32: Int] = [:]
+    /// Bytes left unsent at the last write, summed over each non-root uid's connections, for
+    /// `--output-limit-per-user`; and the uids found over it by the flush in progress.
+    private var unsentByUID: [UInt32: Int] = [:]
+    private var usersOverOutputLimit: Set<UInt32> = []
+    /// Whether giving freed memory back to the system is already scheduled (`releaseMemorySoon`).
+    private var memoryReleaseScheduled = false
     /// Warnings a client can cause at any rate, logged at most once per 10 s each.
     private let refusedForLimit: RateLimitedWarning
     private let refusedForUserLimit: RateLimitedWarning
@@ -295,20 +302,36 @@ final class ClientTable: @unchecked Sendable {
         return rolledBack
     }
 
-    /// Writes every touched connection: only after the batch's commit.
+    /// Writes every touched connection: only after the batch's commit. A user whose clients
+    /// are then too far behind together loses the ones furthest behind (`--output-limit-per-user`),
+    /// whose `ERR overflow` is written at once.
     func flushTouched() {
         dispatchPrecondition(condition: .onQueue(queue))
         for connection in touched.values {
             flush(connection)
         }
         touched.removeAll(keepingCapacity: true)
+        guard !usersOverOutputLimit.isEmpty else { return }
+        for uid in usersOverOutputLimit {
+            disconnectFurthestBehind(of: uid)
+        }
+        usersOverOutputLimit.removeAll()
+        for connection in touched.values {
+            flush(connection)
+        }
+        touched.removeAll(keepingCapacity: true)
+    }
+
+    /// How many bytes `uid`'s connections left unsent at their last writes, together.
+    func unsentBytes(of uid: UInt32) -> Int {
+        unsentByUID[uid] ?? 0
     }
 
     /// Writes what the connection has queued; waits for writability when the socket is full.
     private func flush(_ connection: Connection) {
         guard !connection.isClosed else { return }
         let outcome = connection.output.write(to: connection.descriptor, scratch: &scratch)
-        connection.unsentAfterLastWrite = connection.output.byteCount
+        recordUnsent(connection, connection.output.byteCount)
         switch outcome {
         case .drained:
             connection.stopWaitingForWritable()
@@ -329,9 +352,43 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
+    /// Records what a write left unsent, in the connection and in its user's sum.
+    private func recordUnsent(_ connection: Connection, _ unsent: Int) {
+        let uid = connection.peerUID
+        if uid != 0 {
+            let total = (unsentByUID[uid] ?? 0) + unsent - connection.unsentAfterLastWrite
+            unsentByUID[uid] = total == 0 ? nil : total
+            if configuration.outputLimitPerUser > 0 && total > configuration.outputLimitPerUser {
+                usersOverOutputLimit.insert(uid)
+            }
+        }
+        connection.unsentAfterLastWrite = unsent
+    }
+
+    /// `uid`'s clients left more than `--output-limit-per-user` unsent together: the ones
+    /// furthest behind are disconnected with `ERR overflow` until the rest fit. O(connections),
+    /// only when a user is over its limit.
+    private func disconnectFurthestBehind(of uid: UInt32) {
+        let limit = configuration.outputLimitPerUser
+        var excess = unsentBytes(of: uid) - limit
+        guard excess > 0 else { return }
+        let behind = connections.values.filter { $0.peerUID == uid && !$0.isClosed && $0.unsentAfterLastWrite > 0 }
+            .sorted { $0.unsentAfterLastWrite > $1.unsentAfterLastWrite }
+        for connection in behind where excess > 0 {
+            excess -= connection.unsentAfterLastWrite
+            overflow(
+                connection,
+                because: "uid \(uid)'s clients together had more than \(limit) bytes unsent (--output-limit-per-user), and this one was furthest behind",
+                advice: "this client is disconnected; reconnect and read faster, or follow with fewer connections"
+            )
+        }
+    }
+
     /// Forgets a connection (and, through `onClose`, its subscriptions), and closes it.
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
+        recordUnsent(connection, 0)
+        if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
         onClose(connection)
         if connections.removeValue(forKey: connection.id) != nil {
             connectionsByUID[connection.peerUID, default: 1] -= 1
@@ -348,19 +405,23 @@ final class ClientTable: @unchecked Sendable {
     /// flushes; then the connection closes. A client that never reads again is closed after a
     /// short grace period, so it holds nothing but a descriptor until then.
     func overflow(_ connection: Connection) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        overflowed.warn(
-            "connection \(connection.id) (uid \(connection.peerUID)) had more than \(configuration.outputHardLimit) bytes unsent; disconnecting it",
-            now: SystemClock.now()
+        overflow(
+            connection,
+            because: "this client fell more than \(configuration.outputHardLimit) bytes behind (--output-limit)",
+            advice: "it is disconnected; reconnect and read faster"
         )
+    }
+
+    /// The same, saying why (`--output-limit`, or its user's `--output-limit-per-user`).
+    private func overflow(_ connection: Connection, because reason: String, advice: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        overflowed.warn("connection \(connection.id) (uid \(connection.peerUID)): \(reason); disconnecting it", now: SystemClock.now())
         onClose(connection)
         connection.stopReading()
+        if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
         connection.output.discardAllButCurrentLine()
         var line: [UInt8] = []
-        WireEncoder.appendError(
-            ProtocolError(.overflow, "this client fell more than \(configuration.outputHardLimit) bytes behind and is disconnected; reconnect and read faster"),
-            to: &line
-        )
+        WireEncoder.appendError(ProtocolError(.overflow, "\(reason); \(advice)"), to: &line)
         connection.output.append(line)
         touched[connection.id] = connection
         let id = connection.id
@@ -369,6 +430,22 @@ final class ClientTable: @unchecked Sendable {
             if let connection = connections[id] {
                 close(connection)
             }
+        }
+    }
+
+    /// Output this large, dropped at once, is worth giving back to the system.
+    static let largeOutput = 1024 * 1024
+
+    /// Gives freed memory back to the system, at most once a second: output queues are made of
+    /// 16 KiB chunks, below the size glibc maps on its own, so what a dropped client held would
+    /// otherwise stay in the daemon's heap, free but resident.
+    private func releaseMemorySoon() {
+        guard !memoryReleaseScheduled else { return }
+        memoryReleaseScheduled = true
+        later.schedule(at: SystemClock.now().advanced(byNanoseconds: 1_000_000_000)) { [self] _ in
+            memoryReleaseScheduled = false
+            // Returns whether any memory was released: either way is fine.
+            _ = countdownd_release_free_memory()
         }
     }
 

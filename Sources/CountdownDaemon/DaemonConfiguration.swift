@@ -37,6 +37,11 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var readPauseThreshold = 4 * 1024 * 1024
     /// Past this many bytes of events unsent, a subscriber gets `ERR overflow` and is closed.
     public var outputHardLimit = 16 * 1024 * 1024
+    /// Past this many bytes unsent on all the connections of one non-root uid together, the
+    /// ones furthest behind get `ERR overflow` and are closed, until the rest fit: one user's
+    /// many never-reading subscribers cannot take the daemon's memory (0: no such limit). Four
+    /// connections at `outputHardLimit`.
+    public var outputLimitPerUser = 64 * 1024 * 1024
     /// How long a client cut off for overflow gets to read its `ERR overflow` before it is
     /// closed, in milliseconds: one that never reads holds only a descriptor until then.
     public var overflowGraceMilliseconds = 2000
@@ -147,6 +152,10 @@ public enum DaemonCommandLine {
           --max-subscriptions N    most names one connection may subscribe to (default 10000)
           --output-limit BYTES     unsent bytes after which a client is disconnected
                                    with ERR overflow (default 16777216)
+          --output-limit-per-user BYTES
+                                   unsent bytes of all of one non-root user's clients
+                                   together; past it the furthest behind are
+                                   disconnected (default 67108864; 0: no limit)
           --overflow-grace MS      how long such a client gets to read its ERR
                                    overflow before it is closed (default 2000)
           --log-level LEVEL        error, warning, notice, info or debug (default info)
@@ -191,6 +200,7 @@ public enum DaemonCommandLine {
         .init(["--max-subscriptions"], takesValue: true),
         .init(["--output-limit"], takesValue: true),
         .init(["--overflow-grace"], takesValue: true),
+        .init(["--output-limit-per-user"], takesValue: true),
         .init(["--log-level"], takesValue: true),
         .init(["--log-names"]),
         .init(["--log-lifecycle-limit"], takesValue: true),
@@ -274,6 +284,12 @@ public enum DaemonCommandLine {
         if let value = try count("max-subscriptions") { configuration.maximumSubscriptionsPerConnection = value }
         if let value = try count("output-limit") { configuration.outputHardLimit = value }
         if let value = try count("overflow-grace") { configuration.overflowGraceMilliseconds = value }
+        if let text = parsed.value("output-limit-per-user") {
+            guard let value = Int(text), value >= 0 else {
+                throw UsageError(description: "--output-limit-per-user '\(text)' must be a whole number of bytes, 0 (no limit) or more")
+            }
+            configuration.outputLimitPerUser = value
+        }
         if let text = parsed.value("log-lifecycle-limit") {
             guard let value = Int(text), value >= 0 else {
                 throw UsageError(description: "--log-lifecycle-limit '\(text)' must be a whole number of lines per 10 s, 0 (no limit) or more")

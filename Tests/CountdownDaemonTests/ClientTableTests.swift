@@ -319,3 +319,94 @@ struct ClientTableTests {
         #expect(harness.queue.sync { harness.clients.count } == 0, "closed when the grace ends, though it never read")
     }
 }
+
+extension ClientTableTests {
+    /// Three connections of uid 65534 that read nothing until told to, from a python3 run under
+    /// setpriv: it prints `ready`, waits for a line on its stdin, then reads each connection for
+    /// a second and prints, per connection, the bytes it got and its last line's first 200 bytes.
+    static let nobodyClients = """
+        import socket, sys
+        conns = []
+        for _ in range(3):
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); conns.append(s)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for s in conns:
+            s.settimeout(1.0)
+            data = b""
+            try:
+                while True:
+                    chunk = s.recv(1 << 20)
+                    if not chunk: break
+                    data += chunk
+            except socket.timeout:
+                pass
+            lines = data.rstrip(b"\\n").split(b"\\n")
+            print(len(data), lines[-1][:200].decode(errors="replace"), flush=True)
+        """
+
+    @Test(
+        "one user's clients together past --output-limit-per-user: the furthest behind gets ERR overflow naming the limit; the others, and root's, keep all their output",
+        .enabled(if: getuid() == 0, "needs root to connect as another uid (setpriv --reuid=nobody)"),
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") && FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"), "needs setpriv and python3")
+    )
+    func outputLimitPerUser() throws {
+        let harness = try TableHarness(socketMode: 0o666) {
+            $0.outputLimitPerUser = 2 << 20
+        }
+        defer { harness.finish() }
+        let root = try harness.connect()
+        defer { close(root) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", Self.nobodyClients, harness.socketPath]
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        let reader = output.fileHandleForReading
+        func readLine() -> String {
+            var line = Data()
+            while let byte = try? reader.read(upToCount: 1), let first = byte.first, first != 10 { line.append(first) }
+            return String(decoding: line, as: UTF8.self)
+        }
+        #expect(readLine() == "ready")
+        #expect(harness.waitOnQueue { harness.clients.count == 4 })
+        let line = Array(repeating: UInt8(ascii: "x"), count: 1023) + [UInt8(ascii: "\n")]
+        func queue(_ kib: Int, on connection: Connection) {
+            harness.clients.touch(connection, batch: harness.batchNumber)
+            for _ in 0..<kib { connection.output.append(line) }
+        }
+        let (nobody, unsentAfter): ([Connection], Int) = harness.queue.sync {
+            let nobody = harness.clients.connections.values.filter { $0.peerUID == 65534 }.sorted { $0.id < $1.id }
+            let mine = harness.clients.connections.values.filter { $0.peerUID == 0 }
+            // 1.5 MiB, 1 MiB and 0.25 MiB for nobody (beyond what their sockets take, 2.75 MiB
+            // together, past 2 MiB); 3 MiB for root, who is not limited.
+            for (connection, kib) in zip(nobody, [1536, 1024, 256]) { queue(kib, on: connection) }
+            for connection in mine { queue(3072, on: connection) }
+            harness.clients.flushTouched()
+            return (nobody, harness.clients.unsentBytes(of: 65534))
+        }
+        try #require(nobody.count == 3)
+        #expect(unsentAfter <= 2 << 20, "back within the limit: \(unsentAfter) bytes")
+        #expect(harness.queue.sync { nobody.map(\.isClosing) } == [true, false, false], "only the furthest behind is cut off")
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        let results = (0..<3).map { _ in readLine() }
+        #expect(results[0].contains("ERR overflow uid 65534's clients together had more than 2097152 bytes unsent (--output-limit-per-user)"), "\(results[0])")
+        // Each got its greeting and every byte queued for it.
+        let sizes = results.map { Int($0.split(separator: " ").first ?? "") ?? 0 }
+        #expect(sizes[1] > 1024 * 1024 && sizes[1] < 1024 * 1024 + 100 && sizes[2] > 256 * 1024 && sizes[2] < 256 * 1024 + 100, "\(results)")
+        #expect(results[1].hasSuffix("xxxx") && results[2].hasSuffix("xxxx"), "\(results)")
+        // Root's 3 MiB arrive whole: the poller writes more as the socket is read.
+        var received = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while received < 3 << 20 {
+            let got = buffer.withUnsafeMutableBytes { recv(root, $0.baseAddress, $0.count, 0) }
+            guard got > 0 else { break }
+            received += got
+        }
+        #expect(received >= 3 << 20, "root got \(received) bytes")
+        process.waitUntilExit()
+    }
+}

@@ -55,19 +55,20 @@ struct DaemonCommandLineTests {
         let configuration = try parse([
             "--socket=/s.sock", "--socket-mode", "0660", "--state-dir", "/st", "--durability=power",
             "--max-countdowns", "5", "--max-connections", "6", "--max-subscriptions", "7",
-            "--output-limit", "8192", "--log-level", "debug", "--status-interval", "0",
+            "--output-limit", "8192", "--log-level", "debug", "--status-interval", "0", "--output-limit-per-user", "0",
         ])
         #expect(configuration.socketPath == "/s.sock" && configuration.socketMode == 0o660 && configuration.stateDirectory == "/st")
         #expect(configuration.durability == .power && configuration.engine.maximumCountdowns == 5)
         #expect(configuration.maximumConnections == 6 && configuration.maximumSubscriptionsPerConnection == 7)
         #expect(configuration.outputHardLimit == 8192 && configuration.logLevel == .debug && configuration.statusIntervalMilliseconds == 0)
+        #expect(try configuration.outputLimitPerUser == 0 && parse([]).outputLimitPerUser == 64 << 20)
     }
 
     @Test("bad values are usage errors that say what is expected", arguments: [
         (["--socket-mode", "999"], "octal file mode"), (["--socket-mode", "rw"], "octal file mode"),
         (["--durability", "disk"], "'process' or 'power'"), (["--max-countdowns", "0"], "above 0"),
         (["--max-connections", "-1"], "above 0"), (["--log-level", "loud"], "error, warning"),
-        (["--status-interval", "-5"], "0 or more"), (["extra"], "takes only options"), (["--nope"], "unknown option"),
+        (["--status-interval", "-5"], "0 or more"), (["--output-limit-per-user", "lots"], "0 (no limit) or more"), (["extra"], "takes only options"), (["--nope"], "unknown option"),
         (["--cluster", "etcd:2379"], "etcd client URLs"), (["--cluster-prefix", "/x/"], "needs --cluster"),
         (["--cluster", "http://a:2379", "--cluster-prefix", "x"], "start and end with '/'"),
         (["--cluster", "http://a:2379", "--cluster-cert", "c.pem"], "go together"),

@@ -194,6 +194,44 @@ extension Integration {
         }
 
         @Test(
+            "another uid's 40 lifecycle subscribers never read while it churns 150,000 events: the daemon keeps at most --output-limit-per-user of theirs, cutting off the furthest behind, and root is served",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func neverReadingLifecycleSubscribers() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            // 4 MiB a connection, 16 MiB for the user: 40 never-readers would otherwise hold 160 MiB.
+            let daemon = try DaemonProcess(
+                arguments: ["--socket-mode", "0666", "--output-limit", "\(4 << 20)", "--output-limit-per-user", "\(16 << 20)"], directory: directory
+            )
+            let root = try daemon.connect()
+            let subscribed = directory.file("subscribed")
+            #expect(FileManager.default.createFile(atPath: subscribed, contents: nil, attributes: [.posixPermissions: 0o666]))
+            let holder = try ChildProcess(
+                HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["subscribers", daemon.socketPath, "40", subscribed, "lifecycle"],
+                environment: [:]
+            )
+            defer { holder.signal(SIGKILL); holder.wait() }
+            try waitUntil(timeout: 300) { ((try? String(contentsOfFile: subscribed, encoding: .utf8)) ?? "").hasSuffix("\n") }
+            #expect(try String(contentsOfFile: subscribed, encoding: .utf8) == "subscribed 40\n")
+            let baseline = daemon.peakResidentBytes()
+            let churn = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["churn", daemon.socketPath, "50000"], timeout: 600)
+            #expect(churn.stdout.hasPrefix("events=150000"), "\(churn.stdout)\(churn.stderr)")
+            // Every subscriber was sent about 7 MiB; the user's together may keep 16 MiB. All 40
+            // fall behind together, so without the user's limit all 40 held 4 MiB at once (160
+            // MiB) before --output-limit cut them off: the peak, not the end, tells.
+            let peak = daemon.peakResidentBytes() - baseline
+            #expect(peak < 64 << 20, "the daemon's peak grew by \(peak >> 20) MiB for 40 subscribers that never read")
+            #expect(daemon.stderrText.contains("(--output-limit-per-user), and this one was furthest behind; disconnecting it"), "\(daemon.stderrText.suffix(2000))")
+            #expect(try root.request("PING", timeout: 60).outcome == .ok("pong"))
+            _ = try root.request("SUBSCRIBE mine EVENTS done")
+            _ = try root.request("START mine 1s")
+            let done = try root.waitForEvent(timeout: 60) { $0.kind == .done && $0.name == "mine" }
+            #expect((done.lateMilliseconds ?? 0) < 5_000, "root's done came \(done.lateMilliseconds ?? 0) ms late")
+        }
+
+        @Test(
             "9,000 connections, plain or holding half a line, closed at once: served again and every descriptor released (this livelocked at 100 % CPU)",
             .enabled(if: HostileTests.hardDescriptorLimit >= 9_200, "needs 9,200 descriptors in the test process; the hard limit (ulimit -Hn) is lower here"),
             arguments: [false, true]

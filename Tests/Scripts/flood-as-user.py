@@ -7,9 +7,11 @@
                                             "ok=K limit=L" and the first ERR limit line
   flood-as-user.py churn SOCKET N           START and CANCEL N countdowns (2N lifecycle
                                             events), pipelined; print "events=E"
-  flood-as-user.py subscribers SOCKET N OUT open N connections that SUBSCRIBE to everything
-                                            and never read past the OK; write "subscribed N"
-                                            to OUT, then hold them until killed
+  flood-as-user.py subscribers SOCKET N OUT [KINDS]
+                                            open N connections that SUBSCRIBE to everything
+                                            (of these event kinds, if given) and never read
+                                            past the OK; write "subscribed N" to OUT, then
+                                            hold them until killed
 """
 import socket
 import sys
@@ -86,13 +88,14 @@ def churn(path, count):
     print("events=%d" % events)
 
 
-def subscribers(path, count, out):
+def subscribers(path, count, out, kinds=None):
     held = []
+    request = b"SUBSCRIBE EVENTS %s\n" % kinds.encode() if kinds else b"SUBSCRIBE\n"
     for _ in range(count):
         s = connect(path)
         buffer = [b""]
         read_line(s, buffer)  # greeting
-        s.sendall(b"SUBSCRIBE\n")
+        s.sendall(request)
         reply = read_line(s, buffer)
         if not reply.startswith("OK"):
             raise SystemExit("SUBSCRIBE refused: " + reply)
@@ -107,7 +110,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "connections":
         connections(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "subscribers":
-        subscribers(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        subscribers(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
     elif sys.argv[1] == "churn":
         churn(sys.argv[2], int(sys.argv[3]))
     else:

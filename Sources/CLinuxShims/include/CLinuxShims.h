@@ -13,6 +13,10 @@ int countdownd_set_timer_slack(unsigned long nanoseconds);
 /// returned to the system when freed. Returns 1 on success (mallopt's convention).
 int countdownd_set_mmap_threshold(int bytes);
 
+/// malloc_trim(0): gives free memory at the top and in the middle of the heap back to the
+/// system. Returns 1 when some was released.
+int countdownd_release_free_memory(void);
+
 
 
 /// A new AF_UNIX stream socket with SOCK_CLOEXEC, and SOCK_NONBLOCK when `nonblocking` is set.

@@ -23,7 +23,9 @@ final class TableHarness: @unchecked Sendable {
     var lines: [Int: [String]] = [:]
     var batchNumber = 1
 
-    init(configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+    /// `socketMode` 0o666 (and a directory others may enter) lets another uid connect.
+    init(socketMode: mode_t = 0o600, configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+        if socketMode != 0o600 { chmod(scratch.path, 0o755) }
         socketPath = scratch.path + "/d.sock"
         var configuration = DaemonConfiguration(socketPath: socketPath, stateDirectory: scratch.path + "/state")
         configure(&configuration)
@@ -32,7 +34,7 @@ final class TableHarness: @unchecked Sendable {
         later = DelayedWork(queue: queue)
         clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration)
         fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
-        let listener = try ListeningSocket.bind(path: socketPath, mode: 0o600)
+        let listener = try ListeningSocket.bind(path: socketPath, mode: socketMode)
         let started: Bool = queue.sync {
             clients.listener = listener
             clients.onClose = { [fanOut] connection in fanOut.unsubscribe(connection) }

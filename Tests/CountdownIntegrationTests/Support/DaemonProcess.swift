@@ -113,8 +113,18 @@ final class DaemonProcess {
 
     /// The daemon's resident set size, in bytes.
     func residentBytes() -> Int {
+        statusBytes("VmRSS:")
+    }
+
+    /// The most the daemon's resident set has been since it started (`VmHWM`), in bytes: a
+    /// peak that a later reading of `residentBytes` would miss.
+    func peakResidentBytes() -> Int {
+        statusBytes("VmHWM:")
+    }
+
+    private func statusBytes(_ field: String) -> Int {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) }),
               let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") else { return -1 }
         return kilobytes * 1024
     }
