@@ -98,12 +98,13 @@ def bystander(workdir, sock_path, attack):
     return {"ping": run.percentiles(pings), "done": run.percentiles(done), "done_count": len(done)}
 
 
-def hold(arguments, workdir, what):
-    """Starts a holding flood mode as uid 65534; waits for its report; returns a stop function."""
+def hold(arguments, workdir, what, after=()):
+    """Starts a holding flood mode as uid 65534 (its report file, then `after`, follow
+    `arguments`); waits for its report; returns a stop function."""
     report = os.path.join(workdir, "report-%s" % what)
     open(report, "w").close()
     os.chmod(report, 0o666)
-    process = subprocess.Popen(AS_NOBODY + arguments + [report])
+    process = subprocess.Popen(AS_NOBODY + arguments + [report] + list(after))
     deadline = time.monotonic() + 300
     while not open(report).read().endswith("\n"):
         if time.monotonic() > deadline or process.poll() is not None:
@@ -134,6 +135,27 @@ def scenario_churn(workdir):
         def attack():
             process = subprocess.Popen(AS_NOBODY + ["churn", daemon.socket, "25000"], stdout=subprocess.DEVNULL)
             return lambda: process.wait(300)
+        return bystander(directory, daemon.socket, attack)
+    finally:
+        daemon.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def scenario_prefix_readers(workdir):
+    """250 connections of uid 65534 follow the prefix of its own churn and read everything: each
+    change it makes is delivered 250 times, by 4 connections pipelining at once."""
+    directory = run.fresh_dir(workdir, "prefix")
+    daemon = attacker_daemon(directory)
+    try:
+        def attack():
+            stop_readers = hold(["readers", daemon.socket, "250"], directory, "readers", after=["churn"])
+            churners = [subprocess.Popen(AS_NOBODY + ["churn", daemon.socket, "5000"], stdout=subprocess.DEVNULL) for _ in range(4)]
+
+            def stop():
+                for process in churners:
+                    process.wait(300)
+                stop_readers()
+            return stop
         return bystander(directory, daemon.socket, attack)
     finally:
         daemon.stop()
@@ -227,6 +249,7 @@ def main():
     import argparse
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one run: a smoke test, not a measurement; writes nothing")
+    parser.add_argument("--only", choices=["subscribers", "churn", "prefix", "connections"], help="only root beside this attack, 3 runs; writes nothing")
     args = parser.parse_args()
     if args.quick:
         RUNS, ATTACK_COUNTDOWNS, ROOT_COUNTDOWNS, WINDOW_S = 1, 5_000, 20, 4
@@ -242,9 +265,16 @@ def main():
     f = {}
     try:
         for round_index in range(RUNS):
-            for name, body in (("subscribers", scenario_subscribers), ("churn", scenario_churn), ("connections", scenario_connections)):
+            for name, body in (("subscribers", scenario_subscribers), ("churn", scenario_churn), ("prefix", scenario_prefix_readers), ("connections", scenario_connections)):
+                if args.only and name != args.only:
+                    continue
                 run.log("round %d: root beside %s" % (round_index + 1, name))
                 f.setdefault(name, []).append(body(workdir))
+                if args.only:
+                    r = f[name][-1]
+                    print("%s: PING p99 %.2f ms max %.2f ms; done p99 %.2f ms (%d)" % (name, r["ping"]["p99"], r["ping"]["max"], r["done"]["p99"], r["done_count"]), flush=True)
+            if args.only:
+                continue
             run.log("round %d: a never-reading subscriber's memory" % (round_index + 1))
             f.setdefault("rss", []).append(never_reader_rss(workdir))
             for readers in (0, 100):
@@ -256,6 +286,8 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
+    if args.only:
+        return
     mib = 1 << 20
     lines = [
         "Written by `make bench-hostile` (`bench/hostile.py`) on %s, commit `%s`. uid 65534 attacks within its quotas while root is measured: root's PING every millisecond (`bench/bystander.c`), and %d root countdowns of 1–15 s started over %d s, each `done`'s lateness measured from the instant its START was sent (so it includes the START's own reply time). %d runs; median (lowest–highest)." % (
@@ -267,6 +299,7 @@ def main():
     attacks = (
         ("subscribers", "100,000 ticking countdowns and 100 subscribers that never read"),
         ("churn", "75,000 lifecycle events in a burst (START, CANCEL, REMOVE of 25,000)"),
+        ("prefix", "250 subscribers to the prefix of its own churn, reading, while 4 connections make 60,000 lifecycle events"),
         ("connections", "its whole connection quota (1,000), held open"),
     )
     for key, label in attacks:

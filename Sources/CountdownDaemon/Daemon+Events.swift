@@ -5,7 +5,9 @@ extension Daemon {
     /// Where the engine's events go: each lifecycle event is noted by the journal with the
     /// countdown's new state and kept for release after the commit; every event goes to the
     /// fan-out. Nothing is written to a socket before the batch's commit.
-    func publish(_ events: [CountdownEvent]) {
+    /// - Returns: how many event lines were queued on subscribers.
+    @discardableResult
+    func publish(_ events: [CountdownEvent]) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
         // Events belong to a batch: noted before its commit, written after it.
         precondition(phase == .serving || phase == .sealing, "events published outside a batch")
@@ -16,7 +18,7 @@ extension Daemon {
             journal.note(event, state: engine.persistentState(of: event.name, hint: event.slotHint), clock: mapping)
             batch.lifecycleEvents.append(event)
         }
-        fanOut.deliver(events, batch: batch.number)
+        return fanOut.deliver(events, batch: batch.number)
     }
 
     /// Logs a lifecycle event once it is released (after its commit): one line, with fields.

@@ -19,6 +19,13 @@ extension Daemon {
     /// batch, at 100 % CPU, and nobody was served.
     static let minimumTurnsPerBatch = 64
 
+    /// What one non-root uid's requests may cost in one batch (`BatchRecord.charge`): one per
+    /// request and one per event line queued on a subscriber. Past it, that uid's connections
+    /// wait for the next batch, whatever time is left: a user whose every change goes out to 250
+    /// subscribers of its own cannot make the batch that serves everyone else long. About 1 ms
+    /// of work; a request that alone costs more is still served, one per batch.
+    static let workPerUserPerBatch = 8192
+
     /// A connection's turn in a batch: handles what its framer holds and reads more, up to a
     /// fair share of `requestsPerPass` requests, leaving the replies for the end of the batch.
     /// A read shorter than the buffer emptied the socket; the poller reports it again when more
@@ -31,6 +38,9 @@ extension Daemon {
         let now = SystemClock.now()
         turnsThisBatch += 1
         var budget = !batchIsOutOfTime ? Self.requestsPerPass : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
+        if batch.work(of: connection.peerUID) >= Self.workPerUserPerBatch {
+            budget = 0  // This uid had its share of the batch; the next batch serves it first.
+        }
         // Skipped whole with no complete line framed: not carried over, the poller reports its
         // socket again (level-triggered). The carried-over set stays as small as what was served.
         let skipped = budget == 0
@@ -65,7 +75,8 @@ extension Daemon {
     }
 
     /// Handles complete lines the connection has buffered, in order: all of them, or up to
-    /// `limit` and (checked every 16 lines) not past the batch's deadline.
+    /// `limit` and (checked every 16 lines) not past the batch's deadline, nor past the uid's
+    /// share of the batch (`workPerUserPerBatch`).
     /// - Returns: how many lines were handled, or `limit` when the batch ran out of time.
     @discardableResult
     func handleLines(of connection: Connection, now: Instant, limit: Int? = nil) -> Int {
@@ -112,7 +123,14 @@ extension Daemon {
                 }
             }
             appendReply(to: connection)
-            publish(events)
+            let work = batch.charge(connection.peerUID, 1 + publish(events))
+            if timeBounded && work >= Self.workPerUserPerBatch {
+                handled = limit  // This uid had its share of the batch: the rest wait.
+                shareUsed.warn(
+                    "uid \(connection.peerUID)'s requests used their share of a batch (\(Self.workPerUserPerBatch) requests and event lines queued for its subscribers); the rest wait for the next batch, so that other users are served meanwhile",
+                    now: now
+                )
+            }
         }
         return handled
     }

@@ -68,6 +68,9 @@ public final class Daemon: @unchecked Sendable {
 
     /// The lifecycle log lines, at most `--log-lifecycle-limit` per 10 s.
     let lifecycleLog: RateLimitedWarning
+    /// A user's requests waited for the next batch, having used their share of one
+    /// (`workPerUserPerBatch`): once per 10 s, the rest counted.
+    let shareUsed: RateLimitedWarning
 
     /// Reused buffers, so the hot paths do not allocate per request or per event.
     var events: [CountdownEvent] = []
@@ -92,6 +95,7 @@ public final class Daemon: @unchecked Sendable {
             "lifecycle events", level: .info, burst: configuration.lifecycleLogLimit == 0 ? .max : configuration.lifecycleLogLimit,
             logger: logger, later: later
         )
+        shareUsed = RateLimitedWarning("batches a user's requests waited out", level: .info, logger: logger, later: later)
         self.fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
         sleepDetector = SleepDetector(environment: environment)
     }
@@ -477,9 +481,27 @@ struct BatchRecord {
     var timeEvents: [CountdownEvent] = []
     /// Every lifecycle event of the batch, released once it is committed.
     var lifecycleEvents: [CountdownEvent] = []
+    /// What each non-root uid's requests cost in the batch: one per request, plus one per event
+    /// line they had queued on a subscriber (`Daemon.workPerUserPerBatch`).
+    private var workByUID: [UInt32: Int] = [:]
+
+    /// Adds `amount` to what `uid`'s requests cost in this batch (root's are not counted).
+    /// - Returns: its total so far.
+    @discardableResult
+    mutating func charge(_ uid: UInt32, _ amount: Int) -> Int {
+        guard uid != 0 else { return 0 }
+        workByUID[uid, default: 0] += amount
+        return workByUID[uid, default: 0]
+    }
+
+    /// What `uid`'s requests cost in this batch so far.
+    func work(of uid: UInt32) -> Int {
+        workByUID[uid] ?? 0
+    }
 
     mutating func begin() {
         number += 1
+        workByUID.removeAll(keepingCapacity: true)
         undo.removeAll(keepingCapacity: true)
         items.removeAll(keepingCapacity: true)
         timeEvents.removeAll(keepingCapacity: true)

@@ -22,6 +22,8 @@ final class EventFanOut {
     private unowned let clients: ClientTable
     private let maximumNamesPerConnection: Int
     private let outputHardLimit: Int
+    /// Lines queued by the `deliver` in progress.
+    private var queuedLines = 0
     private let tickHoldThreshold: Int
     /// Root's connections that follow everything.
     private var allSubscribers: [Int: Connection] = [:]
@@ -286,8 +288,11 @@ final class EventFanOut {
     }
 
     /// Queues each event on every subscriber that follows it, as output of `batch`.
-    func deliver(_ events: [CountdownEvent], batch: Int) {
+    /// - Returns: how many lines were queued (the work the events caused).
+    @discardableResult
+    func deliver(_ events: [CountdownEvent], batch: Int) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
+        queuedLines = 0
         for event in events {
             let isTick = event.kind == .tick
             let everyone = isTick ? allTickSubscribers : allSubscribers
@@ -327,6 +332,7 @@ final class EventFanOut {
             }
             if !fallenBehind.isEmpty { holdFallenBehind() }
         }
+        return queuedLines
     }
 
     /// The prefix subscribers whose prefix starts `key`: one lookup per prefix length.
@@ -356,6 +362,7 @@ final class EventFanOut {
         }
         clients.touch(connection, batch: batch)
         connection.output.append(line)
+        queuedLines += 1
         if connection.output.byteCount > outputHardLimit {
             clients.overflow(connection)
         }

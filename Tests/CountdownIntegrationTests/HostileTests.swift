@@ -232,6 +232,35 @@ extension Integration {
         }
 
         @Test(
+            "another uid's 48 connections pipeline changes that each go out to 250 subscribers of its own: past its share of a batch its requests wait for the next one, and every one is served",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func shareOfABatch() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            let subscribed = directory.file("subscribed")
+            #expect(FileManager.default.createFile(atPath: subscribed, contents: nil, attributes: [.posixPermissions: 0o666]))
+            let readers = try ChildProcess(
+                HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["readers", daemon.socketPath, "250", subscribed, "churn"],
+                environment: [:]
+            )
+            defer { readers.signal(SIGKILL); _ = readers.wait() }
+            try waitUntil(timeout: 300) { ((try? String(contentsOfFile: subscribed, encoding: .utf8)) ?? "").hasSuffix("\n") }
+            // Past the batch's time each of the first 64 connections still gets one request a
+            // batch; at 251 lines a change, 33 of them pass the share of 8,192.
+            let churn = try runCommand(
+                HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["churners", daemon.socketPath, "48", "100"], timeout: 600
+            )
+            #expect(churn.stdout == "events=14400\n", "every churner got all its replies: \(churn.stdout)\(churn.stderr)")
+            #expect(daemon.stderrText.contains("uid 65534's requests used their share of a batch"), "\(daemon.stderrText.suffix(2000))")
+            let root = try daemon.connect()
+            #expect(try root.request("PING", timeout: 60).outcome == .ok("pong"))
+            #expect(try root.request("LIST PREFIX 65534/").countdowns.isEmpty, "every START, CANCEL and REMOVE was served")
+        }
+
+        @Test(
             "9,000 connections, plain or holding half a line, closed at once: served again and every descriptor released (this livelocked at 100 % CPU)",
             .enabled(if: HostileTests.hardDescriptorLimit >= 9_200, "needs 9,200 descriptors in the test process; the hard limit (ulimit -Hn) is lower here"),
             arguments: [false, true]

@@ -12,7 +12,15 @@
                                             (of these event kinds, if given) and never read
                                             past the OK; write "subscribed N" to OUT, then
                                             hold them until killed
+  flood-as-user.py churners SOCKET K N      churn N countdowns on each of K connections at
+                                            once (threads); print "events=E" in all
+  flood-as-user.py readers SOCKET N OUT PREFIX
+                                            open N connections that SUBSCRIBE PREFIX PREFIX
+                                            EVENTS lifecycle and read everything, as fast as
+                                            they can; write "subscribed N" to OUT, then read
+                                            until killed
 """
+import selectors
 import socket
 import sys
 import time
@@ -70,22 +78,38 @@ def countdowns(path, count):
     print("ok=%d limit=%d %s" % (ok, limit, first))
 
 
-def churn(path, count):
+def churners(path, connections, count):
+    import threading
+    totals = []
+
+    def one(index):
+        totals.append(churn(path, count, "c%d-" % index, quiet=True))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print("events=%d" % sum(totals))
+
+
+def churn(path, count, tag="", quiet=False):
     s = connect(path)
     buffer = [b""]
     read_line(s, buffer)  # greeting
     events = 0
     for start in range(0, count, 1000):
         names = range(start, min(start + 1000, count))
-        s.sendall(b"".join(b"START churn%d 1h\nCANCEL churn%d\n" % (i, i) for i in names))
+        s.sendall(b"".join(b"START churn%s%d 1h\nCANCEL churn%s%d\n" % (tag.encode(), i, tag.encode(), i) for i in names))
         for _ in range(2 * len(names)):
             if read_line(s, buffer).startswith("OK"):
                 events += 1
-        s.sendall(b"".join(b"REMOVE churn%d\n" % i for i in names))
+        s.sendall(b"".join(b"REMOVE churn%s%d\n" % (tag.encode(), i) for i in names))
         for _ in names:
             if read_line(s, buffer).startswith("OK"):
                 events += 1
-    print("events=%d" % events)
+    if not quiet:
+        print("events=%d" % events)
+    return events
 
 
 def subscribers(path, count, out, kinds=None):
@@ -106,11 +130,38 @@ def subscribers(path, count, out, kinds=None):
         time.sleep(3600)
 
 
+def readers(path, count, out, prefix):
+    selector = selectors.DefaultSelector()
+    for _ in range(count):
+        s = connect(path)
+        buffer = [b""]
+        read_line(s, buffer)  # greeting
+        s.sendall(b"SUBSCRIBE PREFIX %s EVENTS lifecycle\n" % prefix.encode())
+        reply = read_line(s, buffer)
+        if not reply.startswith("OK"):
+            raise SystemExit("SUBSCRIBE refused: " + reply)
+        s.setblocking(False)
+        selector.register(s, selectors.EVENT_READ)
+    with open(out, "w") as f:
+        f.write("subscribed %d\n" % count)
+    while True:
+        for key, _ in selector.select():
+            try:
+                if not key.fileobj.recv(1 << 20):
+                    selector.unregister(key.fileobj)
+            except BlockingIOError:
+                pass
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "connections":
         connections(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "subscribers":
         subscribers(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
+    elif sys.argv[1] == "readers":
+        readers(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif sys.argv[1] == "churners":
+        churners(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "churn":
         churn(sys.argv[2], int(sys.argv[3]))
     else:
