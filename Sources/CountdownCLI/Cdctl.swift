@@ -263,7 +263,13 @@ public struct Cdctl {
                     shown.deadline = event.deadlineUnixMilliseconds
                     shown.isPinned = event.isPinned
                     shown.pausesOnSuspend = event.pausesOnSuspend
-                case .started, .resumed, .extended:
+                case .started:
+                    // A new countdown (perhaps a replacement): what kind it is comes with the
+                    // next snapshot, not with this event.
+                    shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
+                    shown.isPinned = nil
+                    shown.pausesOnSuspend = nil
+                case .resumed, .extended:
                     shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
                 case .tick:
                     // A tick goes out at its whole second, so it says where the deadline is. It

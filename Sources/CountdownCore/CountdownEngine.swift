@@ -636,13 +636,20 @@ public struct CountdownEngine {
     /// others (`.count`) are left as they are: the time asleep passed for them, and whatever
     /// fell due meanwhile fires at the next `advance`, late.
     ///
-    /// The sleep is taken to have ended at `now`; what was due before it began (`now - slept`)
-    /// runs first, as it would have. O(n) in the countdowns held, once per suspend.
+    /// The sleep is taken to have ended at `now`, and to have begun `slept` before, but not
+    /// before `awakeUntil`, when the caller last ran (it cannot have slept through its own
+    /// work, nor through a countdown's start): what was due before it began runs first, as it
+    /// would have. O(n) in the countdowns held, once per suspend.
     /// - Returns: how many countdowns stood still.
     @discardableResult
-    public mutating func machineSlept(for slept: Int64, now: Instant, events: inout [CountdownEvent]) -> Int {
+    public mutating func machineSlept(
+        for slept: Int64, now: Instant, awakeUntil: Instant? = nil, events: inout [CountdownEvent]
+    ) -> Int {
         guard slept > 0 else { return 0 }
-        let fellAsleep = now.advanced(byNanoseconds: -slept)
+        var fellAsleep = now.advanced(byNanoseconds: -slept)
+        if let awakeUntil {
+            fellAsleep = max(fellAsleep, min(awakeUntil, now))
+        }
         advance(to: fellAsleep, events: &events)
         var moved = 0
         for index in 0..<records.count {

@@ -108,7 +108,7 @@ public enum RequestParser {
                 if rest.dropFirst(2).contains(where: { keyword($0, is: "ON-SUSPEND") }) {
                     throw ProtocolError(
                         .badRequest,
-                        "a countdown to a time of day (AT) cannot pause while the machine sleeps: that time comes regardless; give a duration for ON-SUSPEND"
+                        "ON-SUSPEND does not go with AT: a countdown to a time of day always counts on, since that time comes whether the machine sleeps or not; give a duration to use ON-SUSPEND pause"
                     )
                 }
                 guard rest.count == 2 || (rest.count == 3 && keyword(rest[2], is: "REPLACE")) else {

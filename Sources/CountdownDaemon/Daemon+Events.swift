@@ -55,7 +55,8 @@ extension Daemon {
             if let late = event.lateMilliseconds { return "done, \(late) ms late" }
             return "done after \(total)"
         default:
-            return "\(event.kind.rawValue), \(CountdownDuration.clock(milliseconds: event.remainingMilliseconds)) left of \(total)"
+            let cause = event.causedBySuspend ? " (the machine \(event.kind == .paused ? "fell asleep" : "woke"))" : ""
+            return "\(event.kind.rawValue)\(cause), \(CountdownDuration.clock(milliseconds: event.remainingMilliseconds)) left of \(total)"
         }
     }
 }

@@ -49,6 +49,8 @@ public final class Daemon: @unchecked Sendable {
     var wallClock: WallClockWatcher?
     /// Notices that the machine slept, at the start of each batch.
     var sleepDetector: SleepDetector
+    /// When the last batch ended: the machine was awake until then.
+    var lastBatchEnded = SystemClock.now()
     /// Notices the state directory deleted or moved (`nil` when inotify is not available).
     var stateWatcher: StateDirectoryWatcher?
     var stateCheckScheduled = false
@@ -270,11 +272,11 @@ public final class Daemon: @unchecked Sendable {
         let now = SystemClock.now()
         timer?.clockMoved()
         events.removeAll(keepingCapacity: true)
-        let stoodStill = engine.machineSlept(for: slept, now: now, events: &events)
+        let stoodStill = engine.machineSlept(for: slept, now: now, awakeUntil: lastBatchEnded, events: &events)
         batch.timeEvents.append(contentsOf: events)
         publish(events)
         raceDueChanges()
-        logger.log(.notice, "the machine slept for \(CountdownDuration.clock(milliseconds: slept / 1_000_000)); \(stoodStill) countdowns that pause on suspend stood still meanwhile, the others counted on")
+        logger.log(.notice, "the machine slept for \(CountdownDuration.format(milliseconds: slept / 1_000_000)); \(stoodStill) countdowns that pause on suspend stood still meanwhile, the others counted on")
     }
 
     private func timerFired() {
@@ -336,6 +338,7 @@ public final class Daemon: @unchecked Sendable {
         service.report(statusCounts(), now: SystemClock.now())
         later.runDue(now: SystemClock.now())
         armTimer()
+        lastBatchEnded = SystemClock.now()
     }
 
     /// Lifecycle events are released: they join the replay ring and the log, in that order, once.

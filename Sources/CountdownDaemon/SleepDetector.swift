@@ -16,21 +16,27 @@ import Glibc
 /// boot-clock reading (`SystemClock.simulatedSleep`) and not to the monotonic one. It is read
 /// at each check. Never set in service.
 struct SleepDetector {
-    /// A growth of the clocks' difference smaller than this is not reported (yet): it is below
-    /// what matters to a countdown shown in seconds. It is kept, not lost: a later check reports
-    /// the whole of it.
+    /// A growth of the clocks' difference smaller than this is taken for noise in reading them,
+    /// and dropped: a suspend and resume take seconds, and the kernel moves the boot clock on by
+    /// the whole time slept at once, before any process runs again, so one check sees all of a
+    /// sleep. (Kept for later, a small growth would be credited to countdowns started after it.)
     static let threshold: Int64 = 100_000_000
 
-    /// Readings further apart than this are taken again (the thread was preempted between them).
+    /// Readings further apart than this are taken again (the thread was preempted between them);
+    /// when three in a row are, the check is skipped: the next batch checks again.
     static let maximumUncertainty: Int64 = 1_000_000
+
+    /// The most a simulated sleep may add up to (ten years): the boot clock plus any deadline
+    /// stays far from overflowing.
+    static let maximumSimulatedMilliseconds: Int64 = 10 * 366 * 86_400_000
 
     /// The environment variable of the test hook.
     static let simulationVariable = "COUNTDOWND_TEST_SLEEP_FILE"
 
     private let readClocks: () -> (boot: Int64, monotonic: Int64, uncertainty: Int64)
     private let simulationFile: String?
-    /// The clocks' difference when the last sleep was reported (or at start).
-    private var reportedOffset: Int64 = 0
+    /// The clocks' difference at the last check.
+    private var lastOffset: Int64 = 0
 
     /// Starts watching from now. `readClocks` is `SystemClock.bootAndMonotonic` but in tests.
     init(
@@ -40,38 +46,52 @@ struct SleepDetector {
         self.readClocks = readClocks
         simulationFile = environment[Self.simulationVariable].flatMap { $0.isEmpty ? nil : $0 }
         loadSimulation()
-        reportedOffset = offset()
+        // Three tries at start, however loaded the machine: a reading this far off is a small
+        // error in the first sleep reported, never a sleep.
+        lastOffset = offset() ?? (readClocks().boot - readClocks().monotonic)
     }
 
-    /// How long the machine slept since the last sleep reported, in nanoseconds, when at least
+    /// How long the machine slept since the last check, in nanoseconds, when at least
     /// `threshold`; 0 otherwise.
     mutating func sleptSinceLastCheck() -> Int64 {
         loadSimulation()
-        let current = offset()
-        let slept = current - reportedOffset
-        guard slept >= Self.threshold else { return 0 }
-        reportedOffset = current
-        return slept
+        guard let current = offset() else { return 0 }
+        let slept = current - lastOffset
+        lastOffset = current
+        return slept >= Self.threshold ? slept : 0
     }
 
-    /// The boot clock's lead over the monotonic one, from the closest of three readings.
-    private func offset() -> Int64 {
-        var best = readClocks()
-        for _ in 0..<2 where best.uncertainty > Self.maximumUncertainty {
-            let again = readClocks()
-            if again.uncertainty < best.uncertainty { best = again }
+    /// The boot clock's lead over the monotonic one, from the first of up to three readings
+    /// taken close enough together; `nil` when none was.
+    private func offset() -> Int64? {
+        for _ in 0..<3 {
+            let reading = readClocks()
+            if reading.uncertainty <= Self.maximumUncertainty {
+                return reading.boot - reading.monotonic
+            }
         }
-        return best.boot - best.monotonic
+        return nil
     }
 
-    /// Reads the test hook's file, if there is one: a missing or malformed file is no sleep.
+    /// Reads the test hook's file, if there is one; a missing or malformed file leaves the
+    /// simulated sleep as it was. Opened without blocking (a FIFO there must not hang the daemon).
     private func loadSimulation() {
-        guard let simulationFile, let file = fopen(simulationFile, "r") else { return }
+        guard let simulationFile else { return }
+        let descriptor = open(simulationFile, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        guard let file = fdopen(descriptor, "r") else {
+            _ = close(descriptor)  // Nothing was read through it.
+            return
+        }
         defer { fclose(file) }
         var buffer = [CChar](repeating: 0, count: 32)
         guard fgets(&buffer, Int32(buffer.count), file) != nil else { return }
         let text = String(decoding: buffer.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard let milliseconds = Int64(text), milliseconds >= 0, milliseconds < Int64.max / 1_000_000 else { return }
-        SystemClock.simulatedSleep.store(milliseconds * 1_000_000, ordering: .relaxed)
+        guard let milliseconds = Int64(text), milliseconds >= 0, milliseconds <= Self.maximumSimulatedMilliseconds else { return }
+        // A sleep only moves the boot clock forward: a smaller number is a mistake, ignored.
+        let nanoseconds = milliseconds * 1_000_000
+        if nanoseconds > SystemClock.simulatedSleep.load(ordering: .relaxed) {
+            SystemClock.simulatedSleep.store(nanoseconds, ordering: .relaxed)
+        }
     }
 }

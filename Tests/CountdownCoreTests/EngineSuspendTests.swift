@@ -46,6 +46,25 @@ struct EngineSuspendTests {
         #expect(events.last?.0 == .milliseconds(13_750) && events.last?.1 == .done)
     }
 
+    @Test("the sleep never began before the daemon last ran: a countdown started since is credited no more than it lived")
+    func awakeUntil() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        clock.advance(to: .seconds(100))
+        try clock.start("new", 1_000, onSuspend: .pause)
+        // A sleep of 5 s noticed at 103 s: it cannot have begun before 102 s, when the daemon
+        // last ran (after the start).
+        var events: [CountdownEvent] = []
+        clock.engine.machineSlept(for: 5_000_000_000, now: .seconds(103), awakeUntil: .seconds(102), events: &events)
+        #expect(events.map(\.kind) == [.done], "due at 101 s, before the sleep began: done, not moved")
+        try clock.start("later", 10_000, onSuspend: .pause)  // At 100 s, deadline 110 s.
+        events.removeAll()
+        clock.engine.machineSlept(for: 60_000_000_000, now: .seconds(104), awakeUntil: .seconds(103), events: &events)
+        #expect(events.map(\.kind) == [.paused, .resumed], "\(events.map(\.kind))")
+        #expect(events.allSatisfy { $0.remainingMilliseconds == 7_000 }, "10 s less the 3 s it ran: \(events.map(\.remainingMilliseconds))")
+        #expect(try clock.engine.status(of: "later", now: .seconds(104)).deadline == .seconds(170))
+    }
+
     @Test("what fell due before the sleep began finishes as before; paused and finished ones are untouched")
     func onlyRunningOnesMove() throws {
         var clock = ManualClock()

@@ -33,17 +33,19 @@ struct SleepDetectorTests {
         #expect(detector.sleptSinceLastCheck() == 0, "reported once")
     }
 
-    @Test("sleeps below the threshold are kept until they add up to it")
-    func smallSleepsAddUp() {
+    @Test("growth below the threshold is noise, dropped: it is never credited later, to countdowns started after it")
+    func smallGrowthIsDropped() {
         let clocks = FakeClocks()
         var detector = SleepDetector(environment: [:], readClocks: clocks.read)
-        clocks.slept += 60_000_000
+        clocks.slept += 95_000_000
         #expect(detector.sleptSinceLastCheck() == 0)
-        clocks.slept += 60_000_000
-        #expect(detector.sleptSinceLastCheck() == 120_000_000, "both, not the last alone")
+        clocks.slept += 10_000_000
+        #expect(detector.sleptSinceLastCheck() == 0, "10 ms, not 105")
+        clocks.slept += 30_000_000_000
+        #expect(detector.sleptSinceLastCheck() == 30_000_000_000, "a real sleep, exactly")
     }
 
-    @Test("readings far apart (a preempted thread) are taken again, and the closest is used")
+    @Test("readings far apart (a preempted thread) are taken again; with none close enough the check waits for the next batch")
     func preemptedReadings() {
         let clocks = FakeClocks()
         var detector = SleepDetector(environment: [:], readClocks: clocks.read)
@@ -52,6 +54,11 @@ struct SleepDetectorTests {
         clocks.reads = 0
         #expect(detector.sleptSinceLastCheck() == 0)
         #expect(clocks.reads == 2, "read again once, and the second reading was close enough")
+        // Three in a row too far apart, and a sleep meanwhile: not now, and not lost.
+        clocks.slept += 5_000_000_000
+        clocks.uncertainties = [400_000_000, 400_000_000, 400_000_000]
+        #expect(detector.sleptSinceLastCheck() == 0)
+        #expect(abs(detector.sleptSinceLastCheck() - 5_000_000_000) < 1_000_000, "within the readings' uncertainty")
     }
 
     @Test("the test hook: COUNTDOWND_TEST_SLEEP_FILE adds its milliseconds to the boot clock only")
@@ -73,5 +80,9 @@ struct SleepDetectorTests {
         #expect(instant.nanoseconds - SystemClock.kernelBootNanoseconds(of: instant) == 2_250_000_000, "timers are armed on the kernel's clock")
         try "not a number".write(toFile: file, atomically: true, encoding: .utf8)
         #expect(detector.sleptSinceLastCheck() == 0, "a malformed file changes nothing")
+        try "1000".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(detector.sleptSinceLastCheck() == 0 && SystemClock.simulatedSleep.load(ordering: .relaxed) == 2_250_000_000, "the boot clock never goes back")
+        try "9200000000000".write(toFile: file, atomically: true, encoding: .utf8)
+        #expect(detector.sleptSinceLastCheck() == 0, "past ten years: ignored, so no deadline overflows")
     }
 }

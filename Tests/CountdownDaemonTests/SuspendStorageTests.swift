@@ -73,6 +73,24 @@ struct SuspendStorageTests {
         #expect(contents.events.map(\.kind) == [.paused] && contents.events.first?.causedBySuspend == false)
     }
 
+    @Test("a version 3 snapshot row with an on_suspend this countdownd does not know is unreadable, not silently a countdown that counts on")
+    func unknownPolicy() throws {
+        let scratch = ScratchDirectory()
+        var engine = CountdownEngine()
+        var events: [CountdownEvent] = []
+        try engine.start("1000/a", milliseconds: 60_000, requester: 1000, onSuspend: .pause, now: SystemClock.now(), events: &events)
+        try engine.start("1000/b", milliseconds: 60_000, requester: 1000, onSuspend: .pause, now: SystemClock.now(), events: &events)
+        let contents = SnapshotFile.Contents(
+            engine.durableImage(), events: [], eventsKeptAfter: 0, bootID: nil, journalGeneration: 1, clock: SystemClock.mapping()
+        )
+        try SnapshotFile.write(contents, directory: scratch.path)
+        let database = try SQLiteDatabase(path: scratch.path + "/countdownd.db")
+        try database.execute("PRAGMA ignore_check_constraints = 1; UPDATE countdowns SET on_suspend = 'PAUSE' WHERE name = 'b'")
+        let read = try #require(try SnapshotFile.read(directory: scratch.path))
+        #expect(read.rows.map(\.name) == ["a"] && read.rows.first?.pausesOnSuspend == true)
+        #expect(read.unreadableRows == ["b"])
+    }
+
     @Test("a journal event record without flags is written as before (type 2); one with them is type 4 and reads back")
     func flaggedRecord() {
         var plain = CountdownEvent(sequence: 1, kind: .paused, name: "1000/p", remainingMilliseconds: 5, totalMilliseconds: 10, owner: 1000)

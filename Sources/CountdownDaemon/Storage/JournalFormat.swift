@@ -21,8 +21,9 @@ import CountdownCore
 ///     4 flagged event: an event record (type 2's fields) followed by flags u8:
 ///               -- bit 0: the event was caused by the machine's sleep (`suspend`)
 ///               -- bit 1: the countdown stands still while the machine sleeps (ON-SUSPEND pause)
-///               -- written only when a flag is set, so a journal without them stays readable by
-///               -- an older countdownd
+///               -- written only when a flag is set, so a journal of countdowns that never
+///               -- pause on suspend stays readable by an older countdownd (which refuses a
+///               -- type 4 record as a record of unknown type, and a schema 3 snapshot)
 ///
 /// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
 enum JournalFormat {

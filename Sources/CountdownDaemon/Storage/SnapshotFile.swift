@@ -116,7 +116,11 @@ enum SnapshotFile {
         while try select.step() {
             // A million rows are read at start-up: bytes are checked in place, one String made.
             let nameBytes = select.bytes(0)
+            // NULL (count on) or 'pause'; anything else is a row this countdownd cannot read.
+            let onSuspend = select.bytes(10)
+            let pausesOnSuspend = onSuspend.elementsEqual(SuspendPolicy.pause.rawValue.utf8)
             guard !nameBytes.isEmpty, nameBytes.count <= CountdownName.maximumLength, nameBytes.allSatisfy(CountdownName.isAllowed),
+                  onSuspend.isEmpty || pausesOnSuspend,
                   let state = Self.state(select.bytes(1)),
                   let total = select.int(2), let owner = select.int(7), let ownerUID = UInt32(exactly: owner)
             else {
@@ -129,7 +133,7 @@ enum SnapshotFile {
                 deadlineUnixMilliseconds: select.int(3), deadlineBootNanoseconds: select.int(4),
                 remainingNanoseconds: select.int(5) ?? 0, finishedUnixMilliseconds: select.int(6),
                 owner: ownerUID, lateMilliseconds: select.int(8), pinnedUnixMilliseconds: select.int(9),
-                pausesOnSuspend: select.text(10) == SuspendPolicy.pause.rawValue
+                pausesOnSuspend: pausesOnSuspend
             ))
         }
         return rows
