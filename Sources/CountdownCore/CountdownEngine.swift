@@ -705,6 +705,9 @@ public struct CountdownEngine {
         }
         lastSequence = sequence - 1  // `emit` numbers it: `sequence`.
         emit(in: slot, event, record, remaining: eventRemainingMilliseconds, into: &events)
+        if event == .done, record.state == .done {
+            events[events.count - 1].due = record.finishedAt  // Its deadline: how late it is announced.
+        }
         lastSequence = sequence
         return true
     }

@@ -87,6 +87,8 @@ extension Daemon {
             eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0, sequence: UInt64(max(0, revision)), now: now, events: &changes
         )
         publish(changes)
+        // How late each `done` is announced here, as on a daemon of its own (`STATS`).
+        statistics.recordTimeEvents(changes.filter { $0.kind == .done }, writtenAt: now)
     }
 
     /// A change asked for by a client: proposed against the replica (errors are answered at
@@ -147,8 +149,28 @@ extension Daemon {
                 operation: cluster.nextOperation(), clock: clock
             )
         }
-        let expectation: ClusterReplica.Expectation = cluster.modifiedAt[key].map { .unchangedSince($0) } ?? .absent
         clients.holdForStore(connection)
+        // Compared on the change the replica holds (`.absent` when it holds none): after a
+        // restart from the local copy that revision may have to be asked for first.
+        let commit = { [unowned self] (expectation: ClusterReplica.Expectation) in
+            commitInCluster(
+                key, value, expecting: expectation, proposal: proposal, request: request, uid: uid, connection: connection,
+                cluster: cluster, attempt: attempt
+            )
+        }
+        guard engine.persistentState(of: key) != nil else {
+            commit(.absent)
+            return
+        }
+        cluster.withRevision(of: key) { revision in commit(revision.map { .unchangedSince($0) } ?? .absent) }
+    }
+
+    /// Sends a proposed change to etcd; answers the connection once it is decided, or judges the
+    /// request again after a lost race.
+    private func commitInCluster(
+        _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, proposal: CountdownProposal,
+        request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica, attempt: Int
+    ) {
         cluster.change(key, to: value, expecting: expectation) { [unowned self] outcome in
             switch outcome {
             case .committed(let revision):
@@ -199,27 +221,45 @@ extension Daemon {
         connection.output.append(out)
     }
 
-    /// Countdowns the replica found due: each host proposes the `done` (or the removal at the end
-    /// of retention) in a transaction compared on the countdown's revision; one commits, and its
-    /// change comes back through every host's watch. The others' fail, as they should.
+    /// How long past a deadline the other hosts leave its `done` to the host that wrote the
+    /// countdown's current value, before one of them proposes it: that host may be gone.
+    static let takeOverGraceNanoseconds: Int64 = 2_000_000_000
+
+    /// Countdowns the replica found due. The `done` (or the removal at the end of retention) is
+    /// made by the engine's own rules on a scratch copy (`late_ms` and all) and proposed in a
+    /// transaction compared on the revision of the change the replica holds: the `started`,
+    /// `resumed` or `extended` it finishes, never a revision read afresh. So it commits at most
+    /// once: a host whose copy is behind fails its comparison and learns the outcome from the
+    /// watch. The host that wrote the countdown proposes at the deadline; the others wait
+    /// `takeOverGraceNanoseconds` for it.
     func raceDueChanges() {
         guard let cluster else { return }
         let due = engine.takeDue()
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
-        let clock = SystemClock.mapping()
+        let now = SystemClock.now()
+        let clock = SystemClock.mapping(at: now)
         for key in due.finish {
-            guard var state = engine.persistentState(of: key), state.state == .running else { continue }
-            state.state = .done
-            state.finishedAt = state.deadline
+            guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
+            if cluster.writers[key] != cluster.hostID && now.nanoseconds(since: deadline) < Self.takeOverGraceNanoseconds {
+                continue  // Asked again a second later (`takeDue`).
+            }
+            let finished = try? engine.proposal(for: key, now: now) { scratch, events throws(ProtocolError) in
+                scratch.advance(to: now, events: &events)
+                return try scratch.status(of: key, now: now)
+            }
+            guard let finished, let state = finished.state, state.state == .done else { continue }
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
-            cluster.withRevision(of: key) { since in
-                cluster.change(key, to: value, expecting: .unchangedSince(since)) { _ in }
+            cluster.withRevision(of: key) { [unowned self] revision in
+                // Still running in the replica, at the revision it finishes: else someone was first.
+                guard let revision, engine.persistentState(of: key)?.state == .running else { return }
+                cluster.change(key, to: value, expecting: .unchangedSince(revision)) { _ in }
             }
         }
         for key in due.forget {
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
-            cluster.withRevision(of: key) { since in
-                cluster.change(key, to: nil, expecting: .unchangedSince(since)) { _ in }
+            cluster.withRevision(of: key) { [unowned self] revision in
+                guard let revision, engine.persistentState(of: key).map({ !$0.state.isActive }) == true else { return }
+                cluster.change(key, to: nil, expecting: .unchangedSince(revision)) { _ in }
             }
         }
     }

@@ -112,7 +112,7 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("a race lost to another host is a conflict with the winner's value, whose revision the next attempt compares on")
+    @Test("a race lost to another host is a conflict with the winner's value; the replica's revision stays the one it applied (a done compared on the winner's revision was a second done)")
     func lostRace() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
@@ -125,7 +125,7 @@ struct ClusterReplicaTests {
             return
         }
         #expect(found.operation == "other-host-1-9")
-        #expect(queue.sync { replica.modifiedAt["otp:1"] } == 60)
+        #expect(queue.sync { replica.appliedAt["otp:1"] } == nil, "only the watch sets it, when it brings the winner's change")
     }
 
     @Test("the watch resumes after the kept revision, applies changes in order once each, and releases a waiter at its revision")
@@ -179,7 +179,7 @@ struct ClusterReplicaTests {
         queue.sync {
             #expect(loaded.loads.map(\.0) == [1] && loaded.loads.map(\.1) == [31])
             #expect(store.watches.count == 2 && store.watches[1].from == 32, "watched from after the read")
-            #expect(replica.modifiedAt["otp:1"] == 25)
+            #expect(replica.appliedAt["otp:1"] == 25)
         }
     }
 }

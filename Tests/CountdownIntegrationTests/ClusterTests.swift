@@ -11,8 +11,71 @@ extension Integration {
     )
     struct ClusterTests {
         /// A daemon in cluster mode on `etcd`, with its own socket.
-        private func clusterDaemon(_ etcd: EtcdCluster, arguments: [String] = []) throws -> DaemonProcess {
-            try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")] + arguments)
+        private func clusterDaemon(
+            _ etcd: EtcdCluster, arguments: [String] = [], directory: TemporaryDirectory = TemporaryDirectory()
+        ) throws -> DaemonProcess {
+            try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")] + arguments, directory: directory)
+        }
+
+        /// How a host misses the deadlines of the countdowns it started.
+        enum DeadlineFault: String, CaseIterable, CustomTestStringConvertible {
+            case restartedBySIGTERM, restartedBySIGKILL, stoppedBySIGSTOP, allHostsDown
+            var testDescription: String { rawValue }
+        }
+
+        @Test(
+            "a host that started 40 countdowns misses their deadlines (restarted by SIGTERM or SIGKILL, SIGSTOPped for the deadlines, or every host down past them): each done is written to etcd once",
+            arguments: DeadlineFault.allCases
+        )
+        func doneOnceAcrossFaults(fault: DeadlineFault) throws {
+            let etcd = try EtcdCluster()
+            let directoryA = TemporaryDirectory(), directoryB = TemporaryDirectory()
+            var hostA = try clusterDaemon(etcd, directory: directoryA)
+            var hostB = try clusterDaemon(etcd, directory: directoryB)
+            let names = (0..<40).map { "d\($0)" }
+            let a = try hostA.connect()
+            for (index, name) in names.enumerated() {
+                #expect(try a.request("START \(name) \(3000 + 25 * index)ms").countdown?.state == .running)
+            }
+            let lastDeadline = try #require(try a.request("STATUS d39").countdowns.first?.deadlineUnixMilliseconds)
+            switch fault {
+            case .restartedBySIGTERM:
+                _ = hostA.terminate()
+                hostA = try clusterDaemon(etcd, directory: directoryA)
+            case .restartedBySIGKILL:
+                hostA.crash()
+                hostA = try clusterDaemon(etcd, directory: directoryA)
+            case .stoppedBySIGSTOP:
+                kill(hostA.pid, SIGSTOP)
+                // B finishes them (after its grace for the host that wrote them); then A wakes
+                // with a copy in which all 40 still run.
+                try waitUntil(timeout: 60) { try hostB.connect().request("LIST STATE done").countdowns.count == 40 }
+                kill(hostA.pid, SIGCONT)
+            case .allHostsDown:
+                hostA.crash()
+                hostB.crash()
+                try waitUntil(timeout: 60) { unixNowMilliseconds() > Double(lastDeadline) + 500 }
+                // Both at once, each from its own copy: the fault that finished 131 of 300 twice.
+                hostA = try clusterDaemon(etcd, directory: directoryA)
+                hostB = try clusterDaemon(etcd, directory: directoryB)
+            }
+            for host in [hostA, hostB] {
+                try waitUntil(timeout: 60) { try host.connect().request("LIST STATE done").countdowns.count == 40 }
+            }
+            // Three more seconds on A (its own witness done), past every retry it would make.
+            let onA = try hostA.connect()
+            _ = try onA.request("SUBSCRIBE witness EVENTS done")
+            _ = try onA.request("START witness 3s")
+            _ = try onA.waitForEvent(timeout: 30) { $0.name == "witness" }
+            let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
+            for name in names {
+                // Written twice: started, then done; a second done would make it 3.
+                #expect(versions["/countdownd/\(name)"]?.version == 2, "\(name): \(String(describing: versions["/countdownd/\(name)"]))")
+            }
+            if fault == .allHostsDown || fault == .stoppedBySIGSTOP {
+                // Finished late, by the engine's rule: the done says how late.
+                #expect(names.allSatisfy { versions["/countdownd/\($0)"]?.value.contains(#""late_ms":"#) == true }, "\(versions["/countdownd/d0"]?.value ?? "-")")
+            }
         }
 
         @Test("START races between two hosts: in each of 1,000 rounds exactly one gets OK, the other busy with the time left")

@@ -126,6 +126,25 @@ public final class EtcdCluster {
         return Self.post(endpoint, path: "/v3/kv/compaction", body: #"{"revision":"\#(revision)","physical":true}"#) != nil
     }
 
+    /// Every key under `prefix` with how many times it was written since it was created (etcd's
+    /// own `version`) and its value now: a countdown started and then done once is at 2, one
+    /// finished twice at 3. `nil` when the member does not answer.
+    public func versions(under prefix: String, through index: Int = 0) -> [String: (version: Int, value: String)]? {
+        var end = Array(prefix.utf8)
+        end[end.count - 1] += 1
+        let body = #"{"key":"\#(Data(prefix.utf8).base64EncodedString())","range_end":"\#(Data(end).base64EncodedString())"}"#
+        guard let reply = Self.post(members[index].clientURL, path: "/v3/kv/range", body: body),
+              let object = try? JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any] else { return nil }
+        var versions: [String: (version: Int, value: String)] = [:]
+        for pair in object["kvs"] as? [[String: Any]] ?? [] {
+            guard let key = (pair["key"] as? String).flatMap({ Data(base64Encoded: $0) }),
+                  let version = (pair["version"] as? String).flatMap(Int.init),
+                  let value = (pair["value"] as? String).flatMap({ Data(base64Encoded: $0) }) else { continue }
+            versions[String(decoding: key, as: UTF8.self)] = (version, String(decoding: value, as: UTF8.self))
+        }
+        return versions
+    }
+
     /// Every value `key` was written with, oldest first, from etcd's own history: the key read
     /// at each revision up to the current one (one entry per write, by its mod revision). For
     /// counting writes, such as `done`s, that no subscriber has to have seen. Needs the history

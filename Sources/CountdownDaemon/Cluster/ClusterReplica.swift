@@ -38,8 +38,14 @@ final class ClusterReplica: @unchecked Sendable {
     private let logger: Logger
     /// The last revision applied to the replica.
     private(set) var revision: Int64 = 0
-    /// Each countdown's last change, for transactions that compare on it.
-    private(set) var modifiedAt: [String: Int64] = [:]
+    /// The revision of the change this replica holds for each countdown: what a transaction
+    /// compares on. Set only when the replica applies a change (the watch, a full read), never
+    /// from a revision read afresh: a host that compared a `done` on a revision it fetched after
+    /// another host's `done` made a second one.
+    private(set) var appliedAt: [String: Int64] = [:]
+    /// Which host wrote each countdown's current value (`ClusterValue.writer`): that host
+    /// proposes its `done`; the others wait a grace period for it.
+    private(set) var writers: [String: String] = [:]
     private var watch: EtcdWatch?
     /// Whether the watch is running (for STATUS and STATS).
     private(set) var isWatching = false
@@ -178,18 +184,30 @@ final class ClusterReplica: @unchecked Sendable {
         }
     }
 
-    /// Runs `body` with the revision of the countdown's last change: known from the watch, or
-    /// (after a restart from the local copy, which does not keep it) asked of etcd.
-    func withRevision(of key: String, _ body: @escaping (Int64) -> Void) {
-        if let known = modifiedAt[key] {
+    /// Runs `body` with the revision of the change the replica holds for `key`: known from the
+    /// watch, or (after a restart from the local copy, which does not keep it) asked of etcd, and
+    /// then used only if the replica has applied that revision already, so it is the change the
+    /// replica holds. A newer one is waited for: the watch brings it, and with it the revision.
+    /// `nil` when etcd has no such key, cannot be asked, or the watch did not catch up.
+    func withRevision(of key: String, _ body: @escaping (Int64?) -> Void) {
+        if let known = appliedAt[key] {
             body(known)
             return
         }
         let fullKey = configuration.prefix + key
         client.transaction(if: [], then: [.get(fullKey)], else: []) { [self] result in
-            guard case .success(let outcome) = result, let current = outcome.ranges.first?.first else { return }
-            if modifiedAt[key] == nil { modifiedAt[key] = current.modRevision }
-            body(current.modRevision)
+            guard case .success(let outcome) = result, let current = outcome.ranges.first?.first else {
+                body(appliedAt[key])
+                return
+            }
+            if let known = appliedAt[key] {
+                body(known)  // The watch brought it meanwhile.
+            } else if current.modRevision <= revision {
+                appliedAt[key] = current.modRevision
+                body(current.modRevision)
+            } else {
+                afterRevision(current.modRevision) { [self] _ in body(appliedAt[key]) }
+            }
         }
     }
 
@@ -201,7 +219,8 @@ final class ClusterReplica: @unchecked Sendable {
                 schedule(after: 1) { [self] in readEverything(first: first) }
             case .success(let (keyValues, readAt)):
                 var countdowns: [(key: String, value: ClusterValue)] = []
-                modifiedAt.removeAll(keepingCapacity: true)
+                appliedAt.removeAll(keepingCapacity: true)
+                writers.removeAll(keepingCapacity: true)
                 for keyValue in keyValues {
                     let key = String(keyValue.key.dropFirst(configuration.prefix.count))
                     guard let value = ClusterValue.decode(keyValue.value) else {
@@ -210,7 +229,8 @@ final class ClusterReplica: @unchecked Sendable {
                         continue
                     }
                     countdowns.append((key, value))
-                    modifiedAt[key] = keyValue.modRevision
+                    appliedAt[key] = keyValue.modRevision
+                    writers[key] = value.writer
                 }
                 revision = readAt
                 load(countdowns, readAt)
@@ -232,11 +252,13 @@ final class ClusterReplica: @unchecked Sendable {
                 switch event.kind {
                 case .put:
                     guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
-                    modifiedAt[key] = changedAt
+                    appliedAt[key] = changedAt
+                    writers[key] = value.writer
                     noteClock(of: value)
                     apply(key, value, changedAt)
                 case .delete:
-                    modifiedAt[key] = nil
+                    appliedAt[key] = nil
+                    writers[key] = nil
                     apply(key, nil, changedAt)
                 }
                 revision = changedAt
@@ -345,9 +367,8 @@ final class ClusterReplica: @unchecked Sendable {
                 if let value, let found, found.operation == value.operation {
                     completion(.committed(revision))  // Our first attempt did commit.
                 } else {
-                    // What etcd has now; after a restart from the local copy this host may not
-                    // have known the countdown's revision, and the retry needs it.
-                    if current != nil, (modifiedAt[key] ?? 0) < revision { modifiedAt[key] = revision }
+                    // What etcd has now. The replica's revision stays as it is: the watch brings
+                    // the winner's change, and a retry compares on that once it is applied.
                     completion(.conflict(found, revision: revision))
                 }
             }

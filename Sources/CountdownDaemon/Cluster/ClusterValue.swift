@@ -18,6 +18,8 @@ struct ClusterValue: Codable, Equatable {
     var owner: UInt32
     /// Started with `AT`: the deadline is that wall-clock time.
     var pinned: Bool?
+    /// Done more than a second after its deadline: how late (the engine's rule).
+    var lateMilliseconds: Int64?
     /// The lifecycle event this value announces.
     var event: EventKind
     var eventRemainingMilliseconds: Int64
@@ -30,6 +32,7 @@ struct ClusterValue: Codable, Equatable {
     enum CodingKeys: String, CodingKey {
         case version = "v", state, totalMilliseconds = "total_ms", deadlineUnixMilliseconds = "deadline_unix_ms"
         case remainingMilliseconds = "remaining_ms", finishedUnixMilliseconds = "finished_unix_ms", owner, pinned, event
+        case lateMilliseconds = "late_ms"
         case eventRemainingMilliseconds = "event_remaining_ms", operation = "op", writtenUnixMilliseconds = "written_unix_ms"
     }
 
@@ -42,6 +45,7 @@ struct ClusterValue: Codable, Equatable {
         finishedUnixMilliseconds = state.state.isActive ? nil : state.finishedAt.map { clock.unixMilliseconds(of: $0) }
         owner = state.owner
         pinned = state.pinnedUnixMilliseconds != nil ? true : nil
+        lateMilliseconds = state.state == .done ? state.lateMilliseconds : nil
         self.event = event
         self.eventRemainingMilliseconds = eventRemainingMilliseconds
         self.operation = operation
@@ -61,6 +65,7 @@ struct ClusterValue: Codable, Equatable {
             name: key, state: state, totalMilliseconds: totalMilliseconds, deadline: deadline,
             remainingNanoseconds: (remainingMilliseconds ?? 0) * 1_000_000,
             finishedAt: finishedUnixMilliseconds.map { clock.instant(ofUnixMilliseconds: $0) }, owner: owner,
+            lateMilliseconds: state == .done ? lateMilliseconds : nil,
             pinnedUnixMilliseconds: pinned == true ? deadlineUnixMilliseconds : nil
         )
     }
