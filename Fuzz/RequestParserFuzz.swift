@@ -23,13 +23,19 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
             guard case .line(let line) = frame else { continue }
             // Every line also moves time forward a little, by its first byte in milliseconds.
             now = now.advanced(byMilliseconds: Int64(line.first ?? 0) * 13)
+            if line.count % 11 == 0 {
+                // And some lines are a sleep of the machine, of their length in seconds.
+                let slept = Int64(line.count) * 1_000_000_000
+                now = now.advanced(byNanoseconds: slept)
+                engine.machineSlept(for: slept, now: now, events: &events)
+            }
             engine.advance(to: now, events: &events)
             do {
                 guard let request = try RequestParser.parse(line) else { continue }
                 let uid: UInt32 = line.count % 3 == 0 ? 0 : 1000
                 switch request {
-                case .start(let name, let ms, let replace):
-                    WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, now: now, events: &events), clock: clock, to: &out)
+                case .start(let name, let ms, let replace, let onSuspend):
+                    WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, onSuspend: onSuspend, now: now, events: &events), clock: clock, to: &out)
                 case .startAt(let name, let unix, let replace):
                     let ms = unix - clock.unixMilliseconds(of: now)
                     WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, pinnedTo: unix, now: now, events: &events), clock: clock, to: &out)
