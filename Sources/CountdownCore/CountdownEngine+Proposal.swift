@@ -12,9 +12,12 @@ public struct CountdownProposal: Sendable, Equatable {
 extension CountdownEngine {
     /// Computes a change to the countdown `key` without making it: the change runs, with the
     /// engine's own rules and errors, on a scratch engine holding only that countdown as it is
-    /// here. A replica (cluster mode) proposes changes this way and lets the shared store decide.
+    /// here; a change that would create the countdown must also fit in this engine
+    /// (`checkRoom`). A replica (cluster mode) proposes changes this way and lets the shared
+    /// store decide.
     /// - Parameter change: the mutation, as the engine's API makes it.
-    /// - Throws: whatever the mutation throws (`busy`, `not-found`, `bad-duration`, `forbidden`).
+    /// - Throws: whatever the mutation throws (`busy`, `not-found`, `bad-duration`, `forbidden`),
+    ///   and `limit`.
     public func proposal(
         for key: String, now: Instant,
         _ change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
@@ -23,6 +26,9 @@ extension CountdownEngine {
         scratch.revert(key, to: persistentState(of: key), now: now)
         var events: [CountdownEvent] = []
         let reply = try change(&scratch, &events)
+        if record(named: key) == nil, let created = scratch.persistentState(of: key) {
+            try checkRoom(forNewCountdownOf: created.owner)
+        }
         return CountdownProposal(state: scratch.persistentState(of: key), event: events.last { $0.kind.isLifecycle }, reply: reply)
     }
 }

@@ -445,24 +445,7 @@ public struct CountdownEngine {
             slot = existing
             generation = old.generation &+ 1
         } else {
-            guard slotsByName.count < configuration.maximumCountdowns else {
-                throw ProtocolError(
-                    .limit,
-                    "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
-                )
-            }
-            guard slotsByName.count < RootReserve.usable(of: configuration.maximumCountdowns, by: requester) else {
-                throw ProtocolError(
-                    .limit,
-                    "the daemon holds \(slotsByName.count) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
-                )
-            }
-            guard requester == 0 || tally(of: requester).held < configuration.maximumCountdownsPerOwner else {
-                throw ProtocolError(
-                    .limit,
-                    "uid \(requester) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
-                )
-            }
+            try checkRoom(forNewCountdownOf: requester)
             slot = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
             countHeld(by: requester, 1)
@@ -486,6 +469,31 @@ public struct CountdownEngine {
         scheduleNext(slot: slot, now: now)
         dropStaleTop()
         return snapshot(of: record, now: now)
+    }
+
+    /// Whether one more countdown of `owner` fits: `--max-countdowns` (less root's reserve for
+    /// others) and `--max-countdowns-per-user`, counting finished ones until they are removed.
+    /// A replica (cluster mode) holds the fleet's countdowns, so it counts the fleet's.
+    /// - Throws: `limit`, saying which one and what to do.
+    public func checkRoom(forNewCountdownOf owner: UInt32) throws(ProtocolError) {
+        guard slotsByName.count < configuration.maximumCountdowns else {
+            throw ProtocolError(
+                .limit,
+                "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
+            )
+        }
+        guard slotsByName.count < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {
+            throw ProtocolError(
+                .limit,
+                "the daemon holds \(slotsByName.count) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
+            )
+        }
+        guard owner == 0 || tally(of: owner).held < configuration.maximumCountdownsPerOwner else {
+            throw ProtocolError(
+                .limit,
+                "uid \(owner) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
+            )
+        }
     }
 
     /// Cancels a running or paused countdown. It stays visible, `cancelled`, for the retention period.

@@ -156,4 +156,32 @@ struct EngineProposalTests {
         }
         #expect(fresh.state?.state == .running && fresh.event?.kind == .started && fresh.reply.remainingMilliseconds == 5000)
     }
+
+    @Test("a proposal that creates a countdown must fit the replica's limits, counted over all it holds; one that reuses a name need not")
+    func proposalsKeepTheLimits() throws {
+        var clock = ManualClock(configuration: EngineConfiguration(maximumCountdowns: 100, maximumCountdownsPerOwner: 2))
+        try clock.start("a", 60_000, uid: 1000)
+        try clock.start("b", 1_000, uid: 1000)
+        clock.advance(byMilliseconds: 2_000)  // b is done, and still counts.
+        let engine = clock.engine
+        func start(_ name: String, uid: UInt32) throws(ProtocolError) -> CountdownProposal {
+            try engine.proposal(for: name, now: clock.now) { e, events throws(ProtocolError) in
+                try e.start(name, milliseconds: 5000, replace: false, requester: uid, now: clock.now, events: &events)
+            }
+        }
+        let refused = #expect(throws: ProtocolError.self) { try start("c", uid: 1000) }
+        #expect(refused?.code == .limit && refused?.message.contains("uid 1000 already holds its maximum of 2") == true, "\(String(describing: refused))")
+        #expect(try start("b", uid: 1000).state?.state == .running, "a finished name starts again in its own slot")
+        #expect(try start("c", uid: 1001).state?.state == .running, "another uid has room")
+        let root = EngineConfiguration(maximumCountdowns: 2)
+        var full = ManualClock(configuration: root)
+        try full.start("x", 60_000, uid: 0)
+        try full.start("y", 60_000, uid: 0)
+        let whole = #expect(throws: ProtocolError.self) {
+            try full.engine.proposal(for: "z", now: full.now) { e, events throws(ProtocolError) in
+                try e.start("z", milliseconds: 5000, replace: false, requester: 0, now: full.now, events: &events)
+            }
+        }
+        #expect(whole?.code == .limit && whole?.message.contains("--max-countdowns") == true)
+    }
 }

@@ -17,6 +17,30 @@ extension Integration {
             try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")] + arguments, directory: directory)
         }
 
+        @Test("--max-countdowns holds across the fleet: counted from each host's replica, the 11th START is refused on the host that took the 10 and on the other")
+        func fleetWideLimit() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd, arguments: ["--max-countdowns", "10"])
+            let hostB = try clusterDaemon(etcd, arguments: ["--max-countdowns", "10"])
+            let a = try hostA.connect(), b = try hostB.connect()
+            for index in 0..<10 {
+                #expect(try a.request("START c\(index) 1h").countdown != nil)
+            }
+            guard case .error(.limit?, _, let message) = try a.request("START c10 1h").outcome else {
+                Issue.record("the 11th START through one host was accepted")
+                return
+            }
+            #expect(message.contains("maximum of 10 countdowns"), "\(message)")
+            try waitUntil(timeout: 30) { try b.request("LIST").countdowns.count == 10 }
+            guard case .error(.limit?, _, _) = try b.request("START elsewhere 1h").outcome else {
+                Issue.record("the other host accepted an 11th")
+                return
+            }
+            // A name already held starts again in its own place.
+            _ = try a.request("CANCEL c0")
+            #expect(try b.request("START c0 1h").countdown?.state == .running)
+        }
+
         /// How a host misses the deadlines of the countdowns it started.
         enum DeadlineFault: String, CaseIterable, CustomTestStringConvertible {
             case restartedBySIGTERM, restartedBySIGKILL, stoppedBySIGSTOP, allHostsDown

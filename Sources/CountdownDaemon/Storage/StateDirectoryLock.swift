@@ -16,6 +16,8 @@ final class StateDirectoryLock {
             descriptor = open(path, O_RDONLY | O_CLOEXEC)
         }
         guard descriptor >= 0 else {
+            // The directory was just made: gone again means it was deleted (again) meanwhile.
+            if errno == ENOENT { throw .directoryGone(path: directory) }
             throw .system(what: "cannot open the lock file \(path)", errno: errno)
         }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
