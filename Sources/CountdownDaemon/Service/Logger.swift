@@ -49,7 +49,7 @@ final class Logger {
         guard level <= threshold else { return }
         let text = message()
         if usesJournal {
-            var entry = JournalEntry(priority: level, message: text)
+            var entry = SystemdJournalEntry(priority: level, message: text)
             for (name, value) in fields {
                 entry.append(name, value)
             }

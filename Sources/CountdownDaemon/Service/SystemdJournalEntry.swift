@@ -6,7 +6,7 @@ import Glibc
 ///
 /// `sd_journal_send` is variadic and cannot be called from Swift; `sd_journal_sendv` takes the
 /// iovec array, which this type builds without a separate allocation per field.
-struct JournalEntry: Equatable {
+struct SystemdJournalEntry: Equatable {
     /// The bytes of every field, back to back.
     private(set) var buffer: [UInt8] = []
     /// Where each field lies in `buffer`.

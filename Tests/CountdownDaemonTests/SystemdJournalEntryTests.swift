@@ -6,7 +6,7 @@ import Testing
 struct JournalEntryTests {
     @Test("an entry carries PRIORITY, SYSLOG_IDENTIFIER, MESSAGE and the countdown fields, in one buffer")
     func fields() {
-        var entry = JournalEntry(priority: .info, message: "tea: done after 3m")
+        var entry = SystemdJournalEntry(priority: .info, message: "tea: done after 3m")
         entry.append("COUNTDOWN_NAME", "tea")
         entry.append("COUNTDOWN_EVENT", "done")
         #expect(entry.fields == [
@@ -20,7 +20,7 @@ struct JournalEntryTests {
 
     @Test("values may hold newlines and '=' unchanged: the iovec form needs no escaping")
     func binarySafeValues() {
-        var entry = JournalEntry(priority: .warning, message: "two\nlines = fine")
+        var entry = SystemdJournalEntry(priority: .warning, message: "two\nlines = fine")
         entry.append("COUNTDOWN_NAME", "a=b")
         #expect(entry.fields[2] == "MESSAGE=two\nlines = fine")
         #expect(entry.fields[3] == "COUNTDOWN_NAME=a=b")
@@ -32,8 +32,8 @@ struct JournalEntryTests {
         (String(repeating: "A", count: 65), false),
     ])
     func fieldNames(name: String, valid: Bool) {
-        #expect(JournalEntry.isValidFieldName(name) == valid)
-        var entry = JournalEntry(priority: .debug, message: "m")
+        #expect(SystemdJournalEntry.isValidFieldName(name) == valid)
+        var entry = SystemdJournalEntry(priority: .debug, message: "m")
         entry.append(name, "v")
         #expect(entry.fields.count == (valid ? 4 : 3), "invalid names are dropped, never sent")
     }
@@ -41,7 +41,7 @@ struct JournalEntryTests {
     @Test("sending reaches the journal's socket as one datagram of FIELD=value lines; without a journal it is dropped quietly")
     func sendToJournalSocket() throws {
         let socketPath = "/run/systemd/journal/socket"
-        var entry = JournalEntry(priority: .info, message: "probe from the test suite")
+        var entry = SystemdJournalEntry(priority: .info, message: "probe from the test suite")
         entry.append("COUNTDOWN_EVENT", "done")
         if access(socketPath, F_OK) == 0 {
             let probe = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
