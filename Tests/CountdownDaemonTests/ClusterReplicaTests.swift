@@ -1,6 +1,7 @@
 @testable import CountdownDaemon
 import CountdownCore
 import Dispatch
+import Glibc
 import Testing
 
 @Suite("The cluster replica against a scripted etcd: lost answers, lost races, the watch")
@@ -93,6 +94,34 @@ struct ClusterReplicaTests {
         #expect(sent.count == 2)
         guard case .failed(.ambiguous("second"))? = outcome else {
             Issue.record("\(String(describing: outcome))")
+            return
+        }
+    }
+
+    @Test("the retry shares the first attempt's deadline: a change is answered within 3 s in all, and with too little time left it is not retried")
+    func retryWithinTheDeadline() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        // The first attempt's answer is lost after 1 s of its 3.
+        let (outcome, sent) = change(replica, store, value: value(replica), answers: [
+            { _ in usleep(1_000_000); return .failure(.ambiguous("lost")) },
+            { _ in .success(EtcdTransactionResult(succeeded: true, revision: 9, ranges: [])) },
+        ])
+        let first = try #require(sent.first?.timeoutMilliseconds)
+        #expect(first <= ClusterReplica.changeTimeoutMilliseconds && first > 2900, "the whole 3 s: \(first) ms")
+        let second = try #require(sent.count == 2 ? sent[1].timeoutMilliseconds : nil)
+        #expect(second <= 2000 && second > 1000, "what was left of the 3 s: \(second) ms")
+        guard case .committed(9)? = outcome else {
+            Issue.record("\(String(describing: outcome))")
+            return
+        }
+        // Lost after 2.8 s: too little left to try again; the client learns it at once.
+        let (late, lateSent) = change(replica, store, value: value(replica), answers: [
+            { _ in usleep(2_800_000); return .failure(.ambiguous("lost late")) },
+        ])
+        #expect(lateSent.count == 1)
+        guard case .failed(.ambiguous("lost late"))? = late else {
+            Issue.record("\(String(describing: late))")
             return
         }
     }

@@ -57,6 +57,10 @@ final class ClusterReplica: @unchecked Sendable {
     private let housekeepingDescriptor: Int32
     private var housekeepingToken: EventPoller.Token?
     private let poller: EventPoller
+    /// The most a change takes, its retry included: the bound CLUSTER.md promises.
+    static let changeTimeoutMilliseconds = 3000
+    /// A retry is sent only with at least this much of the change's time left.
+    static let minimumRetryMilliseconds: Int64 = 250
     /// How long a host waits for its watch to bring a change it committed before it suspects
     /// the watch (a member stopped or cut off holds it silently) and answers anyway.
     static let catchUpTimeoutNanoseconds: Int64 = 2_000_000_000
@@ -341,10 +345,16 @@ final class ClusterReplica: @unchecked Sendable {
     /// out) is sent once more to the next member with the same operation id. Whichever of the
     /// two commits first wins, the other fails its comparison; a conflict that shows this very
     /// operation's value is the first one having committed, so it counts as committed.
+    ///
+    /// Both attempts share one deadline, `changeTimeoutMilliseconds` from the first: a change is
+    /// answered within it, whichever members are stopped.
     func change(
-        _ key: String, to value: ClusterValue?, expecting expectation: Expectation, retried: Bool = false,
+        _ key: String, to value: ClusterValue?, expecting expectation: Expectation, deadline: Instant? = nil,
         completion: @escaping (ChangeOutcome) -> Void
     ) {
+        let retried = deadline != nil
+        let deadline = deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
+        let left = Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000)
         let fullKey = configuration.prefix + key
         let compare: EtcdClient.Compare
         switch expectation {
@@ -352,10 +362,11 @@ final class ClusterReplica: @unchecked Sendable {
         case .unchangedSince(let revision): compare = .modifiedAt(fullKey, revision)
         }
         let operation: EtcdClient.Operation = value.map { .put(fullKey, $0.encoded, lease: nil) } ?? .delete(fullKey)
-        client.transaction(if: [compare], then: [operation], else: [.get(fullKey)]) { [self] result in
+        client.transaction(if: [compare], then: [operation], else: [.get(fullKey)], timeoutMilliseconds: max(left, 1)) { [self] result in
             switch result {
-            case .failure(.ambiguous) where !retried && value != nil:
-                change(key, to: value, expecting: expectation, retried: true, completion: completion)
+            case .failure(.ambiguous) where !retried && value != nil
+                && deadline.nanoseconds(since: SystemClock.now()) >= Self.minimumRetryMilliseconds * 1_000_000:
+                change(key, to: value, expecting: expectation, deadline: deadline, completion: completion)
             case .failure(let error):
                 completion(.failed(error))
             case .success(let outcome) where outcome.succeeded:

@@ -1,3 +1,4 @@
+import CountdownCore
 import Dispatch
 import Foundation
 
@@ -73,7 +74,8 @@ final class EtcdClient {
     // MARK: - Calls
 
     /// POSTs `body` to `path` on a member, trying the next one for as long as none could be
-    /// reached. `completion` runs on the queue with the decoded JSON object.
+    /// reached, all within `timeoutMilliseconds`. `completion` runs on the queue with the
+    /// decoded JSON object.
     func call(
         _ path: String, _ body: [String: Any], timeoutMilliseconds: Int = 3000,
         completion: @escaping (Result<[String: Any], EtcdError>) -> Void
@@ -83,13 +85,16 @@ final class EtcdClient {
             completion(.failure(.malformed("the request could not be encoded")))
             return
         }
-        attempt(path, Array(bytes), timeoutMilliseconds: timeoutMilliseconds, triesLeft: endpoints.count, completion: completion)
+        let deadline = SystemClock.now().advanced(byMilliseconds: Int64(timeoutMilliseconds))
+        attempt(path, Array(bytes), deadline: deadline, triesLeft: endpoints.count, completion: completion)
     }
 
     private func attempt(
-        _ path: String, _ body: [UInt8], timeoutMilliseconds: Int, triesLeft: Int, authenticated: Bool = false,
+        _ path: String, _ body: [UInt8], deadline: Instant, triesLeft: Int, authenticated: Bool = false,
         completion: @escaping (Result<[String: Any], EtcdError>) -> Void
     ) {
+        // Every member tried shares the call's time: a call never takes longer than it was given.
+        let timeoutMilliseconds = max(1, Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000))
         let endpoint = endpoints[currentEndpoint]
         let request = HTTPRequest(
             url: endpoint + path, body: body, headers: headers(), timeoutMilliseconds: timeoutMilliseconds, tls: tlsFiles
@@ -98,11 +103,11 @@ final class EtcdClient {
             switch result {
             case .failure(let failure) where !failure.mayHaveArrived:
                 rotate(from: endpoint)
-                guard triesLeft > 1 else {
+                guard triesLeft > 1, deadline.nanoseconds(since: SystemClock.now()) > 50_000_000 else {
                     completion(.failure(.unreachable("\(endpoint): \(failure.message)")))
                     return
                 }
-                attempt(path, body, timeoutMilliseconds: timeoutMilliseconds, triesLeft: triesLeft - 1, completion: completion)
+                attempt(path, body, deadline: deadline, triesLeft: triesLeft - 1, completion: completion)
             case .failure(let failure):
                 rotate(from: endpoint)
                 completion(.failure(.ambiguous("\(endpoint): \(failure.message)")))
@@ -115,7 +120,7 @@ final class EtcdClient {
                         if let error {
                             completion(.failure(error))
                         } else {
-                            attempt(path, body, timeoutMilliseconds: timeoutMilliseconds, triesLeft: triesLeft, authenticated: true, completion: completion)
+                            attempt(path, body, deadline: deadline, triesLeft: triesLeft, authenticated: true, completion: completion)
                         }
                     }
                     return

@@ -8,6 +8,8 @@ final class ScriptedEtcd: EtcdTransport {
         var compares: [EtcdClient.Compare]
         var success: [EtcdClient.Operation]
         var failure: [EtcdClient.Operation]
+        /// The time it was given, in milliseconds.
+        var timeoutMilliseconds: Int = 3000
         var completion: (Result<EtcdTransactionResult, EtcdError>) -> Void
 
         /// The value the success branch puts, decoded.
@@ -40,7 +42,7 @@ final class ScriptedEtcd: EtcdTransport {
         if compares: [EtcdClient.Compare], then success: [EtcdClient.Operation], else failure: [EtcdClient.Operation],
         timeoutMilliseconds: Int, completion: @escaping (Result<EtcdTransactionResult, EtcdError>) -> Void
     ) {
-        transactions.append(Transaction(compares: compares, success: success, failure: failure, completion: completion))
+        transactions.append(Transaction(compares: compares, success: success, failure: failure, timeoutMilliseconds: timeoutMilliseconds, completion: completion))
     }
 
     func range(prefix: String, completion: @escaping (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void) {
