@@ -191,6 +191,30 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("clock offsets come from changes that arrive live: history replayed after a restart is downtime, not skew")
+    func skewFromLiveChangesOnly() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        queue.sync {
+            replica.resume(from: 10)
+            replica.start()
+        }
+        let watch = try #require(queue.sync { store.watches.first })
+        // Written by another host 90 s ago, while this one was down; replayed now.
+        var old = value(replica, operation: "other-host-1-1")
+        old.writtenUnixMilliseconds = SystemClock.mapping().unixMilliseconds - 90_000
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 11))], 20)
+            #expect(replica.largestSkewMilliseconds == 0 && replica.skews.isEmpty, "replayed: no sample")
+        }
+        // Then one written just now, the newest when etcd sent it: a sample, near 0.
+        let live = value(replica, operation: "other-host-1-2")
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(live, revision: 21))], 21)
+            #expect(replica.skews.count == 1 && abs(replica.largestSkewMilliseconds) < 1000, "\(replica.largestSkewMilliseconds)")
+        }
+    }
+
     @Test("a compacted watch reads everything again, loads it, and watches from the revision read")
     func compactedWatch() throws {
         let store = ScriptedEtcd()

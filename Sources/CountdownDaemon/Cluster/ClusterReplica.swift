@@ -248,7 +248,7 @@ final class ClusterReplica: @unchecked Sendable {
 
     private func startWatch() {
         isWatching = true
-        watch = client.watch(prefix: configuration.prefix, from: revision + 1, onEvents: { [self] events, _ in
+        watch = client.watch(prefix: configuration.prefix, from: revision + 1, onEvents: { [self] events, sentAt in
             for event in events {
                 let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
                 let changedAt = event.keyValue.modRevision
@@ -258,7 +258,7 @@ final class ClusterReplica: @unchecked Sendable {
                     guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
                     appliedAt[key] = changedAt
                     writers[key] = value.writer
-                    noteClock(of: value)
+                    if changedAt == sentAt { noteClock(of: value) }
                     apply(key, value, changedAt)
                 case .delete:
                     appliedAt[key] = nil
@@ -281,9 +281,14 @@ final class ClusterReplica: @unchecked Sendable {
         })
     }
 
-    /// Updates the skew estimate of the host that wrote `value`.
+    /// Updates the skew estimate of the host that wrote `value`, a change that came live (the
+    /// newest in etcd when the watch sent it): history replayed after a restart or a
+    /// reconnection arrives long after it was written, and that is downtime, not skew. Nor is a
+    /// sample taken while this host's own changes come back slowly (etcd is slow): the delay
+    /// would be read as an offset.
     private func noteClock(of value: ClusterValue) {
-        guard let written = value.writtenUnixMilliseconds, value.writer != hostID else { return }
+        guard let written = value.writtenUnixMilliseconds, value.writer != hostID,
+              lastLagMicroseconds < Self.skewWarningMilliseconds * 1000 else { return }
         let now = SystemClock.now()
         let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
         var entry = skews[value.writer] ?? (sample, [], nil)

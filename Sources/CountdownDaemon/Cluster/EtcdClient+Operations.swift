@@ -101,7 +101,8 @@ extension EtcdClient {
     }
 
     /// Watches every key under `prefix`, from `revision` on (inclusive), with no gap: each
-    /// answer's events go to `onEvents` in order, with the revision they bring the watch to.
+    /// answer's events go to `onEvents` in order, with etcd's revision when it sent the answer
+    /// (its header): an event at that revision came live, an older one is history replayed.
     /// `onEnd` runs once when the watch ends: cancelled, the stream broke, or `compacted` (the
     /// history from `revision` is gone, and the caller must read the prefix afresh).
     @discardableResult
@@ -157,7 +158,7 @@ extension EtcdClient {
                 if events.isEmpty && header > watch.revision && result["created"] == nil {
                     watch.revision = header  // A progress notification: nothing before it is missing.
                 }
-                onEvents(events, watch.revision)
+                onEvents(events, max(header, watch.revision))
                 if result["canceled"] as? Bool == true {
                     end(.failed(.server(code: -1, message: result["cancel_reason"] as? String ?? "the watch was cancelled by etcd")))
                     return
