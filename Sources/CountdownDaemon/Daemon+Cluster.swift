@@ -91,71 +91,27 @@ extension Daemon {
         statistics.recordTimeEvents(changes.filter { $0.kind == .done }, writtenAt: now)
     }
 
-    /// A change asked for by a client: proposed against the replica (errors are answered at
-    /// once), then sent to etcd; the connection waits, and is answered once the replica holds
-    /// the change, or after a lost race against the newer state.
-    func executeInCluster(
-        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping, cluster: ClusterReplica,
-        attempt: Int = 1
-    ) throws(ProtocolError) {
-        let key: String
-        let change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
-        switch request {
-        case .start(let address, let milliseconds, let replace, let onSuspend):
-            guard onSuspend == .count else {
-                // The shared store has no notion of one machine's sleep, and a fleet's countdowns
-                // must not move because one host was suspended.
-                throw ProtocolError(
-                    .badRequest,
-                    "ON-SUSPEND pause is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep; start it without ON-SUSPEND"
-                )
-            }
-            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
-            key = resolved
-            change = { engine, events throws(ProtocolError) in
-                try engine.start(resolved, milliseconds: milliseconds, replace: replace, requester: owner, now: now, events: &events)
-            }
-        case .startAt(let address, let unixMilliseconds, let replace):
-            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
-            key = resolved
-            let milliseconds = try Self.milliseconds(until: unixMilliseconds, now: now, clock: clock)
-            change = { engine, events throws(ProtocolError) in
-                try engine.start(resolved, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events)
-            }
-        case .cancel(let address), .pause(let address), .resume(let address), .remove(let address):
-            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
-            key = resolved
-            change = { engine, events throws(ProtocolError) in
-                switch request {
-                case .cancel: return try engine.cancel(resolved, requester: owner, now: now, events: &events)
-                case .pause: return try engine.pause(resolved, requester: owner, now: now, events: &events)
-                case .resume: return try engine.resume(resolved, requester: owner, now: now, events: &events)
-                default: return try engine.remove(resolved, requester: owner, now: now, events: &events)
-                }
-            }
-        case .extend(let address, let milliseconds):
-            let (resolved, owner) = try CountdownAddress.resolve(address, requester: uid)
-            key = resolved
-            change = { engine, events throws(ProtocolError) in
-                try engine.extend(resolved, by: milliseconds, requester: owner, now: now, events: &events)
-            }
-        default:
-            return
-        }
-        let proposal = try engine.proposal(for: key, now: now, change)
+    /// A change asked for by a client, computed against the replica (`Daemon.change`), goes to
+    /// etcd: the connection's replies wait behind a ticket until it is decided, and it is
+    /// answered once the replica holds the change, or judged again after a lost race against
+    /// the newer state.
+    func proposeInCluster(
+        _ key: String, _ proposal: CountdownProposal, request: Request, uid: UInt32, connection: Connection, clock: WallClockMapping,
+        cluster: ClusterReplica, attempt: Int
+    ) {
         let value = proposal.state.map { state in
             ClusterValue(
                 state, event: proposal.event?.kind ?? .started, eventRemainingMilliseconds: proposal.event?.remainingMilliseconds ?? 0,
                 operation: cluster.nextOperation(), clock: clock
             )
         }
-        clients.holdForStore(connection)
+        let ticket = clients.hold(connection)
         // Compared on the change the replica holds (`.absent` when it holds none): after a
         // restart from the local copy that revision may have to be asked for first.
         let commit = { [unowned self] (expectation: ClusterReplica.Expectation) in
             commitInCluster(
                 key, value, expecting: expectation, proposal: proposal, request: request, uid: uid, connection: connection,
-                cluster: cluster, attempt: attempt
+                ticket: ticket, cluster: cluster, attempt: attempt
             )
         }
         guard engine.persistentState(of: key) != nil else {
@@ -169,13 +125,13 @@ extension Daemon {
     /// request again after a lost race.
     private func commitInCluster(
         _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, proposal: CountdownProposal,
-        request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica, attempt: Int
+        request: Request, uid: UInt32, connection: Connection, ticket: StoreTicket, cluster: ClusterReplica, attempt: Int
     ) {
         cluster.change(key, to: value, expecting: expectation) { [unowned self] outcome in
             switch outcome {
             case .committed(let revision):
                 cluster.afterRevision(revision) { [unowned self] caughtUp in
-                    answer(connection) { out in
+                    answer(connection, releasing: ticket) { out in
                         let now = SystemClock.now()
                         // Committed either way; from the replica once it has it, else as proposed.
                         let snapshot = (caughtUp ? try? engine.status(of: key, now: now) : nil) ?? proposal.reply
@@ -186,15 +142,15 @@ extension Daemon {
                 // Another host changed it first: once the replica has that change, the request
                 // is judged again against it (a START then finds it running: busy).
                 cluster.afterRevision(revision) { [unowned self] _ in
-                    clients.releaseFromStore(connection)
+                    clients.release(connection, ticket: ticket)
                     let now = SystemClock.now()
                     do throws(ProtocolError) {
                         guard attempt < Self.clusterAttempts else {
                             throw ProtocolError(.busy, "'\(key)' was changed by another host at the same moment, \(attempt) times; try again")
                         }
-                        try executeInCluster(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), cluster: cluster, attempt: attempt + 1)
+                        try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt + 1)
                     } catch {
-                        answer(connection) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
+                        answer(connection, releasing: nil) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
                     }
                 }
             case .failed(let error):
@@ -204,16 +160,17 @@ extension Daemon {
                 } else {
                     what = "the change could not be stored in etcd, so it was not made (\(error)); reads go on from this host's copy; try again once etcd is reachable"
                 }
-                answer(connection) { out in WireEncoder.appendError(ProtocolError(.unavailable, what), to: &out) }
+                answer(connection, releasing: ticket) { out in WireEncoder.appendError(ProtocolError(.unavailable, what), to: &out) }
             }
         }
     }
 
-    /// Queues a reply that was waiting for etcd, and lets the connection go on.
-    private func answer(_ connection: Connection, _ build: (inout [UInt8]) -> Void) {
+    /// Queues a reply that was waiting for etcd, and lets the connection go on (releasing its
+    /// ticket, unless that was done already: a change judged again and refused).
+    private func answer(_ connection: Connection, releasing ticket: StoreTicket?, _ build: (inout [UInt8]) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         precondition(phase == .serving, "cluster replies are queued within a batch")
-        clients.releaseFromStore(connection)
+        if let ticket { clients.release(connection, ticket: ticket) } else { clients.carryOver(connection) }
         guard !connection.isClosed else { return }
         var out: [UInt8] = []
         build(&out)

@@ -159,34 +159,41 @@ extension Daemon {
         }
     }
 
-    private func execute(
-        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping
+    /// Runs one request; `attempt` counts how often a change was judged again after it lost a
+    /// race in etcd (cluster mode).
+    func execute(
+        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping, attempt: Int = 1
     ) throws(ProtocolError) {
         /// A countdown as `uid` sees it.
         func shown(_ snapshot: CountdownSnapshot) -> CountdownSnapshot {
             snapshot.shown(to: uid)
         }
-        if let cluster, request.isMutation {
-            // Cluster mode: the change goes to etcd; the reply comes when it is decided.
-            try executeInCluster(request, uid: uid, connection: connection, now: now, clock: clock, cluster: cluster)
-            return
+        /// Runs a change of `key` where requests meet the engine (`change`).
+        func change(
+            _ key: String, _ body: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
+        ) throws(ProtocolError) {
+            try self.change(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt, body)
         }
         switch request {
         case .start(let address, let milliseconds, let replace, let onSuspend):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            recordUndo(key)
-            let snapshot = try engine.start(
-                key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, now: now, events: &events
-            )
-            WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
+            guard cluster == nil || onSuspend == .count else {
+                // The shared store has no notion of one machine's sleep, and a fleet's countdowns
+                // must not move because one host was suspended.
+                throw ProtocolError(
+                    .badRequest,
+                    "ON-SUSPEND pause is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep; start it without ON-SUSPEND"
+                )
+            }
+            try change(key) { engine, events throws(ProtocolError) in
+                try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, now: now, events: &events)
+            }
         case .startAt(let address, let unixMilliseconds, let replace):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             let milliseconds = try Self.milliseconds(until: unixMilliseconds, now: now, clock: clock)
-            recordUndo(key)
-            let snapshot = try engine.start(
-                key, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events
-            )
-            WireEncoder.appendOK(shown(snapshot), clock: clock, to: &replyBuffer)
+            try change(key) { engine, events throws(ProtocolError) in
+                try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events)
+            }
         case .status(let address):
             let snapshot = try engine.status(of: try CountdownAddress.resolve(address, requester: uid).key, now: now)
             WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
@@ -199,24 +206,21 @@ extension Daemon {
             beginListing(engine.listing(filter, frozen: true, now: now), purpose: .list, on: connection, clock: clock, now: now)
         case .cancel(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            recordUndo(key)
-            WireEncoder.appendOK(shown(try engine.cancel(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+            try change(key) { engine, events throws(ProtocolError) in try engine.cancel(key, requester: owner, now: now, events: &events) }
         case .pause(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            recordUndo(key)
-            WireEncoder.appendOK(shown(try engine.pause(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+            try change(key) { engine, events throws(ProtocolError) in try engine.pause(key, requester: owner, now: now, events: &events) }
         case .resume(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            recordUndo(key)
-            WireEncoder.appendOK(shown(try engine.resume(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+            try change(key) { engine, events throws(ProtocolError) in try engine.resume(key, requester: owner, now: now, events: &events) }
         case .extend(let address, let milliseconds):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            recordUndo(key)
-            WireEncoder.appendOK(shown(try engine.extend(key, by: milliseconds, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+            try change(key) { engine, events throws(ProtocolError) in
+                try engine.extend(key, by: milliseconds, requester: owner, now: now, events: &events)
+            }
         case .remove(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            recordUndo(key)
-            WireEncoder.appendOK(shown(try engine.remove(key, requester: owner, now: now, events: &events)), clock: clock, to: &replyBuffer)
+            try change(key) { engine, events throws(ProtocolError) in try engine.remove(key, requester: owner, now: now, events: &events) }
         case .subscribe(let addresses, let prefix, let kinds, let since):
             var keys: [String] = []
             for address in addresses {
@@ -290,6 +294,25 @@ extension Daemon {
             throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
         }
         return milliseconds
+    }
+
+    /// Where a request's change meets the engine, in both modes; `body` is the engine's
+    /// mutation. On a daemon of its own the engine applies it at once, its previous state kept
+    /// (`recordUndo`), and the reply is queued: the journal makes it durable with the batch's
+    /// commit, before the reply is written. In cluster mode the same mutation runs on a scratch
+    /// copy (`CountdownEngine.proposal`: the same rules, errors and limits), and etcd decides:
+    /// the connection's replies wait behind a ticket until it has (`commitInCluster`).
+    func change(
+        _ key: String, request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping, attempt: Int,
+        _ body: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
+    ) throws(ProtocolError) {
+        guard let cluster else {
+            recordUndo(key)
+            WireEncoder.appendOK(try body(&engine, &events).shown(to: uid), clock: clock, to: &replyBuffer)
+            return
+        }
+        let proposal = try engine.proposal(for: key, now: now, body)
+        proposeInCluster(key, proposal, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster, attempt: attempt)
     }
 
     /// Remembers the countdown's state before a change, so a failed commit can undo it. Reverting

@@ -108,7 +108,7 @@ struct ClusterReplicaTests {
             { _ in .success(EtcdTransactionResult(succeeded: true, revision: 9, ranges: [])) },
         ])
         let first = try #require(sent.first?.timeoutMilliseconds)
-        #expect(first <= ClusterReplica.changeTimeoutMilliseconds && first > 2900, "the whole 3 s: \(first) ms")
+        #expect(first == ClusterReplica.changeTimeoutMilliseconds / 2, "half the 3 s, leaving the retry time: \(first) ms")
         let second = try #require(sent.count == 2 ? sent[1].timeoutMilliseconds : nil)
         #expect(second <= 2000 && second > 1000, "what was left of the 3 s: \(second) ms")
         guard case .committed(9)? = outcome else {

@@ -41,6 +41,8 @@ final class ClientTable: @unchecked Sendable {
     /// Connections with a listing in progress (`Connection.listing`), continued batch by batch.
     private var listings: [Int: Connection] = [:]
     private var nextConnectionID = 1
+    /// Store tickets handed out (`hold`).
+    private var ticketsIssued = 0
     private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
     private var scratch: [UInt8] = []
     /// Set once the daemon stops: nothing more is accepted.
@@ -268,18 +270,20 @@ final class ClientTable: @unchecked Sendable {
         carried[connection.id] = connection
     }
 
-    /// Cluster mode: `connection` waits for etcd; it is not read meanwhile.
-    func holdForStore(_ connection: Connection) {
-        connection.awaitingStore = true
-        connection.pauseReading()
-        carried[connection.id] = nil
+    /// A fresh number for a store ticket (`hold`).
+    func issueTicketNumber() -> Int {
+        ticketsIssued += 1
+        return ticketsIssued
     }
 
-    /// etcd answered for `connection` (its reply is queued): its framed requests are served in
-    /// the next batch.
-    func releaseFromStore(_ connection: Connection) {
-        connection.awaitingStore = false
+    /// Serves `connection` first in the next batch (unless it is closed).
+    func carryOver(_ connection: Connection) {
         if !connection.isClosed { carried[connection.id] = connection }
+    }
+
+    /// No longer serves `connection` first in the next batch.
+    func forgetCarriedOver(_ connection: Connection) {
+        carried[connection.id] = nil
     }
 
     // MARK: - Output

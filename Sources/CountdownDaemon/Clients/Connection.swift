@@ -41,12 +41,12 @@ final class Connection {
     /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
     /// it is unfinished, the connection's further requests wait.
     var listing: ListingInProgress?
-    /// Cluster mode: a change was sent to etcd and its reply is not written yet. Its further
-    /// requests wait.
-    var awaitingStore = false
+    /// A change of this connection's is being decided by a store that answers later (etcd): its
+    /// reply and further requests wait until the table releases this ticket.
+    fileprivate(set) var heldFor: StoreTicket?
     /// A reply is being produced over several batches (a listing, or a change in etcd): the
     /// connection is not read, and not closed, until it is done.
-    var isReplyInProgress: Bool { listing != nil || awaitingStore }
+    var isReplyInProgress: Bool { listing != nil || heldFor != nil }
     /// No more requests are read: after `QUIT`, or once the peer closed its sending side.
     /// The connection closes as soon as its output is written.
     private(set) var isClosing = false
@@ -160,5 +160,32 @@ final class Connection {
         } catch {
             onPollerFailure?(self, error)
         }
+    }
+}
+
+/// A change a store took and will decide later (etcd), for the connection that asked: its
+/// replies wait behind it (`ClientTable.hold`, `release`).
+struct StoreTicket: Equatable, Sendable {
+    let number: Int
+}
+
+extension ClientTable {
+    /// Holds `connection` behind a new ticket: it is not read, and its replies wait, until
+    /// `release` with that ticket.
+    func hold(_ connection: Connection) -> StoreTicket {
+        precondition(connection.heldFor == nil, "connection \(connection.id) held for a second change before ticket \(connection.heldFor?.number ?? 0) was released")
+        let ticket = StoreTicket(number: issueTicketNumber())
+        connection.heldFor = ticket
+        connection.pauseReading()
+        forgetCarriedOver(connection)
+        return ticket
+    }
+
+    /// The store decided `ticket` (its reply is queued): the connection's framed requests are
+    /// served in the next batch.
+    func release(_ connection: Connection, ticket: StoreTicket) {
+        precondition(connection.heldFor == ticket, "connection \(connection.id) released with ticket \(ticket.number), but it is held for \(connection.heldFor.map { "ticket \($0.number)" } ?? "nothing")")
+        connection.heldFor = nil
+        carryOver(connection)
     }
 }

@@ -351,15 +351,18 @@ final class ClusterReplica: @unchecked Sendable {
     /// two commits first wins, the other fails its comparison; a conflict that shows this very
     /// operation's value is the first one having committed, so it counts as committed.
     ///
-    /// Both attempts share one deadline, `changeTimeoutMilliseconds` from the first: a change is
-    /// answered within it, whichever members are stopped.
+    /// Both attempts share one deadline, `changeTimeoutMilliseconds` from the first (the first
+    /// gets half of it): a change is answered within it, whichever members are stopped.
     func change(
         _ key: String, to value: ClusterValue?, expecting expectation: Expectation, deadline: Instant? = nil,
         completion: @escaping (ChangeOutcome) -> Void
     ) {
         let retried = deadline != nil
         let deadline = deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
-        let left = Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000)
+        // The first attempt of a put gets half the time, so that a member that stopped after
+        // taking the request leaves the retry on the next one time to be answered.
+        let remaining = Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000)
+        let left = !retried && value != nil ? min(remaining, Self.changeTimeoutMilliseconds / 2) : remaining
         let fullKey = configuration.prefix + key
         let compare: EtcdClient.Compare
         switch expectation {
