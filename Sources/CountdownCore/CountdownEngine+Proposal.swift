@@ -17,18 +17,47 @@ extension CountdownEngine {
     /// store decide.
     /// - Parameter change: the mutation, as the engine's API makes it.
     /// - Throws: whatever the mutation throws (`busy`, `not-found`, `bad-duration`, `forbidden`),
-    ///   and `limit`.
+    ///   and `limit`; `busy` for a countdown whose deadline or end of retention has passed
+    ///   while the shared store has not yet decided it: time changes it first, and a change
+    ///   made over it would hide that (a `START` would restart it, and its `done` would be lost).
     public func proposal(
         for key: String, now: Instant,
         _ change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
     ) throws(ProtocolError) -> CountdownProposal {
-        var scratch = CountdownEngine(configuration: EngineConfiguration(retentionMilliseconds: configuration.retentionMilliseconds))
-        scratch.revert(key, to: persistentState(of: key), now: now)
+        var scratch = Self.scratch(for: key, from: self, now: now)
         var events: [CountdownEvent] = []
+        scratch.advance(to: now, events: &events)
+        if let due = events.first(where: { $0.kind.isLifecycle }) {
+            let what = due.kind == .done ? "reached its deadline" : "reached the end of its retention"
+            throw ProtocolError(
+                .busy,
+                "'\(key)' \(what) a moment ago, and the cluster is deciding its \(due.kind.rawValue); try again in a moment",
+                fields: [.init("remaining_ms", "0"), .init("state", persistentState(of: key)?.state.rawValue ?? "running")]
+            )
+        }
         let reply = try change(&scratch, &events)
         if record(named: key) == nil, let created = scratch.persistentState(of: key) {
             try checkRoom(forNewCountdownOf: created.owner)
         }
         return CountdownProposal(state: scratch.persistentState(of: key), event: events.last { $0.kind.isLifecycle }, reply: reply)
+    }
+
+    /// What time does to the countdown `key` by `now`, by the engine's own rules (a `done` with
+    /// `late_ms`, or its removal at the end of retention), computed on a scratch copy: for a
+    /// replica, whose engine decides neither, to propose to the shared store. `nil` when time
+    /// changes nothing.
+    public func dueChange(for key: String, now: Instant) -> CountdownProposal? {
+        var scratch = Self.scratch(for: key, from: self, now: now)
+        var events: [CountdownEvent] = []
+        scratch.advance(to: now, events: &events)
+        guard let event = events.last(where: { $0.kind.isLifecycle }), let reply = try? status(of: key, now: now) else { return nil }
+        return CountdownProposal(state: scratch.persistentState(of: key), event: event, reply: reply)
+    }
+
+    /// A scratch engine holding only `key` as `engine` holds it, deciding locally.
+    private static func scratch(for key: String, from engine: CountdownEngine, now: Instant) -> CountdownEngine {
+        var scratch = CountdownEngine(configuration: EngineConfiguration(retentionMilliseconds: engine.configuration.retentionMilliseconds))
+        scratch.revert(key, to: engine.persistentState(of: key), now: now)
+        return scratch
     }
 }

@@ -2,11 +2,12 @@ import CountdownCore
 import Dispatch
 
 /// Cluster mode (`--cluster`): the engine is a replica of the countdowns in etcd. Changes are
-/// proposed with the engine's own rules (`CountdownEngine.proposal`) and written as one etcd
-/// transaction each, compared on the countdown's last revision; the replica changes only through
-/// the watch, so every host announces every change once, numbered with its etcd revision.
-/// Deadlines and the end of retention are raced by every host with a transaction of their own:
-/// the first to commit makes the `done` (or the removal) that all hosts announce.
+/// proposed with the engine's own rules (`CountdownEngine.proposal`, from `Daemon.change`) and
+/// written as one etcd transaction each, compared on the revision of the change the replica
+/// holds; the replica changes only through the watch, so every host announces every change
+/// once, numbered with its etcd revision. At a deadline or the end of retention, the host that
+/// wrote the countdown proposes the `done` (or the removal), the others after a grace
+/// (`raceDueChanges`); it commits once, and all hosts announce it.
 extension Daemon {
     /// How many times a change that lost a race is tried again against the newer state.
     static let clusterAttempts = 3
@@ -14,7 +15,9 @@ extension Daemon {
     /// Starts the replica; `ready` runs once the first read of etcd is applied.
     func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
         engine.setTicksEnabled(false, now: SystemClock.now())
-        let replica = try ClusterReplica(configuration: configuration, poller: poller, queue: queue, logger: logger)
+        let replica = try ClusterReplica(
+            configuration: configuration, stateDirectory: self.configuration.stateDirectory, poller: poller, queue: queue, logger: logger
+        )
         replica.resume(from: Int64(engine.lastSequence))
         cluster = replica
         replica.load = { [unowned self] countdowns, revision in loadReplica(countdowns, revision: revision) }
@@ -86,9 +89,10 @@ extension Daemon {
             key, state: value?.persisted(key: key, clock: SystemClock.mapping(at: now)), event: value?.event ?? .removed,
             eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0, sequence: UInt64(max(0, revision)), now: now, events: &changes
         )
+        // Like time's events, they stand whatever this batch's commit does (they are etcd's), and
+        // each `done`'s lateness is measured when it is written, as on a daemon of its own.
+        batch.timeEvents.append(contentsOf: changes)
         publish(changes)
-        // How late each `done` is announced here, as on a daemon of its own (`STATS`).
-        statistics.recordTimeEvents(changes.filter { $0.kind == .done }, writtenAt: now)
     }
 
     /// A change asked for by a client, computed against the replica (`Daemon.change`), goes to
@@ -118,7 +122,20 @@ extension Daemon {
             commit(.absent)
             return
         }
-        cluster.withRevision(of: key) { revision in commit(revision.map { .unchangedSince($0) } ?? .absent) }
+        cluster.withRevision(of: key) { [unowned self] revision in
+            guard let revision else {
+                // etcd could not be asked, or no longer has it while this host's copy does: the
+                // copy is behind. Comparing on "absent" could bring back a deleted countdown.
+                answer(connection, releasing: ticket) { out in
+                    WireEncoder.appendError(
+                        ProtocolError(.unavailable, "this host could not learn from etcd which change of '\(key)' it holds (etcd is unreachable, or this host's copy is behind), so the change was not made; try again in a moment").shown(to: uid),
+                        to: &out
+                    )
+                }
+                return
+            }
+            commit(.unchangedSince(revision))
+        }
     }
 
     /// Sends a proposed change to etcd; answers the connection once it is decided, or judges the
@@ -148,6 +165,7 @@ extension Daemon {
                         guard attempt < Self.clusterAttempts else {
                             throw ProtocolError(.busy, "'\(key)' was changed by another host at the same moment, \(attempt) times; try again")
                         }
+                        try checkStorageAcceptsChanges()
                         try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt + 1)
                     } catch {
                         answer(connection, releasing: nil) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
@@ -169,11 +187,15 @@ extension Daemon {
     /// ticket, unless that was done already: a change judged again and refused).
     private func answer(_ connection: Connection, releasing ticket: StoreTicket?, _ build: (inout [UInt8]) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
+        // At stop, closing the etcd transfers fails those in flight: their clients get the
+        // SHUTDOWN line instead.
+        guard !isStopping else { return }
         precondition(phase == .serving, "cluster replies are queued within a batch")
         if let ticket { clients.release(connection, ticket: ticket) } else { clients.carryOver(connection) }
         guard !connection.isClosed else { return }
         var out: [UInt8] = []
         build(&out)
+        batch.items.append((connection, .storeAnswer(out)))
         clients.touch(connection, batch: batch.number)
         connection.output.append(out)
     }
@@ -200,11 +222,7 @@ extension Daemon {
             if cluster.writers[key] != cluster.hostID && now.nanoseconds(since: deadline) < Self.takeOverGraceNanoseconds {
                 continue  // Asked again a second later (`takeDue`).
             }
-            let finished = try? engine.proposal(for: key, now: now) { scratch, events throws(ProtocolError) in
-                scratch.advance(to: now, events: &events)
-                return try scratch.status(of: key, now: now)
-            }
-            guard let finished, let state = finished.state, state.state == .done else { continue }
+            guard let finished = engine.dueChange(for: key, now: now), let state = finished.state, state.state == .done else { continue }
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
             cluster.withRevision(of: key) { [unowned self] revision in
                 // Still running in the replica, at the revision it finishes: else someone was first.

@@ -313,6 +313,9 @@ extension Daemon {
         }
         let proposal = try engine.proposal(for: key, now: now, body)
         proposeInCluster(key, proposal, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster, attempt: attempt)
+        if attempt == 1 {
+            batch.markLastRequestHeld(connection)  // Not served again if this batch's commit fails.
+        }
     }
 
     /// Remembers the countdown's state before a change, so a failed commit can undo it. Reverting
@@ -321,7 +324,7 @@ extension Daemon {
         batch.undo.append((name, engine.persistentState(of: name)))
     }
 
-    private func checkStorageAcceptsChanges() throws(ProtocolError) {
+    func checkStorageAcceptsChanges() throws(ProtocolError) {
         switch journal.health {
         case .available:
             return

@@ -9,8 +9,9 @@ import Glibc
 /// the state-touching functions check it with `dispatchPrecondition`. That is why the class can
 /// be `@unchecked Sendable`: its state never leaves the queue.
 ///
-/// `Daemon` itself keeps the engine, the batch `phase`, and `execute`, the one place where a
-/// request meets the engine. The components:
+/// `Daemon` itself keeps the engine, the batch `phase`, `execute` (the one switch over requests)
+/// and `change`, the one place where a request's change meets the engine, in both modes. The
+/// components:
 /// - **client table** (`ClientTable`): the listener and connections, framing and backpressure;
 /// - **fan-out** (`EventFanOut`): subscriptions and encoding each event once;
 /// - **journal** (`StateJournal`): everything about durability;
@@ -385,10 +386,13 @@ public final class Daemon: @unchecked Sendable {
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch item {
-            case .listingSlice:
-                continue  // Produced again above.
+            case .listingSlice, .heldByStore:
+                continue  // Produced again above; or answered when etcd decides.
             case .failed(let error):
                 WireEncoder.appendError(error, to: &replyBuffer)
+            case .storeAnswer(let bytes):
+                replyBuffer.append(contentsOf: bytes)
+                batch.items.append((connection, item))
             case .request(let request):
                 do throws(ProtocolError) {
                     try execute(request, from: connection, now: now, clock: clock)
@@ -472,6 +476,11 @@ struct BatchRecord {
         case failed(ProtocolError)
         /// A slice of a listing, produced from this state of it.
         case listingSlice(ListingInProgress)
+        /// A change handed to a store that decides later (etcd): its reply comes with the
+        /// ticket, whatever this batch's commit does.
+        case heldByStore
+        /// A reply the store's decision produced: queued again as it is if the batch is undone.
+        case storeAnswer([UInt8])
     }
 
     /// Numbers batches, so output queues know which marks are current.
@@ -495,6 +504,12 @@ struct BatchRecord {
         guard uid != 0 else { return 0 }
         workByUID[uid, default: 0] += amount
         return workByUID[uid, default: 0]
+    }
+
+    /// The last request of `connection` in this batch was handed to a store that decides later.
+    mutating func markLastRequestHeld(_ connection: Connection) {
+        guard let index = items.lastIndex(where: { $0.0 === connection }), case .request = items[index].1 else { return }
+        items[index].1 = .heldByStore
     }
 
     /// What `uid`'s requests cost in this batch so far.

@@ -157,6 +157,24 @@ struct EngineProposalTests {
         #expect(fresh.state?.state == .running && fresh.event?.kind == .started && fresh.reply.remainingMilliseconds == 5000)
     }
 
+    @Test("a replica's countdown past its deadline: a START over it is busy until the store decides its done, which dueChange makes by the engine's rules")
+    func pastTheDeadline() throws {
+        var clock = ManualClock(configuration: EngineConfiguration(decidesLocally: false))
+        try clock.start("otp:1", 1_000, uid: 1000)
+        clock.advance(byMilliseconds: 3_500)  // A replica does not finish it by itself.
+        #expect(try clock.engine.status(of: "otp:1", now: clock.now).state == .running)
+        let engine = clock.engine
+        let busy = #expect(throws: ProtocolError.self) {
+            try engine.proposal(for: "otp:1", now: clock.now) { e, events throws(ProtocolError) in
+                try e.start("otp:1", milliseconds: 60_000, replace: false, requester: 1000, now: clock.now, events: &events)
+            }
+        }
+        #expect(busy?.code == .busy && busy?.fields.contains(.init("remaining_ms", "0")) == true, "\(String(describing: busy))")
+        let done = try #require(engine.dueChange(for: "otp:1", now: clock.now))
+        #expect(done.state?.state == .done && done.event?.kind == .done && done.state?.lateMilliseconds == 2_500, "\(done)")
+        #expect(engine.dueChange(for: "nothing", now: clock.now) == nil)
+    }
+
     @Test("a proposal that creates a countdown must fit the replica's limits, counted over all it holds; one that reuses a name need not")
     func proposalsKeepTheLimits() throws {
         var clock = ManualClock(configuration: EngineConfiguration(maximumCountdowns: 100, maximumCountdownsPerOwner: 2))

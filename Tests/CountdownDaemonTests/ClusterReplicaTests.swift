@@ -206,6 +206,10 @@ struct ClusterReplicaTests {
         queue.sync {
             watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 11))], 20)
             #expect(replica.largestSkewMilliseconds == 0 && replica.skews.isEmpty, "replayed: no sample")
+            // The newest in etcd when sent, as the last of a replay in a quiet fleet is, but
+            // written before the watch started: history all the same.
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 20))], 20)
+            #expect(replica.skews.isEmpty, "written before the watch started: no sample")
         }
         // Then one written just now, the newest when etcd sent it: a sample, near 0.
         let live = value(replica, operation: "other-host-1-2")

@@ -43,7 +43,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// from a revision read afresh: a host that compared a `done` on a revision it fetched after
     /// another host's `done` made a second one.
     private(set) var appliedAt: [String: Int64] = [:]
-    /// Which host wrote each countdown's current value (`ClusterValue.writer`): that host
+    /// Which host wrote each countdown's current value (`ClusterValue.host`): that host
     /// proposes its `done`; the others wait a grace period for it.
     private(set) var writers: [String: String] = [:]
     private var watch: EtcdWatch?
@@ -64,16 +64,31 @@ final class ClusterReplica: @unchecked Sendable {
     /// How long a host waits for its watch to bring a change it committed before it suspects
     /// the watch (a member stopped or cut off holds it silently) and answers anyway.
     static let catchUpTimeoutNanoseconds: Int64 = 2_000_000_000
-    /// This host's operations, numbered: `<host>-<pid>-<n>`.
+    /// This host, the same across its restarts: `<hostname>:<state directory>` (two daemons on
+    /// one machine have different ones). It proposes the `done`s of the countdowns it wrote.
     let hostID: String
+    /// This run of it: operation ids (`<hostID>~<run>-<n>`) never repeat across restarts, even
+    /// with the pid of a container's first process, so a lost answer's retry can never mistake
+    /// an earlier run's change for its own.
+    private let runID = String(UInt32.random(in: 0...UInt32.max), radix: 16)
     /// Each other writing host's clock offset from this one, estimated from the changes it
     /// wrote: the smallest (arrival − written) of its recent changes, so network and commit
     /// delays count as little as they can. Positive: its clock is behind this one's.
     private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
-    /// How long this host's own changes took from commit to its watch (the last one), in µs.
+    /// How long this host's own changes took from commit to its watch (the last one), in µs;
+    /// the whole wait when one did not come back in time.
     private(set) var lastLagMicroseconds: Int64 = 0
+    /// This host's wall clock when its watch last (re)started: a change written before it is
+    /// history the watch replays, not a sample of another host's clock.
+    private var watchStartedUnixMilliseconds: Int64 = 0
     /// Past this, a host's clock offset is logged as a warning (deadlines would be off by it).
     static let skewWarningMilliseconds: Int64 = 250
+    /// While this host's own changes take this long to come back, etcd is slow, and another
+    /// host's change would read its delay as an offset: no samples are taken.
+    static let slowEtcdMicroseconds: Int64 = 250_000
+    /// A change written more than this before the watch started is history, not a sample (a
+    /// host whose clock is behind by more is measured once its changes are newer).
+    static let historyMarginMilliseconds: Int64 = 1_000
     private var operationCount = 0
 
     /// Applies one change from etcd to the engine: `value` `nil` means the key was deleted.
@@ -84,8 +99,11 @@ final class ClusterReplica: @unchecked Sendable {
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
 
-    /// The replica on a real etcd, through libcurl on the daemon's poller.
-    convenience init(configuration: ClusterConfiguration, poller: EventPoller, queue: DispatchQueue, logger: Logger) throws(DaemonError) {
+    /// The replica on a real etcd, through libcurl on the daemon's poller; `stateDirectory`
+    /// names this host among others on the same machine.
+    convenience init(
+        configuration: ClusterConfiguration, stateDirectory: String, poller: EventPoller, queue: DispatchQueue, logger: Logger
+    ) throws(DaemonError) {
         let driver = try CurlDriver(poller: poller, queue: queue)
         var credentials: (user: String, password: String)?
         if let user = configuration.user, let file = configuration.passwordFile {
@@ -97,13 +115,15 @@ final class ClusterReplica: @unchecked Sendable {
             credentials = (user, trimmed)
         }
         let client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue)
-        try self.init(configuration: configuration, client: client, driver: driver, poller: poller, queue: queue, logger: logger)
+        try self.init(
+            configuration: configuration, client: client, driver: driver, poller: poller, queue: queue, logger: logger, stateDirectory: stateDirectory
+        )
     }
 
     /// The replica on `client`: an `EtcdClient` on `driver`, or a test's store (no driver).
     init(
         configuration: ClusterConfiguration, client: any EtcdTransport, driver: CurlDriver?, poller: EventPoller,
-        queue: DispatchQueue, logger: Logger
+        queue: DispatchQueue, logger: Logger, stateDirectory: String = ""
     ) throws(DaemonError) {
         self.configuration = configuration
         self.queue = queue
@@ -112,9 +132,9 @@ final class ClusterReplica: @unchecked Sendable {
         self.driver = driver
         var name = [CChar](repeating: 0, count: 256)
         // A name that does not fit is cut (and then not NUL-terminated): the last byte stays 0,
-        // and an operation id only needs to differ from other hosts', which the pid helps with.
+        // and the state directory tells hosts with one name apart.
         _ = gethostname(&name, name.count - 1)
-        hostID = String(cString: name) + "-\(getpid())"
+        hostID = String(cString: name) + ":" + stateDirectory
         self.poller = poller
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else { throw .system("timerfd_create(CLOCK_MONOTONIC)", errno) }
@@ -147,6 +167,7 @@ final class ClusterReplica: @unchecked Sendable {
         for item in due { item.action() }
         let expired = waiters.filter { $0.giveUpAt <= now }
         guard !expired.isEmpty else { return }
+        lastLagMicroseconds = Self.catchUpTimeoutNanoseconds / 1000
         waiters.removeAll { $0.giveUpAt <= now }
         logger.log(.warning, "cluster: the watch did not bring a committed change within 2 s (it is at revision \(revision)); moving it to another member")
         restartWatchElsewhere()
@@ -156,7 +177,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// A fresh operation id.
     func nextOperation() -> String {
         operationCount += 1
-        return "\(hostID)-\(operationCount)"
+        return "\(hostID)~\(runID)-\(operationCount)"
     }
 
     // MARK: - Reading
@@ -234,7 +255,7 @@ final class ClusterReplica: @unchecked Sendable {
                     }
                     countdowns.append((key, value))
                     appliedAt[key] = keyValue.modRevision
-                    writers[key] = value.writer
+                    writers[key] = value.host
                 }
                 revision = readAt
                 load(countdowns, readAt)
@@ -248,6 +269,7 @@ final class ClusterReplica: @unchecked Sendable {
 
     private func startWatch() {
         isWatching = true
+        watchStartedUnixMilliseconds = SystemClock.mapping().unixMilliseconds
         watch = client.watch(prefix: configuration.prefix, from: revision + 1, onEvents: { [self] events, sentAt in
             for event in events {
                 let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
@@ -257,7 +279,7 @@ final class ClusterReplica: @unchecked Sendable {
                 case .put:
                     guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
                     appliedAt[key] = changedAt
-                    writers[key] = value.writer
+                    writers[key] = value.host
                     if changedAt == sentAt { noteClock(of: value) }
                     apply(key, value, changedAt)
                 case .delete:
@@ -287,21 +309,22 @@ final class ClusterReplica: @unchecked Sendable {
     /// sample taken while this host's own changes come back slowly (etcd is slow): the delay
     /// would be read as an offset.
     private func noteClock(of value: ClusterValue) {
-        guard let written = value.writtenUnixMilliseconds, value.writer != hostID,
-              lastLagMicroseconds < Self.skewWarningMilliseconds * 1000 else { return }
+        guard let written = value.writtenUnixMilliseconds, value.host != hostID,
+              written >= watchStartedUnixMilliseconds - Self.historyMarginMilliseconds,
+              lastLagMicroseconds < Self.slowEtcdMicroseconds else { return }
         let now = SystemClock.now()
         let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
-        var entry = skews[value.writer] ?? (sample, [], nil)
+        var entry = skews[value.host] ?? (sample, [], nil)
         entry.samples.append(sample)
         if entry.samples.count > 32 { entry.samples.removeFirst(entry.samples.count - 32) }
         // The smallest delay seen is the least mixed with network and commit time.
         entry.estimate = entry.samples.min { abs($0) < abs($1) } ?? sample
         if abs(entry.estimate) > Self.skewWarningMilliseconds,
            entry.warnedAt.map({ now.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
-            logger.log(.warning, "cluster: host \(value.writer)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
+            logger.log(.warning, "cluster: host \(value.host)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
             entry.warnedAt = now
         }
-        skews[value.writer] = entry
+        skews[value.host] = entry
     }
 
     /// The largest clock offset estimated from another host, in ms (0 with none seen).

@@ -52,8 +52,10 @@ struct ClusterValue: Codable, Equatable {
         writtenUnixMilliseconds = clock.unixMilliseconds(of: SystemClock.now())
     }
 
-    /// The host part of the operation id (`<host>-<pid>`).
-    var writer: String {
+    /// The host that wrote it, the same across its restarts: the operation id up to its run
+    /// (`<host>~<run>-<n>`), or up to its count for an id written before runs were part of it.
+    var host: String {
+        if let tilde = operation.lastIndex(of: "~") { return String(operation[..<tilde]) }
         guard let dash = operation.lastIndex(of: "-") else { return operation }
         return String(operation[..<dash])
     }
