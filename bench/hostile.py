@@ -315,7 +315,7 @@ def main():
     lines.append("| the same ÷ without them, within each round | | %s× | |" % cell(f["cpu_ratio"], "%.2f"))
     lines.append("| a fresh client's PING answered after 10,000 connections closed at once | ≤ 100 ms | %s ms | %s |" % (cell(f["close"], "%.1f"), met(f["close"], 100)))
     lines.append("")
-    lines.append("Reading it: a subscriber that never reads is sent no ticks once 64 KiB behind, and costs nothing per tick from then on; its memory stays at that and the snapshots' slice. Lifecycle events are never dropped, so each of the 100 never-reading subscribers still gets (and holds, up to `--output-limit`) every `started` and `done`: that is the CPU the second CPU row adds. CPU per delivered event counts the whole daemon (engine, fan-out, output queues, `send`); the engine and encoder alone take the instructions in *Instructions per event*.")
+    lines.append("Reading it: a subscriber that never reads is sent no ticks once 64 KiB behind, and costs nothing per tick from then on; its memory stays at that and the snapshots' slice. Lifecycle events are never dropped, so each of the 100 never-reading subscribers still gets every `started` and `done` (and holds them, up to `--output-limit`, and all of one user's together up to `--output-limit-per-user`): that is the CPU the second CPU row adds. CPU per delivered event counts the whole daemon (engine, fan-out, output queues, `send`); the engine and encoder alone take the instructions in *Instructions per event*.")
     lines.append("")
     if args.quick:
         print("\n".join(lines))
