@@ -63,7 +63,7 @@ extension Integration {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
             let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--max-countdowns", "40", "--max-connections", "40"], directory: directory)
-            let starts = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["countdowns", daemon.socketPath, "100"], timeout: 60)
+            let starts = try HostileTests.runAsNobody(["countdowns", daemon.socketPath, "100"], timeout: 60)
             #expect(starts.stdout.hasPrefix("ok=38 limit=62 "), "\(starts.stdout)\(starts.stderr)")
             #expect(starts.stdout.contains("the last 2 are kept for root"), "\(starts.stdout)")
             let root = try daemon.connect()
@@ -77,13 +77,8 @@ extension Integration {
             #expect(message.contains("maximum of 40"), "\(message)")
             // Connections: the other uid takes what it may (38, with root's one open), root then
             // takes the last two, and is refused past them.
-            let held = directory.file("held")
-            // Made here, writable by the other uid: the directory is root's.
-            #expect(FileManager.default.createFile(atPath: held, contents: nil, attributes: [.posixPermissions: 0o666]))
-            let holder = try ChildProcess(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["connections", daemon.socketPath, held], environment: [:])
+            let (holder, report) = try HostileTests.holdAsNobody(in: directory, timeout: 60) { ["connections", daemon.socketPath, $0] }
             defer { holder.signal(SIGKILL); holder.wait() }
-            try waitUntil(timeout: 60) { ((try? String(contentsOfFile: held, encoding: .utf8)) ?? "").hasSuffix("\n") }
-            let report = try String(contentsOfFile: held, encoding: .utf8)
             #expect(report.hasPrefix("held 37 ERR limit too many connections (40; the last 2 are kept for root)"), "\(report)")
             let second = try daemon.connect(), third = try daemon.connect()
             #expect(try third.request("PING").outcome == .ok("pong"), "root uses its reserve")
@@ -132,7 +127,7 @@ extension Integration {
             let root = try daemon.connect()
             #expect(try root.request("START mine 1h").countdown != nil)
             let before = try #require(try statValue("last_seq", on: root))
-            let flood = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["churn", daemon.socketPath, "25000"], timeout: 300)
+            let flood = try HostileTests.runAsNobody(["churn", daemon.socketPath, "25000"], timeout: 300)
             #expect(flood.stdout.hasPrefix("events=75000"), "\(flood.stdout)\(flood.stderr)")
             #expect(try statValue("last_seq", on: root) == before + 75_000)
             // Root's own countdown: its history reaches back to the start.
@@ -161,19 +156,16 @@ extension Integration {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
             let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--max-countdowns-per-user", "100000"], directory: directory)
-            let starts = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["countdowns", daemon.socketPath, "20000"], timeout: 300)
+            let starts = try HostileTests.runAsNobody(["countdowns", daemon.socketPath, "20000"], timeout: 300)
             #expect(starts.stdout.hasPrefix("ok=20000 "), "\(starts.stdout)\(starts.stderr)")
             let root = try daemon.connect()
             func stat(_ key: String) throws -> Int {
                 Int(try root.request("STATS", timeout: 60).stats.first { $0.key == key }?.value ?? "") ?? -1
             }
             let baseline = daemon.residentBytes()
-            let subscribed = directory.file("subscribed")
-            #expect(FileManager.default.createFile(atPath: subscribed, contents: nil, attributes: [.posixPermissions: 0o666]))
-            let holder = try ChildProcess(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["subscribers", daemon.socketPath, "100", subscribed], environment: [:])
+            let (holder, report) = try HostileTests.holdAsNobody(in: directory) { ["subscribers", daemon.socketPath, "100", $0] }
             defer { holder.signal(SIGKILL); holder.wait() }
-            try waitUntil(timeout: 300) { ((try? String(contentsOfFile: subscribed, encoding: .utf8)) ?? "").hasSuffix("\n") }
-            #expect(try String(contentsOfFile: subscribed, encoding: .utf8) == "subscribed 100\n")
+            #expect(report == "subscribed 100\n")
             // Each falls behind on its snapshots and ticks, and is then sent no more ticks.
             try waitUntil(timeout: 300) { try stat("subscribers_behind") == 100 }
             // Three more seconds of ticks (20,000 a second) go by while all are held.
@@ -184,13 +176,7 @@ extension Integration {
             // Each holds at most 64 KiB of ticks and a slice of snapshots; before, each held a
             // tick of every countdown (about 3 MiB each, 300 MiB in all) and kept growing.
             #expect(grown < 64 << 20, "the daemon grew by \(grown >> 20) MiB for 100 subscribers that never read")
-            #expect(try root.request("PING", timeout: 60).outcome == .ok("pong"))
-            _ = try root.request("SUBSCRIBE mine EVENTS done")
-            _ = try root.request("START mine 1s")
-            let done = try root.waitForEvent(timeout: 60) { $0.kind == .done && $0.name == "mine" }
-            // A `done` over a second late carries how late it was: a generous bound, which the
-            // unbounded queues missed by 26 s.
-            #expect((done.lateMilliseconds ?? 0) < 5_000, "root's done came \(done.lateMilliseconds ?? 0) ms late")
+            try HostileTests.expectRootServed(on: root)
         }
 
         @Test(
@@ -206,17 +192,11 @@ extension Integration {
                 arguments: ["--socket-mode", "0666", "--output-limit", "\(4 << 20)", "--output-limit-per-user", "\(16 << 20)"], directory: directory
             )
             let root = try daemon.connect()
-            let subscribed = directory.file("subscribed")
-            #expect(FileManager.default.createFile(atPath: subscribed, contents: nil, attributes: [.posixPermissions: 0o666]))
-            let holder = try ChildProcess(
-                HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["subscribers", daemon.socketPath, "40", subscribed, "lifecycle"],
-                environment: [:]
-            )
+            let (holder, report) = try HostileTests.holdAsNobody(in: directory) { ["subscribers", daemon.socketPath, "40", $0, "lifecycle"] }
             defer { holder.signal(SIGKILL); holder.wait() }
-            try waitUntil(timeout: 300) { ((try? String(contentsOfFile: subscribed, encoding: .utf8)) ?? "").hasSuffix("\n") }
-            #expect(try String(contentsOfFile: subscribed, encoding: .utf8) == "subscribed 40\n")
+            #expect(report == "subscribed 40\n")
             let baseline = daemon.peakResidentBytes()
-            let churn = try runCommand(HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["churn", daemon.socketPath, "50000"], timeout: 600)
+            let churn = try HostileTests.runAsNobody(["churn", daemon.socketPath, "50000"], timeout: 600)
             #expect(churn.stdout.hasPrefix("events=150000"), "\(churn.stdout)\(churn.stderr)")
             // Every subscriber was sent about 7 MiB; the user's together may keep 16 MiB. All 40
             // fall behind together, so without the user's limit all 40 held 4 MiB at once (160
@@ -224,11 +204,7 @@ extension Integration {
             let peak = daemon.peakResidentBytes() - baseline
             #expect(peak < 64 << 20, "the daemon's peak grew by \(peak >> 20) MiB for 40 subscribers that never read")
             #expect(daemon.stderrText.contains("(--output-limit-per-user), and this one was furthest behind; disconnecting it"), "\(daemon.stderrText.suffix(2000))")
-            #expect(try root.request("PING", timeout: 60).outcome == .ok("pong"))
-            _ = try root.request("SUBSCRIBE mine EVENTS done")
-            _ = try root.request("START mine 1s")
-            let done = try root.waitForEvent(timeout: 60) { $0.kind == .done && $0.name == "mine" }
-            #expect((done.lateMilliseconds ?? 0) < 5_000, "root's done came \(done.lateMilliseconds ?? 0) ms late")
+            try HostileTests.expectRootServed(on: root)
         }
 
         @Test(
@@ -240,19 +216,12 @@ extension Integration {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
             let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
-            let subscribed = directory.file("subscribed")
-            #expect(FileManager.default.createFile(atPath: subscribed, contents: nil, attributes: [.posixPermissions: 0o666]))
-            let readers = try ChildProcess(
-                HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["readers", daemon.socketPath, "250", subscribed, "churn"],
-                environment: [:]
-            )
+            let (readers, report) = try HostileTests.holdAsNobody(in: directory) { ["readers", daemon.socketPath, "250", $0, "churn"] }
             defer { readers.signal(SIGKILL); _ = readers.wait() }
-            try waitUntil(timeout: 300) { ((try? String(contentsOfFile: subscribed, encoding: .utf8)) ?? "").hasSuffix("\n") }
+            #expect(report == "subscribed 250\n")
             // Past the batch's time each of the first 64 connections still gets one request a
             // batch; at 251 lines a change, 33 of them pass the share of 8,192.
-            let churn = try runCommand(
-                HostileTests.asNobody[0], Array(HostileTests.asNobody.dropFirst()) + ["churners", daemon.socketPath, "48", "100"], timeout: 600
-            )
+            let churn = try HostileTests.runAsNobody(["churners", daemon.socketPath, "48", "100"], timeout: 600)
             #expect(churn.stdout == "events=14400\n", "every churner got all its replies: \(churn.stdout)\(churn.stderr)")
             #expect(daemon.stderrText.contains("uid 65534's requests used their share of a batch"), "\(daemon.stderrText.suffix(2000))")
             let root = try daemon.connect()
@@ -310,5 +279,40 @@ extension Integration {
 
         /// The hostile user's driver, run as uid 65534: the command, then its arguments.
         static let asNobody = ["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", floodScript]
+
+        /// Runs one mode of the driver as uid 65534 to its end.
+        static func runAsNobody(_ arguments: [String], timeout: Double) throws -> CommandResult {
+            try runCommand(asNobody[0], Array(asNobody.dropFirst()) + arguments, timeout: timeout)
+        }
+
+        /// Starts a mode of the driver that holds what it opened until killed, as uid 65534, and
+        /// waits for its one-line report. `arguments` gets the report file's path (made here,
+        /// writable by the other uid: the directory is root's) and puts it where the mode takes it.
+        static func holdAsNobody(
+            in directory: TemporaryDirectory, timeout: Double = 300, _ arguments: (String) -> [String]
+        ) throws -> (ChildProcess, report: String) {
+            let report = directory.file("report-\(UUID().uuidString.prefix(8))")
+            #expect(FileManager.default.createFile(atPath: report, contents: nil, attributes: [.posixPermissions: 0o666]))
+            let holder = try ChildProcess(asNobody[0], Array(asNobody.dropFirst()) + arguments(report), environment: [:])
+            do {
+                try waitUntil(timeout: timeout) { ((try? String(contentsOfFile: report, encoding: .utf8)) ?? "").hasSuffix("\n") }
+                return (holder, try String(contentsOfFile: report, encoding: .utf8))
+            } catch {
+                holder.signal(SIGKILL)
+                holder.wait()
+                throw error
+            }
+        }
+
+        /// Root is still served: its PING, and a 1 s countdown's `done` under 5 s late (a `done`
+        /// over a second late carries how late it was: a generous bound, which the unbounded
+        /// queues missed by 26 s).
+        static func expectRootServed(on root: CountdownConnection) throws {
+            #expect(try root.request("PING", timeout: 60).outcome == .ok("pong"))
+            _ = try root.request("SUBSCRIBE mine EVENTS done")
+            _ = try root.request("START mine 1s")
+            let done = try root.waitForEvent(timeout: 60) { $0.kind == .done && $0.name == "mine" }
+            #expect((done.lateMilliseconds ?? 0) < 5_000, "root's done came \(done.lateMilliseconds ?? 0) ms late")
+        }
     }
 }
