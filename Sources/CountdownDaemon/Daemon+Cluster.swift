@@ -18,24 +18,22 @@ extension Daemon {
         let replica = try ClusterReplica(
             configuration: configuration, stateDirectory: self.configuration.stateDirectory, poller: poller, queue: queue, logger: logger
         )
-        replica.resume(from: Int64(engine.lastSequence))
+        replica.resume(from: engine.lastSequence)
         cluster = replica
-        replica.load = { [unowned self] countdowns, revision in loadReplica(countdowns, revision: revision) }
-        replica.apply = { [unowned self] key, value, revision in applyReplicated(key, value, revision: revision) }
+        replica.load = { [unowned self] countdowns, sequence in loadReplica(countdowns, sequence: sequence) }
+        replica.apply = { [unowned self] key, value, sequence in applyReplicated(key, value, sequence: sequence) }
         replica.onFirstLoad = ready
         replica.start()
     }
 
     /// A whole state read from etcd: at start, and again after etcd compacted away the history
     /// the watch needed. Countdowns no longer there are dropped; numbering continues after
-    /// `revision`, and events before it can no longer be replayed.
-    private func loadReplica(_ countdowns: [(key: String, value: ClusterValue)], revision: Int64) {
+    /// the read's `sequence`, and events before it can no longer be replayed.
+    private func loadReplica(_ countdowns: [(key: String, value: ClusterValue)], sequence: UInt64) {
         let now = SystemClock.now()
         let clock = SystemClock.mapping(at: now)
         let present = Set(countdowns.map(\.key))
-        let sequence = UInt64(max(0, revision))
-        // Each is also noted in the journal (a `snapshot` record numbered with the read's
-        // revision), so the copy kept in the state directory is whole after a restart.
+        // Each is also noted in the journal (a `snapshot` record numbered with the read), so the copy kept in the state directory is whole after a restart.
         for name in engine.names where !present.contains(name) {
             if let gone = engine.persistentState(of: name) {
                 journal.note(CountdownEvent(sequence: sequence, kind: .removed, name: name, remainingMilliseconds: 0, totalMilliseconds: gone.totalMilliseconds, owner: gone.owner), state: nil, clock: clock)
@@ -81,13 +79,14 @@ extension Daemon {
         }
     }
 
-    /// One change from the watch: applied, and announced numbered with its revision.
-    private func applyReplicated(_ key: String, _ value: ClusterValue?, revision: Int64) {
+    /// One change from the watch: applied, and announced numbered `sequence` (its revision and
+    /// its place in its transaction).
+    private func applyReplicated(_ key: String, _ value: ClusterValue?, sequence: UInt64) {
         let now = SystemClock.now()
         var changes: [CountdownEvent] = []
         engine.applyReplicated(
             key, state: value?.persisted(key: key, clock: SystemClock.mapping(at: now)), event: value?.event ?? .removed,
-            eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0, sequence: UInt64(max(0, revision)), now: now, events: &changes
+            eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0, sequence: sequence, now: now, events: &changes
         )
         // Like time's events, they stand whatever this batch's commit does (they are etcd's), and
         // each `done`'s lateness is measured when it is written, as on a daemon of its own.
@@ -101,7 +100,7 @@ extension Daemon {
     /// the newer state.
     func proposeInCluster(
         _ key: String, _ proposal: CountdownProposal, request: Request, uid: UInt32, connection: Connection, clock: WallClockMapping,
-        cluster: ClusterReplica, attempt: Int
+        cluster: ClusterReplica, attempt: ClusterReplica.Attempt
     ) {
         let value = proposal.state.map { state in
             ClusterValue(
@@ -122,7 +121,7 @@ extension Daemon {
             commit(.absent)
             return
         }
-        cluster.withRevision(of: key) { [unowned self] revision in
+        cluster.withRevision(of: key, by: attempt.answerBy) { [unowned self] revision in
             guard let revision else {
                 // etcd could not be asked, or no longer has it while this host's copy does: the
                 // copy is behind. Comparing on "absent" could bring back a deleted countdown.
@@ -142,12 +141,13 @@ extension Daemon {
     /// request again after a lost race.
     private func commitInCluster(
         _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, proposal: CountdownProposal,
-        request: Request, uid: UInt32, connection: Connection, ticket: StoreTicket, cluster: ClusterReplica, attempt: Int
+        request: Request, uid: UInt32, connection: Connection, ticket: StoreTicket, cluster: ClusterReplica,
+        attempt: ClusterReplica.Attempt
     ) {
-        cluster.change(key, to: value, expecting: expectation) { [unowned self] outcome in
+        cluster.change(key, to: value, expecting: expectation, deadline: attempt.answerBy) { [unowned self] outcome in
             switch outcome {
             case .committed(let revision):
-                cluster.afterRevision(revision) { [unowned self] caughtUp in
+                cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] caughtUp in
                     answer(connection, releasing: ticket) { out in
                         let now = SystemClock.now()
                         // Committed either way; from the replica once it has it, else as proposed.
@@ -158,15 +158,16 @@ extension Daemon {
             case .conflict(_, let revision):
                 // Another host changed it first: once the replica has that change, the request
                 // is judged again against it (a START then finds it running: busy).
-                cluster.afterRevision(revision) { [unowned self] _ in
+                cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] _ in
                     clients.release(connection, ticket: ticket)
                     let now = SystemClock.now()
                     do throws(ProtocolError) {
-                        guard attempt < Self.clusterAttempts else {
-                            throw ProtocolError(.busy, "'\(key)' was changed by another host at the same moment, \(attempt) times; try again")
+                        let timeLeft = attempt.answerBy.nanoseconds(since: now) / 1_000_000
+                        guard attempt.number < Self.clusterAttempts, timeLeft >= ClusterReplica.minimumRetryMilliseconds else {
+                            throw ProtocolError(.busy, "'\(key)' was changed by another host at the same moment, \(attempt.number) times; try again")
                         }
                         try checkStorageAcceptsChanges()
-                        try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt + 1)
+                        try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt.next)
                     } catch {
                         answer(connection, releasing: nil) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
                     }

@@ -159,10 +159,11 @@ extension Daemon {
         }
     }
 
-    /// Runs one request; `attempt` counts how often a change was judged again after it lost a
-    /// race in etcd (cluster mode).
+    /// Runs one request; `attempt` is the judgement of a change after it lost a race in etcd
+    /// (cluster mode; `nil` for the first).
     func execute(
-        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping, attempt: Int = 1
+        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping,
+        attempt: ClusterReplica.Attempt? = nil
     ) throws(ProtocolError) {
         /// A countdown as `uid` sees it.
         func shown(_ snapshot: CountdownSnapshot) -> CountdownSnapshot {
@@ -172,7 +173,7 @@ extension Daemon {
         func change(
             _ key: String, _ body: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
         ) throws(ProtocolError) {
-            try self.change(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt, body)
+            try self.change(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt ?? .first(at: now), body)
         }
         switch request {
         case .start(let address, let milliseconds, let replace, let onSuspend):
@@ -303,7 +304,8 @@ extension Daemon {
     /// copy (`CountdownEngine.proposal`: the same rules, errors and limits), and etcd decides:
     /// the connection's replies wait behind a ticket until it has (`commitInCluster`).
     func change(
-        _ key: String, request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping, attempt: Int,
+        _ key: String, request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping,
+        attempt: ClusterReplica.Attempt,
         _ body: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
     ) throws(ProtocolError) {
         guard let cluster else {
@@ -313,7 +315,7 @@ extension Daemon {
         }
         let proposal = try engine.proposal(for: key, now: now, body)
         proposeInCluster(key, proposal, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster, attempt: attempt)
-        if attempt == 1 {
+        if attempt.number == 1 {
             batch.markLastRequestHeld(connection)  // Not served again if this batch's commit fails.
         }
     }

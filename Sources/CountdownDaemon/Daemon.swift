@@ -324,6 +324,7 @@ public final class Daemon: @unchecked Sendable {
         phase = .sealing
         // What fell due while the batch ran goes out with it, without waiting for the timer.
         advanceTime(to: SystemClock.now())
+        cluster?.sendPending()  // Every change of the batch in one etcd transaction.
         switch journal.commit() {
         case .durable, .deferred:
             release(batch.lifecycleEvents)

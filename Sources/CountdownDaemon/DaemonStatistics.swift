@@ -116,6 +116,8 @@ extension Daemon {
             lines.append(("cluster_lag_us", "\(cluster.lastLagMicroseconds)"))
             lines.append(("cluster_hosts_seen", "\(cluster.skews.count)"))
             lines.append(("cluster_skew_max_ms", "\(cluster.largestSkewMilliseconds)"))
+            lines.append(("cluster_transactions", "\(cluster.transactionCounts.transactions)"))
+            lines.append(("cluster_changes_sent", "\(cluster.transactionCounts.changes)"))
         }
         lines.append(("scope", "daemon"))
         return lines

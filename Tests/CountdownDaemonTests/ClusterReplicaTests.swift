@@ -27,8 +27,8 @@ struct ClusterReplicaTests {
         return ClusterValue(state, event: .started, eventRemainingMilliseconds: 60_000, operation: operation ?? replica.nextOperation(), clock: SystemClock.mapping())
     }
 
-    func stored(_ value: ClusterValue, revision: Int64) -> EtcdKeyValue {
-        EtcdKeyValue(key: "/countdownd/otp:1", value: value.encoded, createRevision: revision, modRevision: revision)
+    func stored(_ value: ClusterValue, revision: Int64, key: String = "otp:1") -> EtcdKeyValue {
+        EtcdKeyValue(key: "/countdownd/" + key, value: value.encoded, createRevision: revision, modRevision: revision)
     }
 
     /// Runs one change and returns its outcome, answering each transaction with the next of
@@ -41,6 +41,7 @@ struct ClusterReplicaTests {
             var outcome: ClusterReplica.ChangeOutcome?
             var sent: [ScriptedEtcd.Transaction] = []
             replica.change("otp:1", to: value, expecting: expecting) { outcome = $0 }
+            replica.sendPending()  // As the batch's end does.
             for answer in answers {
                 guard let next = store.transactions.first else { break }
                 sent.append(next)
@@ -157,37 +158,112 @@ struct ClusterReplicaTests {
         #expect(queue.sync { replica.appliedAt["otp:1"] } == nil, "only the watch sets it, when it brings the winner's change")
     }
 
-    @Test("the watch resumes after the kept revision, applies changes in order once each, and releases a waiter at its revision")
+    @Test("the watch resumes at the kept revision, numbers each change by its revision and its place in its transaction, applies each once, in order, and releases a waiter at its revision")
     func watchOrder() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
         final class Seen: @unchecked Sendable {
-            var applied: [(String, Int64)] = []
+            var applied: [(String, UInt64)] = []
             var released: [Bool] = []
         }
         let seen = Seen()
         queue.sync {
-            replica.apply = { key, _, revision in seen.applied.append((key, revision)) }
-            replica.resume(from: 10)
+            replica.apply = { key, _, sequence in seen.applied.append((key, sequence)) }
+            // The copy had applied the first two changes of revision 10's transaction.
+            replica.resume(from: 10_001)
             replica.start()
             replica.afterRevision(12) { seen.released.append($0) }
         }
         let watch = try #require(queue.sync { store.watches.first })
-        #expect(watch.from == 11, "resumed after the kept revision")
+        #expect(watch.from == 10, "resumed at the kept revision, which may have more changes")
         let other = value(replica, operation: "other-host-1-1")
-        func put(_ revision: Int64) -> EtcdWatchEvent {
-            EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: revision))
+        func put(_ revision: Int64, _ key: String) -> EtcdWatchEvent {
+            EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: revision, key: key))
         }
         queue.sync {
-            // A resumed stream may repeat what was applied already: 10 is skipped.
-            watch.onEvents([put(10), put(11)], 11)
+            // The stream repeats revision 10: its first two are skipped, its third is new.
+            watch.onEvents([put(10, "a"), put(10, "b"), put(10, "c"), put(11, "a")], 11)
             #expect(seen.released.isEmpty, "revision 12 is not reached yet")
-            watch.onEvents([put(12), put(12)], 12)
+            // One transaction of three changes, in two answers of the stream.
+            watch.onEvents([put(12, "a"), put(12, "b")], 12)
+            watch.onEvents([put(12, "c")], 12)
         }
         queue.sync {
-            #expect(seen.applied.map(\.1) == [11, 12], "each change once, in order: \(seen.applied)")
+            #expect(seen.applied.map(\.1) == [10_002, 11_000, 12_000, 12_001, 12_002], "each change once, in order: \(seen.applied)")
+            #expect(seen.applied.map(\.0) == ["c", "a", "a", "b", "c"])
             #expect(seen.released == [true])
             #expect(replica.revision == 12)
+        }
+    }
+
+    @Test("group commit: changes proposed in one batch go as one transaction; the one whose compare failed is a conflict and the others are sent again at once and commit")
+    func groupCommit() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Outcomes: @unchecked Sendable { var byKey: [String: ClusterReplica.ChangeOutcome] = [:] }
+        let outcomes = Outcomes()
+        let mine = value(replica), theirs = value(replica, operation: "other-host-1-9")
+        try queue.sync {
+            for key in ["a", "b", "c"] {
+                replica.change(key, to: mine, expecting: key == "b" ? .unchangedSince(5) : .absent) { outcomes.byKey[key] = $0 }
+            }
+            // A second change of "a" in the same batch cannot share its transaction.
+            replica.change("a", to: value(replica), expecting: .absent) { outcomes.byKey["a2"] = $0 }
+            replica.sendPending()
+            #expect(store.transactions.count == 2, "one transaction for a, b, c; one for the second change of a")
+            let first = store.transactions.removeFirst()
+            #expect(first.compares.count == 3 && first.success.count == 3 && first.failure.count == 3, "every key compared, put, and read back on failure")
+            // b was changed by another host since revision 5: the rest is sent again.
+            first.completion(.success(EtcdTransactionResult(succeeded: false, revision: 70, ranges: [[], [self.stored(theirs, revision: 69, key: "b")], []])))
+            if case .conflict(let found?, revision: 69)? = outcomes.byKey["b"] {
+                #expect(found.operation == "other-host-1-9")
+            } else {
+                Issue.record("b lost its race: \(String(describing: outcomes.byKey["b"]))")
+            }
+            #expect(outcomes.byKey["a"] == nil && outcomes.byKey["c"] == nil, "their compares held: not failed")
+            let again = try #require(store.transactions.last, "a and c sent again at once")
+            #expect(again.compares.count == 2)
+            again.completion(.success(EtcdTransactionResult(succeeded: true, revision: 71, ranges: [])))
+            store.transactions.removeLast()
+            for key in ["a", "c"] {
+                guard case .committed(71)? = outcomes.byKey[key] else {
+                    Issue.record("\(key): \(String(describing: outcomes.byKey[key]))")
+                    continue
+                }
+            }
+            let second = try #require(store.transactions.first)
+            #expect(second.compares.count == 1)
+            second.completion(.success(EtcdTransactionResult(succeeded: false, revision: 71, ranges: [[self.stored(mine, revision: 71, key: "a")]])))
+            store.transactions.removeFirst()
+        }
+        // The second change of a finds the first one's value: a conflict, judged again by its caller.
+        guard case .conflict(_, revision: 71)? = outcomes.byKey["a2"] else {
+            Issue.record("\(String(describing: outcomes.byKey["a2"]))")
+            return
+        }
+    }
+
+    @Test("group commit: at most 128 changes in one transaction, and a change that waits past its deadline unsent fails as surely not made")
+    func groupCommitLimits() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Outcomes: @unchecked Sendable { var all: [ClusterReplica.ChangeOutcome] = [] }
+        let outcomes = Outcomes()
+        queue.sync {
+            for index in 0..<300 {
+                replica.change("k\(index)", to: value(replica), expecting: .absent) { outcomes.all.append($0) }
+            }
+            replica.sendPending()
+            #expect(store.transactions.map(\.compares.count) == [128, 128], "two in flight at most, 128 each")
+            // The rest waits; past its deadline, unsent, it fails as not made.
+            replica.change("late", to: value(replica), expecting: .absent, deadline: SystemClock.now()) { outcomes.all.append($0) }
+            replica.sendPending()
+            #expect(outcomes.all.count == 1)
+            if case .failed(.unreachable)? = outcomes.all.first {} else {
+                Issue.record("\(String(describing: outcomes.all.first))")
+            }
+            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 5, ranges: [])))
+            #expect(store.transactions.map(\.compares.count) == [128, 44], "the rest goes as soon as a place is free")
         }
     }
 
@@ -196,7 +272,7 @@ struct ClusterReplicaTests {
         let store = ScriptedEtcd()
         let replica = try replica(store)
         queue.sync {
-            replica.resume(from: 10)
+            replica.resume(from: 10_999)
             replica.start()
         }
         let watch = try #require(queue.sync { store.watches.first })
@@ -223,19 +299,19 @@ struct ClusterReplicaTests {
     func compactedWatch() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
-        final class Loaded: @unchecked Sendable { var loads: [(Int, Int64)] = [] }
+        final class Loaded: @unchecked Sendable { var loads: [(Int, UInt64)] = [] }
         let loaded = Loaded()
         queue.sync {
             replica.load = { countdowns, revision in loaded.loads.append((countdowns.count, revision)) }
-            replica.resume(from: 10)
+            replica.resume(from: 10_999)
             replica.start()
             store.watches[0].onEnd(.compacted(at: 30))
             #expect(store.ranges.count == 1, "read everything again")
             store.ranges.removeFirst().completion(.success(([self.stored(value(replica, operation: "h-1-1"), revision: 25)], 31)))
         }
         queue.sync {
-            #expect(loaded.loads.map(\.0) == [1] && loaded.loads.map(\.1) == [31])
-            #expect(store.watches.count == 2 && store.watches[1].from == 32, "watched from after the read")
+            #expect(loaded.loads.map(\.0) == [1] && loaded.loads.map(\.1) == [31_999], "numbered after every change of the revision read")
+            #expect(store.watches.count == 2 && store.watches[1].from == 31, "watched from the revision read (its changes are in the read, and skipped)")
             #expect(replica.appliedAt["otp:1"] == 25)
         }
     }

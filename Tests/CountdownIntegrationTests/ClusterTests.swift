@@ -102,6 +102,49 @@ extension Integration {
             }
         }
 
+        @Test("group commit: 200 countdowns due at one moment are finished by the host that started them in two etcd transactions (128 + 72), each done written once, numbered alike on both hosts by revision and place")
+        func burstOfDeadlines() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd), hostB = try clusterDaemon(etcd)
+            let onA = try hostA.connect(), onB = try hostB.connect()
+            _ = try onA.request("SUBSCRIBE EVENTS done")
+            _ = try onB.request("SUBSCRIBE EVENTS done")
+            // One wall-clock deadline for all, far enough ahead for 200 STARTs on a slow machine
+            // (they take well under a second: 20 connections, 10 pipelined each).
+            let deadline = Int64(unixNowMilliseconds()) + 10_000
+            let clients = try (0..<20).map { _ in try hostA.connect() }
+            for (index, client) in clients.enumerated() {
+                try client.send((0..<10).map { "START burst\(index * 10 + $0) AT \(deadline)\n" }.joined())
+            }
+            for client in clients {
+                for _ in 0..<10 {
+                    let reply = try client.readReply()
+                    guard reply.countdown?.state == .running else {
+                        Issue.record("a START was refused: \(reply.outcome)")
+                        return
+                    }
+                }
+            }
+            #expect(unixNowMilliseconds() < Double(deadline) - 1000, "the STARTs ended before the deadline")
+            let control = try hostA.connect()
+            func transactions() throws -> Int {
+                try #require(Int(try control.request("STATS").stats.first { $0.key == "cluster_transactions" }?.value ?? ""))
+            }
+            let before = try transactions()
+            func dones(_ connection: CountdownConnection) throws -> [UInt64] {
+                try (0..<200).map { _ in try connection.waitForEvent(timeout: 60) { $0.kind == .done }.sequence }
+            }
+            let onANumbers = try dones(onA), onBNumbers = try dones(onB)
+            #expect(try transactions() - before == 2, "200 dones in two transactions of at most 128")
+            #expect(onANumbers == onBNumbers, "the same numbers on both hosts")
+            #expect(zip(onBNumbers, onBNumbers.dropFirst()).allSatisfy { $0 < $1 }, "in order")
+            let byRevision = Dictionary(grouping: onBNumbers) { $0 / 1000 }
+            #expect(byRevision.values.map(\.count).sorted() == [72, 128], "two transactions: \(byRevision.mapValues(\.count))")
+            #expect(byRevision.values.allSatisfy { places in places.map { $0 % 1000 } == Array(0..<UInt64(places.count)) }, "numbered by place in each")
+            let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
+            #expect((0..<200).allSatisfy { versions["/countdownd/burst\($0)"]?.version == 2 }, "each started, then done once")
+        }
+
         @Test("START races between two hosts: in each of 1,000 rounds exactly one gets OK, the other busy with the time left")
         func startRaces() throws {
             let etcd = try EtcdCluster()
@@ -162,14 +205,18 @@ extension Integration {
             let seenOnA = try lifecycle(onA), seenOnB = try lifecycle(onB)
             #expect(seenOnB.map(\.kind) == [.started, .started, .paused, .resumed, .extended, .cancelled, .done])
             #expect(seenOnA.map(\.sequence) == seenOnB.map(\.sequence), "the same numbers on both hosts")
+            // One change per transaction here (each waits for its answer): revision × 1000, and
+            // the revisions have no gap.
             let numbers = seenOnB.map(\.sequence)
-            #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $1 == $0 + 1 }, "no gap: \(numbers)")
+            #expect(numbers.allSatisfy { $0 % 1000 == 0 }, "the first change of each revision: \(numbers)")
+            let revisions = numbers.map { $0 / 1000 }
+            #expect(zip(revisions, revisions.dropFirst()).allSatisfy { $1 == $0 + 1 }, "no gap: \(numbers)")
             // Only one done: nothing more comes on either host.
             _ = try onA.request("PING")
             _ = try onB.request("PING")
             #expect(!onA.hasBufferedInput && !onB.hasBufferedInput)
             let stats = Dictionary(try hostB.connect().request("STATS").stats.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
-            #expect(stats["cluster_revision"] == "\(numbers.last ?? 0)")
+            #expect(stats["cluster_revision"] == "\(revisions.last ?? 0)")
             #expect(stats["cluster_watching"] == "1")
             // B estimated A's clock from A's changes: one host seen, both on this machine's clock.
             #expect(stats["cluster_hosts_seen"] == "1" && stats["cluster_members"] == "3")

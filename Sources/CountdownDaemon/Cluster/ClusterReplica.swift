@@ -20,6 +20,24 @@ final class ClusterReplica: @unchecked Sendable {
         case unchangedSince(Int64)
     }
 
+    /// One judgement of a client's change: judged again after each race it lost, up to
+    /// `Daemon.clusterAttempts` times, all within one answer deadline.
+    struct Attempt {
+        /// 1 for the first judgement.
+        let number: Int
+        /// When the client is answered, whatever etcd has done: `changeTimeoutMilliseconds`
+        /// after the request, the bound CLUSTER.md promises.
+        let answerBy: Instant
+
+        /// The first judgement of a request that arrived at `now`.
+        static func first(at now: Instant) -> Attempt {
+            Attempt(number: 1, answerBy: now.advanced(byMilliseconds: Int64(ClusterReplica.changeTimeoutMilliseconds)))
+        }
+
+        /// The next judgement, after a lost race, within the same deadline.
+        var next: Attempt { Attempt(number: number + 1, answerBy: answerBy) }
+    }
+
     /// How a change went.
     enum ChangeOutcome {
         /// Committed at this revision.
@@ -49,7 +67,11 @@ final class ClusterReplica: @unchecked Sendable {
     private var watch: EtcdWatch?
     /// Whether the watch is running (for STATUS and STATS).
     private(set) var isWatching = false
+    /// Who waits for the watch to reach a revision, until `giveUpAt`.
     private var waiters: [(revision: Int64, giveUpAt: Instant, resume: (Bool) -> Void)] = []
+    /// Revisions this host committed, and when the watch is taken to be stuck if it has not
+    /// brought them (whether or not anyone still waits for them).
+    private var expected: [(revision: Int64, suspectWatchAt: Instant)] = []
     /// Retries due later (`schedule`), run by the housekeeping timer.
     private var scheduled: [(at: Instant, action: () -> Void)] = []
     /// A timerfd that fires five times a second on the poller, so that retries and timeouts run
@@ -57,6 +79,8 @@ final class ClusterReplica: @unchecked Sendable {
     private let housekeepingDescriptor: Int32
     private var housekeepingToken: EventPoller.Token?
     private let poller: EventPoller
+    /// Changes on their way to etcd, sent together.
+    private let commits: GroupCommit
     /// The most a change takes, its retry included: the bound CLUSTER.md promises.
     static let changeTimeoutMilliseconds = 3000
     /// A retry is sent only with at least this much of the change's time left.
@@ -91,11 +115,38 @@ final class ClusterReplica: @unchecked Sendable {
     static let historyMarginMilliseconds: Int64 = 1_000
     private var operationCount = 0
 
-    /// Applies one change from etcd to the engine: `value` `nil` means the key was deleted.
-    var apply: (_ key: String, _ value: ClusterValue?, _ revision: Int64) -> Void = { _, _, _ in }
+    /// Applies one change from etcd to the engine, numbered `sequence` (`Self.sequence`):
+    /// `value` `nil` means the key was deleted.
+    var apply: (_ key: String, _ value: ClusterValue?, _ sequence: UInt64) -> Void = { _, _, _ in }
     /// Loads a whole state (the first read, and a resync after compaction): every countdown and
-    /// the revision it was read at.
-    var load: (_ countdowns: [(key: String, value: ClusterValue)], _ revision: Int64) -> Void = { _, _ in }
+    /// the sequence number of the read (`sequenceOfRead`).
+    var load: (_ countdowns: [(key: String, value: ClusterValue)], _ sequence: UInt64) -> Void = { _, _ in }
+
+    // MARK: - Numbering
+
+    /// A transaction takes one etcd revision for all its changes, so events are numbered
+    /// `revision × eventsPerRevision + place`: the event's place among that revision's events,
+    /// in the order etcd's watch gives them (the transaction's order), the same on every host.
+    static let eventsPerRevision: Int64 = 1000
+
+    /// The number of the `place`th event at `revision`.
+    static func sequence(revision: Int64, place: Int) -> UInt64 {
+        UInt64(max(0, revision)) * UInt64(eventsPerRevision) + UInt64(place)
+    }
+
+    /// The number of a full read at `revision`: after every event of that revision.
+    static func sequenceOfRead(at revision: Int64) -> UInt64 {
+        sequence(revision: revision, place: Int(eventsPerRevision) - 1)
+    }
+
+    /// The revision an event (or a read) numbered `sequence` belongs to.
+    static func revision(ofSequence sequence: UInt64) -> Int64 {
+        Int64(sequence / UInt64(eventsPerRevision))
+    }
+
+    /// The number of the last event applied (or of the last full read): the watch skips what
+    /// is not after it, so a watch resumed at a revision already partly applied repeats nothing.
+    private var appliedSequence: UInt64 = 0
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
 
@@ -130,6 +181,7 @@ final class ClusterReplica: @unchecked Sendable {
         self.logger = logger
         self.client = client
         self.driver = driver
+        commits = GroupCommit(client: client)
         var name = [CChar](repeating: 0, count: 256)
         // A name that does not fit is cut (and then not NUL-terminated): the last byte stays 0,
         // and the state directory tells hosts with one name apart.
@@ -165,12 +217,16 @@ final class ClusterReplica: @unchecked Sendable {
         let due = scheduled.filter { $0.at <= now }
         scheduled.removeAll { $0.at <= now }
         for item in due { item.action() }
+        commits.expire(now: now)
+        if expected.contains(where: { $0.suspectWatchAt <= now }) {
+            expected.removeAll()
+            lastLagMicroseconds = Self.catchUpTimeoutNanoseconds / 1000
+            logger.log(.warning, "cluster: the watch did not bring a committed change within 2 s (it is at revision \(revision)); moving it to another member")
+            restartWatchElsewhere()
+        }
         let expired = waiters.filter { $0.giveUpAt <= now }
         guard !expired.isEmpty else { return }
-        lastLagMicroseconds = Self.catchUpTimeoutNanoseconds / 1000
         waiters.removeAll { $0.giveUpAt <= now }
-        logger.log(.warning, "cluster: the watch did not bring a committed change within 2 s (it is at revision \(revision)); moving it to another member")
-        restartWatchElsewhere()
         for waiter in expired { waiter.resume(false) }
     }
 
@@ -182,12 +238,12 @@ final class ClusterReplica: @unchecked Sendable {
 
     // MARK: - Reading
 
-    /// The revision this host's copy already reached (kept in its state directory); 0 for none.
-    private var resumeRevision: Int64 = 0
+    /// The last event this host's copy applied (kept in its state directory); 0 for none.
+    private var resumeSequence: UInt64 = 0
 
-    /// Starts from a copy kept from an earlier run, which reached `revision`.
-    func resume(from revision: Int64) {
-        resumeRevision = revision
+    /// Starts from a copy kept from an earlier run, whose last event was numbered `sequence`.
+    func resume(from sequence: UInt64) {
+        resumeSequence = sequence
     }
 
     /// Logs in (with etcd's own users, if configured), then resumes the watch after the copy
@@ -198,8 +254,9 @@ final class ClusterReplica: @unchecked Sendable {
             if let error {
                 logger.log(.warning, "cluster: cannot log in to etcd (\(error)); trying again in a second")
                 schedule(after: 1) { [self] in start() }
-            } else if resumeRevision > 0 {
-                revision = resumeRevision
+            } else if resumeSequence > 0 {
+                appliedSequence = resumeSequence
+                revision = Self.revision(ofSequence: resumeSequence)
                 logger.log(.notice, "cluster: resuming after revision \(revision), from the copy in the state directory")
                 startWatch()
                 onFirstLoad()
@@ -214,13 +271,19 @@ final class ClusterReplica: @unchecked Sendable {
     /// then used only if the replica has applied that revision already, so it is the change the
     /// replica holds. A newer one is waited for: the watch brings it, and with it the revision.
     /// `nil` when etcd has no such key, cannot be asked, or the watch did not catch up.
-    func withRevision(of key: String, _ body: @escaping (Int64?) -> Void) {
+    /// etcd is asked with what is left until `deadline` (3 s without one).
+    func withRevision(of key: String, by deadline: Instant? = nil, _ body: @escaping (Int64?) -> Void) {
         if let known = appliedAt[key] {
             body(known)
             return
         }
         let fullKey = configuration.prefix + key
-        client.transaction(if: [], then: [.get(fullKey)], else: []) { [self] result in
+        let timeout = deadline.map { Int($0.nanoseconds(since: SystemClock.now()) / 1_000_000) } ?? Self.changeTimeoutMilliseconds
+        guard timeout > 0 else {
+            body(nil)
+            return
+        }
+        client.transaction(if: [], then: [.get(fullKey)], else: [], timeoutMilliseconds: timeout) { [self] result in
             guard case .success(let outcome) = result, let current = outcome.ranges.first?.first else {
                 body(appliedAt[key])
                 return
@@ -258,7 +321,8 @@ final class ClusterReplica: @unchecked Sendable {
                     writers[key] = value.host
                 }
                 revision = readAt
-                load(countdowns, readAt)
+                appliedSequence = Self.sequenceOfRead(at: readAt)
+                load(countdowns, appliedSequence)
                 logger.log(.notice, "cluster: read \(countdowns.count) countdowns at revision \(readAt) from etcd")
                 startWatch()
                 releaseWaiters()
@@ -270,23 +334,29 @@ final class ClusterReplica: @unchecked Sendable {
     private func startWatch() {
         isWatching = true
         watchStartedUnixMilliseconds = SystemClock.mapping().unixMilliseconds
-        watch = client.watch(prefix: configuration.prefix, from: revision + 1, onEvents: { [self] events, sentAt in
+        // From the revision last applied, inclusive: a transaction's events could have come in
+        // two answers, and the numbering skips those applied already.
+        var placed: (revision: Int64, count: Int) = (0, 0)
+        watch = client.watch(prefix: configuration.prefix, from: max(revision, 1), onEvents: { [self] events, sentAt in
             for event in events {
                 let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
                 let changedAt = event.keyValue.modRevision
-                guard changedAt > revision else { continue }
+                placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
+                let sequence = Self.sequence(revision: changedAt, place: placed.count)
+                guard sequence > appliedSequence else { continue }
                 switch event.kind {
                 case .put:
                     guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
                     appliedAt[key] = changedAt
                     writers[key] = value.host
                     if changedAt == sentAt { noteClock(of: value) }
-                    apply(key, value, changedAt)
+                    apply(key, value, sequence)
                 case .delete:
                     appliedAt[key] = nil
                     writers[key] = nil
-                    apply(key, nil, changedAt)
+                    apply(key, nil, sequence)
                 }
+                appliedSequence = sequence
                 revision = changedAt
             }
             releaseWaiters()
@@ -334,21 +404,25 @@ final class ClusterReplica: @unchecked Sendable {
 
     /// Runs `resume(true)` once the replica has applied `revision`. If the watch has not
     /// brought it within `catchUpTimeout`, the watch is moved to another member and
-    /// `resume(false)` runs: the change is in etcd, this host's copy is behind.
-    func afterRevision(_ wanted: Int64, _ resume: @escaping (Bool) -> Void) {
+    /// `resume(false)` runs: the change is in etcd, this host's copy is behind. With an
+    /// `answerBy` before that, `resume(false)` runs then, and the watch is left as it is.
+    func afterRevision(_ wanted: Int64, answerBy: Instant? = nil, _ resume: @escaping (Bool) -> Void) {
         if revision >= wanted {
             lastLagMicroseconds = 0
             resume(true)
             return
         }
         let committed = SystemClock.now()
-        waiters.append((wanted, committed.advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds), { [self] caughtUp in
+        let suspectWatchAt = committed.advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)
+        expected.append((wanted, suspectWatchAt))
+        waiters.append((wanted, min(suspectWatchAt, answerBy ?? suspectWatchAt), { [self] caughtUp in
             if caughtUp { lastLagMicroseconds = SystemClock.now().nanoseconds(since: committed) / 1000 }
             resume(caughtUp)
         }))
     }
 
     private func releaseWaiters() {
+        expected.removeAll { $0.revision <= revision }
         guard !waiters.isEmpty else { return }
         let ready = waiters.filter { $0.revision <= revision }
         waiters.removeAll { $0.revision <= revision }
@@ -366,55 +440,36 @@ final class ClusterReplica: @unchecked Sendable {
 
     // MARK: - Changing
 
-    /// Writes `value` (or deletes the key, for `nil`) if etcd still has what `expectation` says:
-    /// one transaction. `completion` runs on the queue.
+    /// Writes `value` (or deletes the key, for `nil`) if etcd still has what `expectation` says,
+    /// in the next group transaction (`GroupCommit`, sent by `sendPending` at the end of the
+    /// batch, with every other change of the batch). `completion` runs on the queue.
     ///
     /// A transaction whose answer was lost (a member stopped or cut off after the request went
-    /// out) is sent once more to the next member with the same operation id. Whichever of the
+    /// out) is sent once more to the next member with the same operation ids. Whichever of the
     /// two commits first wins, the other fails its comparison; a conflict that shows this very
     /// operation's value is the first one having committed, so it counts as committed.
     ///
-    /// Both attempts share one deadline, `changeTimeoutMilliseconds` from the first (the first
-    /// gets half of it): a change is answered within it, whichever members are stopped.
+    /// Every attempt shares one deadline, `changeTimeoutMilliseconds` from now unless given (the
+    /// first gets half of what is left): a change is answered within it, whichever members are
+    /// stopped.
     func change(
         _ key: String, to value: ClusterValue?, expecting expectation: Expectation, deadline: Instant? = nil,
         completion: @escaping (ChangeOutcome) -> Void
     ) {
-        let retried = deadline != nil
-        let deadline = deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
-        // The first attempt of a put gets half the time, so that a member that stopped after
-        // taking the request leaves the retry on the next one time to be answered.
-        let remaining = Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000)
-        let left = !retried && value != nil ? min(remaining, Self.changeTimeoutMilliseconds / 2) : remaining
-        let fullKey = configuration.prefix + key
-        let compare: EtcdClient.Compare
-        switch expectation {
-        case .absent: compare = .absent(fullKey)
-        case .unchangedSince(let revision): compare = .modifiedAt(fullKey, revision)
-        }
-        let operation: EtcdClient.Operation = value.map { .put(fullKey, $0.encoded, lease: nil) } ?? .delete(fullKey)
-        client.transaction(if: [compare], then: [operation], else: [.get(fullKey)], timeoutMilliseconds: max(left, 1)) { [self] result in
-            switch result {
-            case .failure(.ambiguous) where !retried && value != nil
-                && deadline.nanoseconds(since: SystemClock.now()) >= Self.minimumRetryMilliseconds * 1_000_000:
-                change(key, to: value, expecting: expectation, deadline: deadline, completion: completion)
-            case .failure(let error):
-                completion(.failed(error))
-            case .success(let outcome) where outcome.succeeded:
-                completion(.committed(outcome.revision))
-            case .success(let outcome):
-                let current = outcome.ranges.first?.first
-                let found = current.flatMap { ClusterValue.decode($0.value) }
-                let revision = current?.modRevision ?? outcome.revision
-                if let value, let found, found.operation == value.operation {
-                    completion(.committed(revision))  // Our first attempt did commit.
-                } else {
-                    // What etcd has now. The replica's revision stays as it is: the watch brings
-                    // the winner's change, and a retry compares on that once it is applied.
-                    completion(.conflict(found, revision: revision))
-                }
-            }
-        }
+        commits.propose(
+            configuration.prefix + key, to: value, expecting: expectation,
+            deadline: deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds)), completion: completion
+        )
+    }
+
+    /// Sends the changes proposed so far (at the end of each batch).
+    func sendPending() {
+        if commits.hasPending { commits.send() }
+    }
+
+    /// Transactions sent to etcd, and the changes they carried (`STATS`).
+    var transactionCounts: (transactions: Int, changes: Int) {
+        (commits.transactionsSent, commits.changesSent)
     }
 
     /// Stops the watch and every transfer.

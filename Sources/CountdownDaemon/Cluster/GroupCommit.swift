@@ -1,0 +1,184 @@
+import CountdownCore
+import Dispatch
+
+/// Group commit: the changes a host proposes within one batch (clients' changes, and the
+/// `done`s and removals due in it) go to etcd as **one transaction** of many compares and puts,
+/// up to `maximumOperations`, so a burst of deadlines costs one transaction, not one each.
+///
+/// The transaction's failure branch reads back every key it touches, so a failed compare says
+/// exactly which change lost its race: that one is a conflict (judged again by its caller), and
+/// the others are sent again at once, so one conflicting name never fails its neighbours.
+///
+/// Each change keeps its own deadline (`ClusterReplica.changeTimeoutMilliseconds` from when it
+/// was proposed); one not sent by then fails, having surely not been made. A transaction whose
+/// answer was lost is sent once more, to the next member, with its changes' operation ids: a
+/// change whose key then holds its own operation id had committed the first time.
+///
+/// Confined to the daemon's queue, like the replica that owns it.
+final class GroupCommit {
+    /// One proposed change.
+    private struct Change {
+        /// The key in etcd (the prefix included).
+        var key: String
+        var value: ClusterValue?
+        var expectation: ClusterReplica.Expectation
+        var deadline: Instant
+        /// It went out once and its answer was lost: it may have committed.
+        var sentBefore = false
+        var completion: (ClusterReplica.ChangeOutcome) -> Void
+
+        var compare: EtcdClient.Compare {
+            switch expectation {
+            case .absent: return .absent(key)
+            case .unchangedSince(let revision): return .modifiedAt(key, revision)
+            }
+        }
+
+        var operation: EtcdClient.Operation {
+            value.map { .put(key, $0.encoded, lease: nil) } ?? .delete(key)
+        }
+
+        /// Whether etcd's current `found` is what this change expected.
+        func holds(against found: EtcdKeyValue?) -> Bool {
+            switch expectation {
+            case .absent: return found == nil
+            case .unchangedSince(let revision): return found?.modRevision == revision
+            }
+        }
+    }
+
+    /// etcd's default `--max-txn-ops`: the most puts (and compares) in one transaction.
+    static let maximumOperations = 128
+    /// Transactions in flight at once. While they are, new changes gather for the next one.
+    static let maximumInFlight = 2
+
+    private let client: any EtcdTransport
+    private var pending: [Change] = []
+    private var inFlight = 0
+    /// Transactions sent, and changes they carried (for `STATS`).
+    private(set) var transactionsSent = 0
+    private(set) var changesSent = 0
+
+    init(client: any EtcdTransport) {
+        self.client = client
+    }
+
+    /// Proposes a change; it goes out with the next transaction (`send`). `completion` runs on
+    /// the queue, once.
+    func propose(
+        _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, deadline: Instant,
+        completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+    ) {
+        pending.append(Change(key: key, value: value, expectation: expectation, deadline: deadline, completion: completion))
+    }
+
+    /// Whether changes wait to be sent.
+    var hasPending: Bool { !pending.isEmpty }
+
+    /// Sends what is pending, as few transactions as the limits allow: at the end of each batch,
+    /// and when a transaction's answer frees its place.
+    func send() {
+        let now = SystemClock.now()
+        expire(now: now)
+        while inFlight < Self.maximumInFlight, !pending.isEmpty {
+            var group: [Change] = []
+            var keys = Set<String>()
+            var rest: [Change] = []
+            for change in pending {
+                // etcd refuses a transaction that puts one key twice: the second waits for the
+                // next one (and then fails its compare, as a second change on one revision must).
+                if group.count < Self.maximumOperations, keys.insert(change.key).inserted {
+                    group.append(change)
+                } else {
+                    rest.append(change)
+                }
+            }
+            pending = rest
+            transmit(group, now: now)
+        }
+    }
+
+    /// Fails the changes that waited past their deadline without being sent again.
+    func expire(now: Instant) {
+        let retryRoom = ClusterReplica.minimumRetryMilliseconds * 1_000_000
+        guard pending.contains(where: { $0.deadline.nanoseconds(since: now) < retryRoom }) else { return }
+        var expired: [Change] = []
+        pending.removeAll { change in
+            guard change.deadline.nanoseconds(since: now) < retryRoom else { return false }
+            expired.append(change)
+            return true
+        }
+        for change in expired {
+            change.completion(.failed(change.sentBefore
+                ? .ambiguous("its answer was lost, and no time was left to ask again")
+                : .unreachable("etcd did not take it within \(ClusterReplica.changeTimeoutMilliseconds) ms: earlier transactions were still unanswered")))
+        }
+    }
+
+    private func transmit(_ group: [Change], now: Instant) {
+        // The first attempt of a put gets at most half of its time, so that a member that
+        // stopped after taking the request leaves the retry on the next one time to be answered.
+        let remaining = group.map { Int($0.deadline.nanoseconds(since: now) / 1_000_000) }.min() ?? 0
+        let firstAttempt = group.contains { !$0.sentBefore && $0.value != nil }
+        let timeout = max(firstAttempt ? min(remaining, ClusterReplica.changeTimeoutMilliseconds / 2) : remaining, 1)
+        inFlight += 1
+        transactionsSent += 1
+        changesSent += group.count
+        client.transaction(
+            if: group.map(\.compare), then: group.map(\.operation), else: group.map { .get($0.key) }, timeoutMilliseconds: timeout
+        ) { [self] result in
+            inFlight -= 1
+            decide(group, result)
+            send()
+        }
+    }
+
+    private func decide(_ group: [Change], _ result: Result<EtcdTransactionResult, EtcdError>) {
+        switch result {
+        case .failure(.ambiguous(let why)):
+            let now = SystemClock.now()
+            var again: [Change] = []
+            for var change in group {
+                // Once only, for a put (its operation id tells its own commit apart) with time left.
+                if !change.sentBefore, change.value != nil,
+                   change.deadline.nanoseconds(since: now) >= ClusterReplica.minimumRetryMilliseconds * 1_000_000 {
+                    change.sentBefore = true
+                    again.append(change)
+                } else {
+                    change.completion(.failed(.ambiguous(why)))
+                }
+            }
+            pending.insert(contentsOf: again, at: 0)
+        case .failure(let error):
+            for change in group { change.completion(.failed(error)) }
+        case .success(let outcome) where outcome.succeeded:
+            for change in group { change.completion(.committed(outcome.revision)) }
+        case .success(let outcome) where outcome.ranges.count != group.count:
+            let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.count)")
+            for change in group { change.completion(.failed(error)) }
+        case .success(let outcome):
+            // The failure branch read every key back, in order: who lost, and who is sent again.
+            var again: [Change] = []
+            for (index, change) in group.enumerated() {
+                let current = outcome.ranges[index].first
+                let found = current.flatMap { ClusterValue.decode($0.value) }
+                if let value = change.value, let found, found.operation == value.operation, let current {
+                    change.completion(.committed(current.modRevision))  // An earlier attempt did commit.
+                } else if !change.holds(against: current) {
+                    // What etcd has now. The replica's revision stays as it is: the watch brings
+                    // the winner's change, and a retry compares on that once it is applied.
+                    change.completion(.conflict(found, revision: current?.modRevision ?? outcome.revision))
+                } else {
+                    again.append(change)  // Its compare held: a neighbour failed the transaction.
+                }
+            }
+            guard again.count < group.count else {
+                // Every compare held by what etcd read back, yet it refused: never loop on it.
+                let error = EtcdError.malformed("etcd refused a transaction whose compares all held")
+                for change in again { change.completion(.failed(error)) }
+                return
+            }
+            pending.insert(contentsOf: again, at: 0)
+        }
+    }
+}
