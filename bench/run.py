@@ -503,6 +503,23 @@ def etcd_txn_rate(endpoints, total, clients=8):
     return per_client * clients / (time.monotonic() - started)
 
 
+def stats(path):
+    """A daemon's STATS, as a dict of strings."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    f = s.makefile("rb")
+    f.readline()
+    s.sendall(b"STATS\n")
+    result = {}
+    for line in f:
+        parts = line.decode().split()
+        if parts[0] != "STAT":
+            break
+        result[parts[1]] = parts[2] if len(parts) > 2 else ""
+    s.close()
+    return result
+
+
 def cluster_round(workdir, total, n, probes):
     """Cluster mode against a real three-member etcd on loopback: START throughput (8 clients,
     one at a time each) next to etcd's own rate for the same transactions; `done` lateness as
@@ -524,12 +541,34 @@ def cluster_round(workdir, total, n, probes):
             logs.append((path, start_eventlog("countdownd", host.socket, path, n, 60)))
         replies = pipelined(a.socket, ["START d%d %dms\n" % (i, d) for i, d in enumerate(durations_ms(n, n, 1000, 3000))])
         deadlines = {line.split()[1]: int(line.split()[5]) for line in replies if line.startswith("OK ")}
+        sent_before = [int(stats(host.socket)["cluster_transactions"]) for host in hosts]
         for label, (path, logger) in zip(("done_on_starter", "done_on_other"), logs):
             logger.wait(60)
             late = [int(real) / 1e6 - deadlines[name] for _boot, real, kind, name, _ in (l.split() for l in open(path))
                     if kind == "done" and name in deadlines]
             result[label] = percentiles(late)
             os.unlink(path)
+        # etcd transactions the whole fleet sent for those dones, per done.
+        sent_after = [int(stats(host.socket)["cluster_transactions"]) for host in hosts]
+        result["transactions_per_done"] = (sum(sent_after) - sum(sent_before)) / max(1, len(deadlines))
+        # A burst: n deadlines at one moment (a wall-clock time), started through host A; their
+        # dones as host B's subscriber receives them, and the fleet's transactions for them.
+        at = int(time.time() * 1000) + 10_000
+        w = socket.socket(socket.AF_UNIX); w.connect(b.socket); fw = w.makefile("rb"); fw.readline()
+        w.sendall(b"SUBSCRIBE EVENTS done\n"); fw.readline()
+        started = sum(line.startswith("OK ") for line in pipelined(a.socket, ["START burst%d AT %d\n" % (i, at) for i in range(n)]))
+        sent_before = [int(stats(host.socket)["cluster_transactions"]) for host in hosts]
+        late = []
+        while len(late) < started:
+            fields = fw.readline().split()
+            if fields[2:3] == [b"done"] and fields[3].startswith(b"burst"):
+                late.append(time.time() * 1000 - at)
+        w.close()
+        time.sleep(3)  # past the other host's grace: any takeover it sent is counted
+        sent_after = [int(stats(host.socket)["cluster_transactions"]) for host in hosts]
+        result["burst_started"] = started
+        result["burst_transactions_per_done"] = (sum(sent_after) - sum(sent_before)) / max(1, started)
+        result["burst_done_late"] = percentiles(late)
         # Replica lag, one change at a time.
         s = socket.socket(socket.AF_UNIX); s.connect(a.socket); fa = s.makefile("rb"); fa.readline()
         t = socket.socket(socket.AF_UNIX); t.connect(b.socket); fb = t.makefile("rb"); fb.readline()
@@ -763,6 +802,9 @@ def write_report(args, sizes, million, restore_n, r, have_redis):
         w("| countdownd ÷ etcd | %s× |" % cell([x["start_rate"] / x["etcd_txn_rate"] for x in c], "%.2f"))
         for label, key in (("host that started them", "done_on_starter"), ("the other host", "done_on_other")):
             w("| `done` lateness p50 / p99, %s (ms) | %s / %s |" % (label, cell([x[key]["p50"] for x in c], "%.2f"), cell([x[key]["p99"] for x in c], "%.2f")))
+        w("| etcd transactions per `done`, the fleet, deadlines spread over 2 s | %s |" % cell([x["transactions_per_done"] for x in c], "%.3f"))
+        w("| etcd transactions per `done`, the fleet, %s deadlines at one moment | %s |" % (N(c[0]["burst_started"]), cell([x["burst_transactions_per_done"] for x in c], "%.4f")))
+        w("| `done` lateness p50 / p99 of that burst, the other host's subscriber (ms) | %s / %s |" % (cell([x["burst_done_late"]["p50"] for x in c], "%.1f"), cell([x["burst_done_late"]["p99"] for x in c], "%.1f")))
         w("| replica lag p50 / p99 (ms) | %s / %s |" % (cell([x["replica_lag"]["p50"] for x in c], "%.2f"), cell([x["replica_lag"]["p99"] for x in c], "%.2f")))
         w("| START errors | %d |" % sum(x["start_errors"] for x in c))
         w("")
