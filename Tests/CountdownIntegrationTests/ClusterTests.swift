@@ -145,6 +145,48 @@ extension Integration {
             #expect((0..<200).allSatisfy { versions["/countdownd/burst\($0)"]?.version == 2 }, "each started, then done once")
         }
 
+        @Test(
+            "a real wall-clock step moves a countdown to a time of day on every host, in cluster mode too, and leaves a plain one alone",
+            .enabled(if: getuid() == 0, "setting the clock needs root"),
+            .enabled(
+                if: ProcessInfo.processInfo.environment["CI"] == "true" || ProcessInfo.processInfo.environment["COUNTDOWND_TEST_CLOCK_STEP"] == "1",
+                "steps this machine's wall clock by 10 s and back: runs in CI (CI=true) or with COUNTDOWND_TEST_CLOCK_STEP=1"
+            )
+        )
+        func clockStep() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd), hostB = try clusterDaemon(etcd)
+            let a = try hostA.connect(), b = try hostB.connect()
+            // What each countdown has left is bracketed by the test's monotonic clock before and
+            // after each STATUS, so a slow machine only widens the bracket, never fails it.
+            let began = monotonicNow()
+            let target = Int64(unixNowMilliseconds()) + 120_000
+            _ = try a.request("START pinned AT \(target)")
+            _ = try a.request("START plain 120s")
+            try waitUntil(timeout: 30) { try b.request("LIST").countdowns.count == 2 }
+            func left(_ name: String, is total: Int64, on connection: CountdownConnection) throws -> Bool {
+                let before = (monotonicNow() - began) * 1000
+                let left = Double(try #require(try connection.request("STATUS \(name)").countdowns.first?.remainingMilliseconds))
+                let after = (monotonicNow() - began) * 1000
+                return left >= Double(total) - after - 1000 && left <= Double(total) - before + 1000
+            }
+            func step(by seconds: Int) {
+                var now = timespec()
+                clock_gettime(CLOCK_REALTIME, &now)
+                now.tv_sec += seconds
+                clock_settime(CLOCK_REALTIME, &now)
+            }
+            step(by: 10)
+            defer { step(by: -10) }
+            for connection in [a, b] {
+                try waitUntil(timeout: 30) { try left("pinned", is: 110_000, on: connection) }
+                #expect(try left("plain", is: 120_000, on: connection), "a plain duration keeps its moment on this host's clock")
+            }
+            // Only this host's timing moved: etcd holds the same countdown, written once.
+            let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
+            #expect(versions["/countdownd/pinned"]?.version == 1)
+        }
+
         @Test("START races between two hosts: in each of 1,000 rounds exactly one gets OK, the other busy with the time left")
         func startRaces() throws {
             let etcd = try EtcdCluster()
