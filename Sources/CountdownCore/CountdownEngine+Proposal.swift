@@ -5,6 +5,8 @@ public struct CountdownProposal: Sendable, Equatable {
     public var state: PersistedCountdown?
     /// The last lifecycle event the change caused (`started` for a `START … REPLACE`).
     public var event: CountdownEvent?
+    /// The `cancelled` a `START … REPLACE` of a running or paused countdown caused before it.
+    public var replaced: CountdownEvent? = nil
     /// What the client is told.
     public var reply: CountdownSnapshot
 }
@@ -39,7 +41,9 @@ extension CountdownEngine {
         if record(named: key) == nil, let created = scratch.persistentState(of: key) {
             try checkRoom(forNewCountdownOf: created.owner)
         }
-        return CountdownProposal(state: scratch.persistentState(of: key), event: events.last { $0.kind.isLifecycle }, reply: reply)
+        let lifecycle = events.filter(\.kind.isLifecycle)
+        let replaced = lifecycle.count >= 2 && lifecycle[lifecycle.count - 2].kind == .cancelled ? lifecycle[lifecycle.count - 2] : nil
+        return CountdownProposal(state: scratch.persistentState(of: key), event: lifecycle.last, replaced: replaced, reply: reply)
     }
 
     /// What time does to the countdown `key` by `now`, by the engine's own rules (a `done` with

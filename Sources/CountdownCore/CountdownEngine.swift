@@ -695,16 +695,29 @@ public struct CountdownEngine {
     }
 
     /// Applies a change decided by the shared store: the countdown `key` is now `state` (`nil`:
-    /// gone), and subscribers get `event` numbered `sequence` (the store's revision). Numbers
-    /// only grow: a change numbered at or below the last one applied is ignored.
+    /// gone), and subscribers get `event` numbered `sequence` (from the store's revision). With
+    /// `replacedRemainingMilliseconds` (a `START … REPLACE` of a running or paused countdown),
+    /// they first get its `cancelled` with that time left, numbered `sequence`, and `event` one
+    /// more. Numbers only grow: a change numbered at or below the last one applied is ignored.
     /// - Returns: whether it was applied.
     @discardableResult
     public mutating func applyReplicated(
-        _ key: String, state: PersistedCountdown?, event: EventKind, eventRemainingMilliseconds: Int64, sequence: UInt64,
-        now: Instant, events: inout [CountdownEvent]
+        _ key: String, state: PersistedCountdown?, event: EventKind, eventRemainingMilliseconds: Int64,
+        replacedRemainingMilliseconds: Int64? = nil, sequence: UInt64, now: Instant, events: inout [CountdownEvent]
     ) -> Bool {
         guard sequence > lastSequence else { return false }
         let before = slot(named: key).flatMap { records[Int($0)] }
+        var sequence = sequence
+        if let replacedRemainingMilliseconds {
+            // A `START … REPLACE`: the countdown it replaced is cancelled first, numbered
+            // `sequence`, and the number is used even by a copy that did not hold it, so every
+            // copy numbers the `started` alike.
+            if let before, let slot = slot(named: key), before.state.isActive {
+                lastSequence = sequence - 1
+                emit(in: slot, .cancelled, before, remaining: replacedRemainingMilliseconds, into: &events)
+            }
+            sequence += 1
+        }
         revert(key, to: state, now: now)
         let slot = self.slot(named: key) ?? -1
         guard let record = slot >= 0 ? records[Int(slot)] : before else {
@@ -714,7 +727,14 @@ public struct CountdownEngine {
         lastSequence = sequence - 1  // `emit` numbers it: `sequence`.
         emit(in: slot, event, record, remaining: eventRemainingMilliseconds, into: &events)
         if event == .done, record.state == .done {
-            events[events.count - 1].due = record.finishedAt  // Its deadline: how late it is announced.
+            let deadline = record.finishedAt
+            events[events.count - 1].due = deadline  // Its deadline: how late it is announced.
+            // The rule of `done` on a host of its own, where it is announced: more than a second
+            // after the deadline, it says how late (the store may have taken that long).
+            let late = now.nanoseconds(since: deadline)
+            if events[events.count - 1].lateMilliseconds == nil, late > 1_000_000_000 {
+                events[events.count - 1].lateMilliseconds = late / 1_000_000
+            }
         }
         lastSequence = sequence
         return true

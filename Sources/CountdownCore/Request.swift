@@ -39,6 +39,16 @@ public enum Request: Equatable, Sendable {
         case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return false
         }
     }
+
+    /// The countdown a change changes, as the client wrote it (`nil` for anything else).
+    public var changedName: String? {
+        switch self {
+        case .start(let name, _, _, _), .startAt(let name, _, _), .cancel(let name), .pause(let name), .resume(let name),
+             .extend(let name, _), .remove(let name):
+            return name
+        case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return nil
+        }
+    }
 }
 
 /// Parses request lines. Pure and allocation-light: fields are byte ranges of the line.

@@ -86,7 +86,8 @@ extension Daemon {
         var changes: [CountdownEvent] = []
         engine.applyReplicated(
             key, state: value?.persisted(key: key, clock: SystemClock.mapping(at: now)), event: value?.event ?? .removed,
-            eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0, sequence: sequence, now: now, events: &changes
+            eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0,
+            replacedRemainingMilliseconds: value?.replacedRemainingMilliseconds, sequence: sequence, now: now, events: &changes
         )
         // Like time's events, they stand whatever this batch's commit does (they are etcd's), and
         // each `done`'s lateness is measured when it is written, as on a daemon of its own.
@@ -95,9 +96,9 @@ extension Daemon {
     }
 
     /// A change asked for by a client, computed against the replica (`Daemon.change`), goes to
-    /// etcd: the connection's replies wait behind a ticket until it is decided, and it is
+    /// etcd: its reply waits in its place behind a ticket until it is decided, and it is
     /// answered once the replica holds the change, or judged again after a lost race against
-    /// the newer state.
+    /// the newer state (keeping its ticket).
     func proposeInCluster(
         _ key: String, _ proposal: CountdownProposal, request: Request, uid: UInt32, connection: Connection, clock: WallClockMapping,
         cluster: ClusterReplica, attempt: ClusterReplica.Attempt
@@ -105,16 +106,18 @@ extension Daemon {
         let value = proposal.state.map { state in
             ClusterValue(
                 state, event: proposal.event?.kind ?? .started, eventRemainingMilliseconds: proposal.event?.remainingMilliseconds ?? 0,
-                operation: cluster.nextOperation(), clock: clock
+                replacedRemaining: proposal.replaced?.remainingMilliseconds, operation: cluster.nextOperation(), clock: clock
             )
         }
-        let ticket = clients.hold(connection)
+        let ticket = attempt.ticket ?? clients.hold(connection, changing: key)
+        var attempt = attempt
+        attempt.ticket = ticket
         // Compared on the change the replica holds (`.absent` when it holds none): after a
         // restart from the local copy that revision may have to be asked for first.
         let commit = { [unowned self] (expectation: ClusterReplica.Expectation) in
             commitInCluster(
                 key, value, expecting: expectation, proposal: proposal, request: request, uid: uid, connection: connection,
-                ticket: ticket, cluster: cluster, attempt: attempt
+                cluster: cluster, attempt: attempt
             )
         }
         guard engine.persistentState(of: key) != nil else {
@@ -125,7 +128,7 @@ extension Daemon {
             guard let revision else {
                 // etcd could not be asked, or no longer has it while this host's copy does: the
                 // copy is behind. Comparing on "absent" could bring back a deleted countdown.
-                answer(connection, releasing: ticket) { out in
+                answer(connection, ticket: ticket) { out in
                     WireEncoder.appendError(
                         ProtocolError(.unavailable, "this host could not learn from etcd which change of '\(key)' it holds (etcd is unreachable, or this host's copy is behind), so the change was not made; try again in a moment").shown(to: uid),
                         to: &out
@@ -141,14 +144,14 @@ extension Daemon {
     /// request again after a lost race.
     private func commitInCluster(
         _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, proposal: CountdownProposal,
-        request: Request, uid: UInt32, connection: Connection, ticket: StoreTicket, cluster: ClusterReplica,
-        attempt: ClusterReplica.Attempt
+        request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica, attempt: ClusterReplica.Attempt
     ) {
+        guard let ticket = attempt.ticket else { preconditionFailure("a change is committed only once its reply has a place") }
         cluster.change(key, to: value, expecting: expectation, deadline: attempt.answerBy) { [unowned self] outcome in
             switch outcome {
             case .committed(let revision):
                 cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] caughtUp in
-                    answer(connection, releasing: ticket) { out in
+                    answer(connection, ticket: ticket) { out in
                         let now = SystemClock.now()
                         // Committed either way; from the replica once it has it, else as proposed.
                         let snapshot = (caughtUp ? try? engine.status(of: key, now: now) : nil) ?? proposal.reply
@@ -159,7 +162,6 @@ extension Daemon {
                 // Another host changed it first: once the replica has that change, the request
                 // is judged again against it (a START then finds it running: busy).
                 cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] _ in
-                    clients.release(connection, ticket: ticket)
                     let now = SystemClock.now()
                     do throws(ProtocolError) {
                         let timeLeft = attempt.answerBy.nanoseconds(since: now) / 1_000_000
@@ -169,7 +171,7 @@ extension Daemon {
                         try checkStorageAcceptsChanges()
                         try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt.next)
                     } catch {
-                        answer(connection, releasing: nil) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
+                        answer(connection, ticket: ticket) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
                     }
                 }
             case .failed(let error):
@@ -179,26 +181,24 @@ extension Daemon {
                 } else {
                     what = "the change could not be stored in etcd, so it was not made (\(error)); reads go on from this host's copy; try again once etcd is reachable"
                 }
-                answer(connection, releasing: ticket) { out in WireEncoder.appendError(ProtocolError(.unavailable, what), to: &out) }
+                answer(connection, ticket: ticket) { out in WireEncoder.appendError(ProtocolError(.unavailable, what), to: &out) }
             }
         }
     }
 
-    /// Queues a reply that was waiting for etcd, and lets the connection go on (releasing its
-    /// ticket, unless that was done already: a change judged again and refused).
-    private func answer(_ connection: Connection, releasing ticket: StoreTicket?, _ build: (inout [UInt8]) -> Void) {
+    /// Queues a reply that was waiting for etcd in its place (`ClientTable.answer`): replies
+    /// after it that were ready go out with it.
+    private func answer(_ connection: Connection, ticket: StoreTicket, _ build: (inout [UInt8]) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         // At stop, closing the etcd transfers fails those in flight: their clients get the
         // SHUTDOWN line instead.
         guard !isStopping else { return }
         precondition(phase == .serving, "cluster replies are queued within a batch")
-        if let ticket { clients.release(connection, ticket: ticket) } else { clients.carryOver(connection) }
         guard !connection.isClosed else { return }
         var out: [UInt8] = []
         build(&out)
         batch.items.append((connection, .storeAnswer(out)))
-        clients.touch(connection, batch: batch.number)
-        connection.output.append(out)
+        clients.answer(connection, ticket: ticket, with: out, batch: batch.number)
     }
 
     /// How long past a deadline the other hosts leave its `done` to the host that wrote the

@@ -88,7 +88,7 @@ extension Daemon {
         // and what they change can be undone without touching what time did.
         advanceTime(to: now)
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
-        while handled < limit, !connection.isClosing, !connection.isReplyInProgress,
+        while handled < limit, !connection.isClosing, mayServeNext(connection),
               connection.output.byteCount < configuration.readPauseThreshold, let frame = connection.framer.nextFrame() {
             handled += 1
             if timeBounded && handled % 16 == 0 && batchIsOutOfTime {
@@ -135,10 +135,30 @@ extension Daemon {
         return handled
     }
 
-    /// Queues `replyBuffer` on the connection, remembering where this batch's output starts.
+    /// Queues `replyBuffer` on the connection, remembering where this batch's output starts (or,
+    /// while changes of the connection's are in etcd, after their replies).
     func appendReply(to connection: Connection) {
-        clients.touch(connection, batch: batch.number)
-        connection.output.append(replyBuffer)
+        clients.queueReply(replyBuffer, on: connection, batch: batch.number)
+    }
+
+    /// How many of one connection's changes may be in etcd at once (cluster mode).
+    static let changesInFlightPerConnection = 64
+
+    /// Whether the connection's next framed request is served now. A listing holds everything
+    /// after it. While changes of the connection's are in etcd, the next request is served beside
+    /// them only if it changes another countdown: pipelined changes then wait in parallel (and
+    /// go in one transaction), while a read, or a second change of one countdown, waits for the
+    /// answers before it, so it sees them.
+    func mayServeNext(_ connection: Connection) -> Bool {
+        guard connection.listing == nil else { return false }
+        guard !connection.changesInFlight.isEmpty else { return true }
+        guard connection.changesInFlight.count < Self.changesInFlightPerConnection else { return false }
+        var ahead = connection.framer  // A copy (its buffer shared, never copied): a peek.
+        guard case .line(let bytes)? = ahead.nextFrame(), let request = try? RequestParser.parse(bytes),
+              let name = request.changedName, let (key, _) = try? CountdownAddress.resolve(name, requester: connection.peerUID) else {
+            return false
+        }
+        return !connection.isChanging(key)
     }
 
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.

@@ -328,6 +328,11 @@ public final class Daemon: @unchecked Sendable {
         switch journal.commit() {
         case .durable, .deferred:
             release(batch.lifecycleEvents)
+        case .failed where cluster != nil:
+            // Nothing a client was told depends on this host's copy: a change's answer is etcd's,
+            // and the replica's events are etcd's. They stay noted, written once storage works
+            // again; changes are refused meanwhile (`checkStorageAcceptsChanges`).
+            release(batch.lifecycleEvents)
         case .failed(let error):
             undoBatch(because: error)
         }

@@ -43,6 +43,35 @@ struct ClientTableTests {
         #expect(harness.readLines(client, count: 1).first?.count == 2047)
     }
 
+    @Test("changes in flight in etcd: replies go out in request order, whichever the store answers first; the connection is not read until the last is answered")
+    func repliesInRequestOrder() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let client = try harness.connect()
+        defer { close(client) }
+        _ = harness.readLines(client, count: 1)
+        let connection = try #require(harness.newestConnection)
+        harness.queue.sync {
+            let batch = harness.batchNumber
+            let first = harness.clients.hold(connection, changing: "a")
+            #expect(connection.isChanging("a") && !connection.isChanging("b"))
+            #expect(!connection.watchedFor.contains(.readable), "not read while a change is in flight")
+            harness.clients.queueReply(Array("ERR busy 'x' is running\n".utf8), on: connection, batch: batch)
+            let second = harness.clients.hold(connection, changing: "b")
+            harness.clients.queueReply(Array("OK 2\n".utf8), on: connection, batch: batch)
+            // The second change is decided first: nothing goes out, it waits for the first.
+            harness.clients.answer(connection, ticket: second, with: Array("OK b\n".utf8), batch: batch)
+            #expect(connection.output.byteCount == 0, "the first change's reply is still to come")
+            #expect(connection.isReplyInProgress && connection.isChanging("a") && !connection.isChanging("b"))
+            harness.clients.answer(connection, ticket: first, with: Array("OK a\n".utf8), batch: batch)
+            #expect(!connection.isReplyInProgress)
+            harness.clients.flushTouched()
+            #expect(harness.clients.takeCarriedOver(rotation: 64).map(\.id) == [connection.id], "served again in the next batch")
+            #expect(connection.watchedFor.contains(.readable), "read again")
+        }
+        #expect(harness.readLines(client, count: 4) == ["OK a", "ERR busy 'x' is running", "OK b", "OK 2"])
+    }
+
     @Test("2,000 connections closed at once are all forgotten, and their sockets closed")
     func manyClosedAtOnce() throws {
         // Two descriptors a connection (the test's end and the table's) in this one process.

@@ -84,6 +84,22 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("a retry refused outright (no leader) after a lost answer is still may-or-may-not: the first attempt can commit once quorum returns")
+    func refusedRetryAfterLostAnswer() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        let (outcome, sent) = change(replica, store, value: value(replica), answers: [
+            { _ in .failure(.ambiguous("timed out")) },
+            { _ in .failure(.server(code: 14, message: "etcdserver: no leader")) },
+        ])
+        #expect(sent.count == 2)
+        guard case .failed(.ambiguous(let why))? = outcome else {
+            Issue.record("answered as surely not made: \(String(describing: outcome))")
+            return
+        }
+        #expect(why.contains("no leader"), "\(why)")
+    }
+
     @Test("a second lost answer is reported as such, never retried a third time")
     func ambiguousTwice() throws {
         let store = ScriptedEtcd()
@@ -267,8 +283,8 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("clock offsets come from changes that arrive live: history replayed after a restart is downtime, not skew")
-    func skewFromLiveChangesOnly() throws {
+    @Test("clock offsets come from other hosts' heartbeats that arrive live: the smallest of the last 32 counts, so one held back by an outage is no offset; countdown changes, history and this host's own heartbeat are no samples")
+    func skewFromHeartbeats() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
         queue.sync {
@@ -276,23 +292,62 @@ struct ClusterReplicaTests {
             replica.start()
         }
         let watch = try #require(queue.sync { store.watches.first })
-        // Written by another host 90 s ago, while this one was down; replayed now.
-        var old = value(replica, operation: "other-host-1-1")
-        old.writtenUnixMilliseconds = SystemClock.mapping().unixMilliseconds - 90_000
-        queue.sync {
-            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 11))], 20)
-            #expect(replica.largestSkewMilliseconds == 0 && replica.skews.isEmpty, "replayed: no sample")
-            // The newest in etcd when sent, as the last of a replay in a quiet fleet is, but
-            // written before the watch started: history all the same.
-            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 20))], 20)
-            #expect(replica.skews.isEmpty, "written before the watch started: no sample")
+        func beat(_ host: String, writtenAgo: Int64, revision: Int64) -> EtcdWatchEvent {
+            let written = SystemClock.mapping().unixMilliseconds - writtenAgo
+            let value = Array(#"{"written_unix_ms":\#(written)}"#.utf8)
+            return EtcdWatchEvent(kind: .put, keyValue: EtcdKeyValue(key: "/countdownd/.hosts/" + host, value: value, createRevision: revision, modRevision: revision))
         }
-        // Then one written just now, the newest when etcd sent it: a sample, near 0.
-        let live = value(replica, operation: "other-host-1-2")
+        final class Applied: @unchecked Sendable { var keys: [String] = [] }
+        let applied = Applied()
         queue.sync {
-            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(live, revision: 21))], 21)
+            replica.apply = { key, _, _ in applied.keys.append(key) }
+            // A countdown written by another host 90 s ago, arriving live: not a sample.
+            var old = value(replica, operation: "other-host-1-1")
+            old.writtenUnixMilliseconds = SystemClock.mapping().unixMilliseconds - 90_000
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 11))], 11)
+            #expect(replica.skews.isEmpty)
+            // History (not the newest when sent), then a live heartbeat.
+            watch.onEvents([beat("b:/var/lib/countdownd", writtenAgo: 5000, revision: 12), beat("b:/var/lib/countdownd", writtenAgo: 10, revision: 13)], 13)
             #expect(replica.skews.count == 1 && abs(replica.largestSkewMilliseconds) < 1000, "\(replica.largestSkewMilliseconds)")
+            // One held back 70 s by an outage: one sample among the prompt ones.
+            watch.onEvents([beat("b:/var/lib/countdownd", writtenAgo: 70_000, revision: 14)], 14)
+            #expect(abs(replica.largestSkewMilliseconds) < 1000, "\(replica.largestSkewMilliseconds)")
+            // A host whose clock is 5 s behind: every sample says so.
+            for revision in Int64(15)..<20 {
+                watch.onEvents([beat("c:/srv", writtenAgo: 5000, revision: revision)], revision)
+            }
+            let estimate = try? #require(replica.skews["c:/srv"]?.estimate)
+            #expect(estimate.map { abs($0 - 5000) < 1000 } == true, "\(String(describing: estimate))")
+            // This host's own heartbeat is no sample, and no heartbeat reaches the engine.
+            watch.onEvents([beat(replica.hostID, writtenAgo: 9000, revision: 21)], 21)
+            #expect(replica.skews.count == 2)
+            #expect(applied.keys == ["otp:1"], "heartbeats are not countdowns: \(applied.keys)")
+            #expect(replica.revision == 21)
         }
+    }
+
+    @Test("heartbeats: at most one every 2 s and one in flight; after one fails, a read must succeed before the next is written")
+    func heartbeatPacing() throws {
+        let store = ScriptedEtcd()
+        let heartbeat = ClockHeartbeat(client: store, prefix: "/countdownd/", hostID: "me:/state", logger: Logger(threshold: .error, environment: [:]))
+        let start = SystemClock.now()
+        func at(_ milliseconds: Int64) -> Instant { start.advanced(byMilliseconds: milliseconds) }
+        func isPut(_ transaction: ScriptedEtcd.Transaction) -> Bool {
+            if case .put("/countdownd/.hosts/me:/state", _, _)? = transaction.success.first { return true }
+            return false
+        }
+        heartbeat.beat(now: at(0))
+        #expect(store.transactions.count == 1 && isPut(store.transactions[0]))
+        heartbeat.beat(now: at(3000))
+        #expect(store.transactions.count == 1, "one in flight at most")
+        store.answer(.failure(.ambiguous("timed out")))
+        heartbeat.beat(now: at(3000))
+        #expect(store.transactions.count == 1 && !isPut(store.transactions[0]), "after a failure, a read first")
+        store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 5, ranges: [[]])))
+        heartbeat.beat(now: at(4000))
+        #expect(store.transactions.isEmpty, "not due: 2 s after the last")
+        heartbeat.beat(now: at(5100))
+        #expect(store.transactions.count == 1 && isPut(store.transactions[0]))
     }
 
     @Test("a compacted watch reads everything again, loads it, and watches from the revision read")

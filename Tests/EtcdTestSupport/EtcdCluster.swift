@@ -166,6 +166,30 @@ public final class EtcdCluster {
         return byRevision.sorted { $0.key < $1.key }.map(\.value)
     }
 
+    /// The revisions at which a key under `prefix` (and not containing `excluding`) was written,
+    /// from etcd's own history (the prefix read at each revision up to the current one), in
+    /// order. Deletions are not seen. Needs the history uncompacted; `nil` when a member does not
+    /// answer.
+    public func writeRevisions(under prefix: String, excluding: String, through index: Int = 0) -> [Int]? {
+        let endpoint = members[index].clientURL
+        var end = Array(prefix.utf8)
+        end[end.count - 1] += 1
+        let range = #""key":"\#(Data(prefix.utf8).base64EncodedString())","range_end":"\#(Data(end).base64EncodedString())""#
+        guard let status = Self.post(endpoint, path: "/v3/kv/range", body: #"{"key":"AA=="}"#),
+              let current = status.firstMatch(of: #/"revision":"(\d+)"/#).flatMap({ Int($0.1) }) else { return nil }
+        var written = Set<Int>()
+        for revision in 1...max(1, current) {
+            guard let reply = Self.post(endpoint, path: "/v3/kv/range", body: #"{\#(range),"revision":"\#(revision)"}"#),
+                  let object = try? JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any] else { return nil }
+            for pair in object["kvs"] as? [[String: Any]] ?? [] {
+                guard let key = (pair["key"] as? String).flatMap({ Data(base64Encoded: $0) }).map({ String(decoding: $0, as: UTF8.self) }),
+                      !key.contains(excluding), let modified = (pair["mod_revision"] as? String).flatMap(Int.init) else { continue }
+                written.insert(modified)
+            }
+        }
+        return written.sorted()
+    }
+
     /// A minimal HTTP/1.0 POST to a loopback `http://` URL; the response body, or `nil`.
     public static func post(_ url: String, path: String, body: String) -> String? {
         guard url.hasPrefix("http://127.0.0.1:"), let port = UInt16(url.dropFirst("http://127.0.0.1:".count)) else { return nil }

@@ -41,12 +41,22 @@ final class Connection {
     /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
     /// it is unfinished, the connection's further requests wait.
     var listing: ListingInProgress?
-    /// A change of this connection's is being decided by a store that answers later (etcd): its
-    /// reply and further requests wait until the table releases this ticket.
-    fileprivate(set) var heldFor: StoreTicket?
+    /// Changes of this connection's that a store decides later (etcd), oldest first, with the
+    /// key each changes (`ClientTable.hold`). Until the last is answered, the connection is not
+    /// read from its socket; requests already framed are served beside them only if they change
+    /// other countdowns (`Daemon.mayServeNext`).
+    fileprivate(set) var changesInFlight: [(ticket: StoreTicket, key: String)] = []
+    /// Replies in request order while changes are in flight: one waits for its ticket, the
+    /// others (of requests served beside them) are ready and wait for those before them.
+    fileprivate var repliesInOrder: [(ticket: StoreTicket?, bytes: [UInt8])] = []
     /// A reply is being produced over several batches (a listing, or a change in etcd): the
     /// connection is not read, and not closed, until it is done.
-    var isReplyInProgress: Bool { listing != nil || heldFor != nil }
+    var isReplyInProgress: Bool { listing != nil || !changesInFlight.isEmpty }
+
+    /// Whether a change of `key` of this connection's is in flight.
+    func isChanging(_ key: String) -> Bool {
+        changesInFlight.contains { $0.key == key }
+    }
     /// No more requests are read: after `QUIT`, or once the peer closed its sending side.
     /// The connection closes as soon as its output is written.
     private(set) var isClosing = false
@@ -170,22 +180,48 @@ struct StoreTicket: Equatable, Sendable {
 }
 
 extension ClientTable {
-    /// Holds `connection` behind a new ticket: it is not read, and its replies wait, until
-    /// `release` with that ticket.
-    func hold(_ connection: Connection) -> StoreTicket {
-        precondition(connection.heldFor == nil, "connection \(connection.id) held for a second change before ticket \(connection.heldFor?.number ?? 0) was released")
+    /// Holds a change of `key` on `connection` behind a new ticket, its reply in its place in
+    /// request order: the connection is not read from its socket until every ticket it holds
+    /// is answered, and replies after this one wait for it (`queueReply`).
+    func hold(_ connection: Connection, changing key: String) -> StoreTicket {
+        precondition(connection.listing == nil, "connection \(connection.id) held for a change during a listing")
+        precondition(!connection.isChanging(key), "connection \(connection.id) held for a second change of one countdown before the first was answered")
         let ticket = StoreTicket(number: issueTicketNumber())
-        connection.heldFor = ticket
+        connection.changesInFlight.append((ticket, key))
+        connection.repliesInOrder.append((ticket, []))
         connection.pauseReading()
         forgetCarriedOver(connection)
         return ticket
     }
 
-    /// The store decided `ticket` (its reply is queued): the connection's framed requests are
-    /// served in the next batch.
-    func release(_ connection: Connection, ticket: StoreTicket) {
-        precondition(connection.heldFor == ticket, "connection \(connection.id) released with ticket \(ticket.number), but it is held for \(connection.heldFor.map { "ticket \($0.number)" } ?? "nothing")")
-        connection.heldFor = nil
-        carryOver(connection)
+    /// Queues a reply of a request handled now: after the replies still waiting for the store,
+    /// if any, else straight to the output (marked as `batch`'s).
+    func queueReply(_ bytes: [UInt8], on connection: Connection, batch: Int) {
+        if connection.repliesInOrder.isEmpty {
+            touch(connection, batch: batch)
+            connection.output.append(bytes)
+        } else if !bytes.isEmpty {
+            connection.repliesInOrder.append((nil, bytes))
+        }
+    }
+
+    /// The store decided `ticket`: its reply takes its place, and the replies now ready at the
+    /// front go out (marked as `batch`'s). Once the last ticket is answered, the connection's
+    /// framed requests are served in the next batch.
+    func answer(_ connection: Connection, ticket: StoreTicket, with bytes: [UInt8], batch: Int) {
+        guard let held = connection.changesInFlight.firstIndex(where: { $0.ticket == ticket }),
+              let place = connection.repliesInOrder.firstIndex(where: { $0.ticket == ticket }) else {
+            preconditionFailure("connection \(connection.id) answered for ticket \(ticket.number), which it does not hold (it holds \(connection.changesInFlight.map { "ticket \($0.ticket.number)" }))")
+        }
+        connection.changesInFlight.remove(at: held)
+        connection.repliesInOrder[place] = (nil, bytes)
+        touch(connection, batch: batch)
+        while let first = connection.repliesInOrder.first, first.ticket == nil {
+            connection.output.append(first.bytes)
+            connection.repliesInOrder.removeFirst()
+        }
+        if connection.changesInFlight.isEmpty {
+            carryOver(connection)
+        }
     }
 }

@@ -28,14 +28,17 @@ final class ClusterReplica: @unchecked Sendable {
         /// When the client is answered, whatever etcd has done: `changeTimeoutMilliseconds`
         /// after the request, the bound CLUSTER.md promises.
         let answerBy: Instant
+        /// The place of the client's reply among its connection's (`ClientTable.hold`), once
+        /// the first judgement took one: the reply to a change judged again keeps it.
+        var ticket: StoreTicket?
 
         /// The first judgement of a request that arrived at `now`.
         static func first(at now: Instant) -> Attempt {
             Attempt(number: 1, answerBy: now.advanced(byMilliseconds: Int64(ClusterReplica.changeTimeoutMilliseconds)))
         }
 
-        /// The next judgement, after a lost race, within the same deadline.
-        var next: Attempt { Attempt(number: number + 1, answerBy: answerBy) }
+        /// The next judgement, after a lost race, within the same deadline and reply place.
+        var next: Attempt { Attempt(number: number + 1, answerBy: answerBy, ticket: ticket) }
     }
 
     /// How a change went.
@@ -81,6 +84,8 @@ final class ClusterReplica: @unchecked Sendable {
     private let poller: EventPoller
     /// Changes on their way to etcd, sent together.
     private let commits: GroupCommit
+    /// This host's heartbeat, and the clock offsets of the others (`STATS`).
+    private let heartbeat: ClockHeartbeat
     /// The most a change takes, its retry included: the bound CLUSTER.md promises.
     static let changeTimeoutMilliseconds = 3000
     /// A retry is sent only with at least this much of the change's time left.
@@ -95,24 +100,9 @@ final class ClusterReplica: @unchecked Sendable {
     /// with the pid of a container's first process, so a lost answer's retry can never mistake
     /// an earlier run's change for its own.
     private let runID = String(UInt32.random(in: 0...UInt32.max), radix: 16)
-    /// Each other writing host's clock offset from this one, estimated from the changes it
-    /// wrote: the smallest (arrival − written) of its recent changes, so network and commit
-    /// delays count as little as they can. Positive: its clock is behind this one's.
-    private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
     /// How long this host's own changes took from commit to its watch (the last one), in µs;
     /// the whole wait when one did not come back in time.
     private(set) var lastLagMicroseconds: Int64 = 0
-    /// This host's wall clock when its watch last (re)started: a change written before it is
-    /// history the watch replays, not a sample of another host's clock.
-    private var watchStartedUnixMilliseconds: Int64 = 0
-    /// Past this, a host's clock offset is logged as a warning (deadlines would be off by it).
-    static let skewWarningMilliseconds: Int64 = 250
-    /// While this host's own changes take this long to come back, etcd is slow, and another
-    /// host's change would read its delay as an offset: no samples are taken.
-    static let slowEtcdMicroseconds: Int64 = 250_000
-    /// A change written more than this before the watch started is history, not a sample (a
-    /// host whose clock is behind by more is measured once its changes are newer).
-    static let historyMarginMilliseconds: Int64 = 1_000
     private var operationCount = 0
 
     /// Applies one change from etcd to the engine, numbered `sequence` (`Self.sequence`):
@@ -187,6 +177,7 @@ final class ClusterReplica: @unchecked Sendable {
         // and the state directory tells hosts with one name apart.
         _ = gethostname(&name, name.count - 1)
         hostID = String(cString: name) + ":" + stateDirectory
+        heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger)
         self.poller = poller
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else { throw .system("timerfd_create(CLOCK_MONOTONIC)", errno) }
@@ -218,6 +209,7 @@ final class ClusterReplica: @unchecked Sendable {
         scheduled.removeAll { $0.at <= now }
         for item in due { item.action() }
         commits.expire(now: now)
+        if isWatching { heartbeat.beat(now: now) }
         if expected.contains(where: { $0.suspectWatchAt <= now }) {
             expected.removeAll()
             lastLagMicroseconds = Self.catchUpTimeoutNanoseconds / 1000
@@ -311,6 +303,7 @@ final class ClusterReplica: @unchecked Sendable {
                 writers.removeAll(keepingCapacity: true)
                 for keyValue in keyValues {
                     let key = String(keyValue.key.dropFirst(configuration.prefix.count))
+                    guard !ClockHeartbeat.isHeartbeat(key) else { continue }
                     guard let value = ClusterValue.decode(keyValue.value) else {
                         // The key is not named: it holds a countdown's name, which can be personal data.
                         logger.log(.warning, "cluster: skipped a key under \(configuration.prefix) (revision \(keyValue.modRevision)): not a countdown this version reads")
@@ -333,7 +326,6 @@ final class ClusterReplica: @unchecked Sendable {
 
     private func startWatch() {
         isWatching = true
-        watchStartedUnixMilliseconds = SystemClock.mapping().unixMilliseconds
         // From the revision last applied, inclusive: a transaction's events could have come in
         // two answers, and the numbering skips those applied already.
         var placed: (revision: Int64, count: Int) = (0, 0)
@@ -344,19 +336,29 @@ final class ClusterReplica: @unchecked Sendable {
                 placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
                 let sequence = Self.sequence(revision: changedAt, place: placed.count)
                 guard sequence > appliedSequence else { continue }
+                if ClockHeartbeat.isHeartbeat(key) {
+                    if event.kind == .put {
+                        let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
+                        heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: SystemClock.now())
+                    }
+                    appliedSequence = sequence
+                    revision = changedAt
+                    continue
+                }
                 switch event.kind {
                 case .put:
                     guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
                     appliedAt[key] = changedAt
                     writers[key] = value.host
-                    if changedAt == sentAt { noteClock(of: value) }
                     apply(key, value, sequence)
+                    // A replacement announces a `cancelled` first: it takes the next place too.
+                    placed.count += value.announcements - 1
                 case .delete:
                     appliedAt[key] = nil
                     writers[key] = nil
                     apply(key, nil, sequence)
                 }
-                appliedSequence = sequence
+                appliedSequence = Self.sequence(revision: changedAt, place: placed.count)
                 revision = changedAt
             }
             releaseWaiters()
@@ -373,34 +375,11 @@ final class ClusterReplica: @unchecked Sendable {
         })
     }
 
-    /// Updates the skew estimate of the host that wrote `value`, a change that came live (the
-    /// newest in etcd when the watch sent it): history replayed after a restart or a
-    /// reconnection arrives long after it was written, and that is downtime, not skew. Nor is a
-    /// sample taken while this host's own changes come back slowly (etcd is slow): the delay
-    /// would be read as an offset.
-    private func noteClock(of value: ClusterValue) {
-        guard let written = value.writtenUnixMilliseconds, value.host != hostID,
-              written >= watchStartedUnixMilliseconds - Self.historyMarginMilliseconds,
-              lastLagMicroseconds < Self.slowEtcdMicroseconds else { return }
-        let now = SystemClock.now()
-        let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
-        var entry = skews[value.host] ?? (sample, [], nil)
-        entry.samples.append(sample)
-        if entry.samples.count > 32 { entry.samples.removeFirst(entry.samples.count - 32) }
-        // The smallest delay seen is the least mixed with network and commit time.
-        entry.estimate = entry.samples.min { abs($0) < abs($1) } ?? sample
-        if abs(entry.estimate) > Self.skewWarningMilliseconds,
-           entry.warnedAt.map({ now.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
-            logger.log(.warning, "cluster: host \(value.host)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
-            entry.warnedAt = now
-        }
-        skews[value.host] = entry
-    }
+    /// Other hosts' clock offsets from this one, from their heartbeats (`ClockHeartbeat`).
+    var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] { heartbeat.skews }
 
     /// The largest clock offset estimated from another host, in ms (0 with none seen).
-    var largestSkewMilliseconds: Int64 {
-        skews.values.map(\.estimate).max { abs($0) < abs($1) } ?? 0
-    }
+    var largestSkewMilliseconds: Int64 { heartbeat.largestSkewMilliseconds }
 
     /// Runs `resume(true)` once the replica has applied `revision`. If the watch has not
     /// brought it within `catchUpTimeout`, the watch is moved to another member and

@@ -23,6 +23,9 @@ struct ClusterValue: Codable, Equatable {
     /// The lifecycle event this value announces.
     var event: EventKind
     var eventRemainingMilliseconds: Int64
+    /// A `START … REPLACE` of a running or paused countdown: the time the replaced one had left.
+    /// The value then announces its `cancelled` first, and takes two numbers (`announcements`).
+    var replacedRemainingMilliseconds: Int64?
     /// Which host made the change, and its own count of changes: the operation id.
     var operation: String
     /// The writing host's wall clock when it sent the change: hosts that see the change compare
@@ -32,12 +35,16 @@ struct ClusterValue: Codable, Equatable {
     enum CodingKeys: String, CodingKey {
         case version = "v", state, totalMilliseconds = "total_ms", deadlineUnixMilliseconds = "deadline_unix_ms"
         case remainingMilliseconds = "remaining_ms", finishedUnixMilliseconds = "finished_unix_ms", owner, pinned, event
-        case lateMilliseconds = "late_ms"
+        case lateMilliseconds = "late_ms", replacedRemainingMilliseconds = "replaced_remaining_ms"
         case eventRemainingMilliseconds = "event_remaining_ms", operation = "op", writtenUnixMilliseconds = "written_unix_ms"
     }
 
-    /// A value for `state`, announcing `event`.
-    init(_ state: PersistedCountdown, event: EventKind, eventRemainingMilliseconds: Int64, operation: String, clock: WallClockMapping) {
+    /// A value for `state`, announcing `event` (after a `cancelled` with `replacedRemaining` left).
+    init(
+        _ state: PersistedCountdown, event: EventKind, eventRemainingMilliseconds: Int64, replacedRemaining: Int64? = nil,
+        operation: String, clock: WallClockMapping
+    ) {
+        replacedRemainingMilliseconds = replacedRemaining
         self.state = state.state
         totalMilliseconds = state.totalMilliseconds
         deadlineUnixMilliseconds = state.state == .running ? state.deadline.map { clock.unixMilliseconds(of: $0) } : nil
@@ -51,6 +58,9 @@ struct ClusterValue: Codable, Equatable {
         self.operation = operation
         writtenUnixMilliseconds = clock.unixMilliseconds(of: SystemClock.now())
     }
+
+    /// How many lifecycle events it announces, so how many numbers it takes: two for a replacement.
+    var announcements: Int { replacedRemainingMilliseconds == nil ? 1 : 2 }
 
     /// The host that wrote it, the same across its restarts: the operation id up to its run
     /// (`<host>~<run>-<n>`), or up to its count for an id written before runs were part of it.

@@ -150,7 +150,11 @@ final class GroupCommit {
             }
             pending.insert(contentsOf: again, at: 0)
         case .failure(let error):
-            for change in group { change.completion(.failed(error)) }
+            for change in group {
+                // Refused now, but an earlier attempt whose answer was lost may yet commit (a
+                // member without a leader holds it until quorum returns): not "surely not made".
+                change.completion(.failed(change.sentBefore ? .ambiguous("an earlier attempt's answer was lost, and this one failed: \(error)") : error))
+            }
         case .success(let outcome) where outcome.succeeded:
             for change in group { change.completion(.committed(outcome.revision)) }
         case .success(let outcome) where outcome.ranges.count != group.count:

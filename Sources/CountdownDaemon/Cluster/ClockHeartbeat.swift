@@ -1,0 +1,103 @@
+import CountdownCore
+import Foundation
+
+/// Clock offsets between hosts, from heartbeats: every `interval` each host writes its wall
+/// clock to `<prefix>.hosts/<host id>` (never a countdown's key: a key's first part is a uid
+/// or a name, and names have no `/`), and every host that sees another's heartbeat arrive live
+/// takes (its own clock − the one written) as a sample. The smallest of a host's last
+/// `samplesKept` is its estimate: the offset plus the smallest delay seen, an upper bound.
+///
+/// A delay is never read as an offset for long: heartbeats are evenly spaced, so one that etcd
+/// held back (an outage) is one sample among many prompt ones. At most one heartbeat is in
+/// flight, and after one fails the next waits until a read shows etcd answering again, so an
+/// outage leaves at most one heartbeat to commit late. A host that never changes a countdown is
+/// measured too.
+///
+/// Confined to the daemon's queue, like the replica that owns it.
+final class ClockHeartbeat {
+    /// Where heartbeats live, under the countdown prefix: `<prefix>.hosts/`.
+    static let keyInfix = ".hosts/"
+    /// How often a host writes its heartbeat.
+    static let intervalNanoseconds: Int64 = 2_000_000_000
+    /// How many samples per host the estimate is taken over (about a minute of heartbeats).
+    static let samplesKept = 32
+    /// Past this, a host's clock offset is logged as a warning (deadlines would be off by it).
+    static let warningMilliseconds: Int64 = 250
+
+    private enum Phase {
+        /// The next heartbeat goes out when due.
+        case idle
+        /// One is in etcd's hands.
+        case inFlight
+        /// The last one failed: a read must succeed before the next.
+        case confirmingEtcd
+    }
+
+    private let client: any EtcdTransport
+    private let logger: Logger
+    private let hostID: String
+    /// This host's heartbeat key.
+    let key: String
+    private var phase = Phase.idle
+    private var lastBeat: Instant?
+    /// Each other host's samples and estimate, in ms. Positive: its clock is behind this one's.
+    private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
+
+    init(client: any EtcdTransport, prefix: String, hostID: String, logger: Logger) {
+        self.client = client
+        self.hostID = hostID
+        self.logger = logger
+        key = prefix + Self.keyInfix + hostID
+    }
+
+    /// Whether `key` (under the prefix, the prefix removed) is a heartbeat, not a countdown.
+    static func isHeartbeat(_ key: String) -> Bool {
+        key.hasPrefix(keyInfix)
+    }
+
+    /// Writes this host's heartbeat if one is due (called by the replica's housekeeping).
+    func beat(now: Instant) {
+        guard phase != .inFlight, lastBeat.map({ now.nanoseconds(since: $0) >= Self.intervalNanoseconds }) ?? true else { return }
+        lastBeat = now
+        let written = SystemClock.mapping(at: now).unixMilliseconds(of: now)
+        let wasConfirming = phase == .confirmingEtcd
+        phase = .inFlight
+        if wasConfirming {
+            // A read of the key proves etcd answers (it is linearizable) before anything is written.
+            client.transaction(if: [], then: [.get(key)], else: [], timeoutMilliseconds: 1000) { [self] result in
+                if case .success = result { phase = .idle } else { phase = .confirmingEtcd }
+            }
+            return
+        }
+        let value = Array(#"{"written_unix_ms":\#(written)}"#.utf8)
+        client.transaction(if: [], then: [.put(key, value, lease: nil)], else: [], timeoutMilliseconds: 1000) { [self] result in
+            if case .success = result { phase = .idle } else { phase = .confirmingEtcd }
+        }
+    }
+
+    /// Another host's heartbeat (`host` is what follows `.hosts/`), as the watch brought it:
+    /// `live` when it was the newest change in etcd when the watch sent it (history replayed
+    /// after a reconnection is not a sample).
+    func received(from host: String, value: [UInt8], live: Bool, now: Instant) {
+        guard live, host != hostID,
+              let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
+              let written = (object["written_unix_ms"] as? NSNumber)?.int64Value else { return }
+        let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
+        var entry = skews[host] ?? (sample, [], nil)
+        entry.samples.append(sample)
+        if entry.samples.count > Self.samplesKept { entry.samples.removeFirst(entry.samples.count - Self.samplesKept) }
+        // The smallest is the least mixed with network and commit delays (which only add).
+        entry.estimate = entry.samples.min() ?? sample
+        if abs(entry.estimate) > Self.warningMilliseconds,
+           entry.warnedAt.map({ now.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
+            logger.log(.warning, "cluster: host \(host)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
+            entry.warnedAt = now
+        }
+        skews[host] = entry
+    }
+
+    /// The largest clock offset estimated from another host, in ms (0 with none seen).
+    var largestSkewMilliseconds: Int64 {
+        skews.values.map(\.estimate).max { abs($0) < abs($1) } ?? 0
+    }
+}

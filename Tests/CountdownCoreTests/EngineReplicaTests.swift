@@ -1,0 +1,85 @@
+import CountdownCore
+import Testing
+
+@Suite("The engine as a replica of a shared store (cluster mode)")
+struct EngineReplicaTests {
+    func running(_ name: String, total: Int64, deadline: Int64) -> PersistedCountdown {
+        PersistedCountdown(
+            name: name, state: .running, totalMilliseconds: total, deadline: .milliseconds(deadline), remainingNanoseconds: 0,
+            finishedAt: nil, owner: 0
+        )
+    }
+
+    @Test("a START … REPLACE from the store announces the replaced countdown's cancelled, then the started, numbered in order; a copy that did not hold it numbers the started alike")
+    func replacement() throws {
+        var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
+        var events: [CountdownEvent] = []
+        let now = Instant.milliseconds(1000)
+        #expect(replica.applyReplicated("tea", state: running("tea", total: 60_000, deadline: 61_000), event: .started, eventRemainingMilliseconds: 60_000, sequence: 5000, now: now, events: &events))
+        events.removeAll()
+        let replaced = replica.applyReplicated(
+            "tea", state: running("tea", total: 300_000, deadline: 301_000), event: .started, eventRemainingMilliseconds: 300_000,
+            replacedRemainingMilliseconds: 42_000, sequence: 6000, now: now, events: &events
+        )
+        #expect(replaced)
+        #expect(events.map(\.kind) == [.cancelled, .started])
+        #expect(events.map(\.sequence) == [6000, 6001])
+        #expect(events.map(\.remainingMilliseconds) == [42_000, 300_000])
+        #expect(events.map(\.totalMilliseconds) == [60_000, 300_000], "the cancelled one is the one replaced")
+        #expect(replica.lastSequence == 6001)
+        #expect(try replica.status(of: "tea", now: now).totalMilliseconds == 300_000)
+
+        // A copy that never held the replaced countdown: no cancelled, and the same number.
+        var fresh = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
+        events.removeAll()
+        _ = fresh.applyReplicated(
+            "tea", state: running("tea", total: 300_000, deadline: 301_000), event: .started, eventRemainingMilliseconds: 300_000,
+            replacedRemainingMilliseconds: 42_000, sequence: 6000, now: now, events: &events
+        )
+        #expect(events.map(\.kind) == [.started] && events.map(\.sequence) == [6001])
+        // Repeated (a resumed watch): ignored.
+        events.removeAll()
+        #expect(!replica.applyReplicated("tea", state: nil, event: .removed, eventRemainingMilliseconds: 0, sequence: 6001, now: now, events: &events))
+        #expect(events.isEmpty)
+    }
+
+    @Test("a proposal of START … REPLACE over a running countdown carries the cancelled it causes")
+    func replacementProposal() throws {
+        var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
+        var events: [CountdownEvent] = []
+        let now = Instant.milliseconds(1000)
+        _ = replica.applyReplicated("tea", state: running("tea", total: 60_000, deadline: 61_000), event: .started, eventRemainingMilliseconds: 60_000, sequence: 5000, now: now, events: &events)
+        let later = Instant.milliseconds(19_000)
+        let proposal = try replica.proposal(for: "tea", now: later) { engine, events throws(ProtocolError) in
+            try engine.start("tea", milliseconds: 300_000, replace: true, requester: 0, now: later, events: &events)
+        }
+        #expect(proposal.replaced?.kind == .cancelled && proposal.replaced?.remainingMilliseconds == 42_000)
+        #expect(proposal.event?.kind == .started)
+        let fresh = try replica.proposal(for: "new", now: later) { engine, events throws(ProtocolError) in
+            try engine.start("new", milliseconds: 300_000, replace: true, requester: 0, now: later, events: &events)
+        }
+        #expect(fresh.replaced == nil, "nothing replaced")
+    }
+
+    @Test("a done from the store announced more than a second after its deadline says how late, on the host that announces it; one on time does not")
+    func lateDone() throws {
+        var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
+        var events: [CountdownEvent] = []
+        func done(_ name: String, deadline: Int64, late: Int64?) -> PersistedCountdown {
+            PersistedCountdown(
+                name: name, state: .done, totalMilliseconds: 1000, deadline: nil, remainingNanoseconds: 0,
+                finishedAt: .milliseconds(deadline), owner: 0, lateMilliseconds: late
+            )
+        }
+        for (index, name) in ["prompt", "held", "proposed-late"].enumerated() {
+            _ = replica.applyReplicated(name, state: running(name, total: 1000, deadline: 2000), event: .started, eventRemainingMilliseconds: 1000, sequence: UInt64(1000 * (index + 1)), now: .milliseconds(1000), events: &events)
+        }
+        events.removeAll()
+        _ = replica.applyReplicated("prompt", state: done("prompt", deadline: 2000, late: nil), event: .done, eventRemainingMilliseconds: 0, sequence: 9000, now: .milliseconds(2300), events: &events)
+        // Proposed on time, but etcd took 2.5 s to commit it.
+        _ = replica.applyReplicated("held", state: done("held", deadline: 2000, late: nil), event: .done, eventRemainingMilliseconds: 0, sequence: 9001, now: .milliseconds(4500), events: &events)
+        // Proposed late (every host was down): the store's figure stands.
+        _ = replica.applyReplicated("proposed-late", state: done("proposed-late", deadline: 2000, late: 60_000), event: .done, eventRemainingMilliseconds: 0, sequence: 9002, now: .milliseconds(62_100), events: &events)
+        #expect(events.map(\.lateMilliseconds) == [nil, 2500, 60_000])
+    }
+}
