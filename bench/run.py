@@ -503,6 +503,26 @@ def etcd_txn_rate(endpoints, total, clients=8):
     return per_client * clients / (time.monotonic() - started)
 
 
+def etcd_txn_latency(endpoints, count=200):
+    """Milliseconds per create-if-absent transaction, one at a time, straight to etcd: the floor
+    under a cluster `done`'s lateness (each `done` is such a transaction)."""
+    import base64, http.client
+    host, port = endpoints[0][len("http://"):].split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    took = []
+    for n in range(count):
+        key = base64.b64encode(("/latency/%d" % n).encode()).decode()
+        started = time.monotonic()
+        etcd_post(None, "/v3/kv/txn", {
+            "compare": [{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+            "success": [{"request_put": {"key": key, "value": base64.b64encode(b"1").decode()}}],
+            "failure": [],
+        }, connection=connection)
+        took.append((time.monotonic() - started) * 1000)
+    connection.close()
+    return percentiles(took)
+
+
 def stats(path):
     """A daemon's STATS, as a dict of strings."""
     s = socket.socket(socket.AF_UNIX)
@@ -531,7 +551,7 @@ def cluster_round(workdir, total, n, probes):
         cluster = ["--cluster", ",".join(etcd.endpoints)]
         hosts = [Daemon(fresh_dir(workdir, "cluster-a"), extra=cluster), Daemon(fresh_dir(workdir, "cluster-b"), extra=cluster)]
         a, b = hosts
-        result = {"etcd_txn_rate": etcd_txn_rate(etcd.endpoints, total)}
+        result = {"etcd_txn_rate": etcd_txn_rate(etcd.endpoints, total), "etcd_txn_latency": etcd_txn_latency(etcd.endpoints)}
         out = subprocess.run([os.path.join(TOOLS, "loadgen"), a.socket, "8", str(total), "1", "t"], capture_output=True, text=True, timeout=600).stdout.split()
         result["start_rate"], result["start_errors"] = float(out[0]), int(out[1])
         # The same 8 clients, 32 requests in flight each: pipelined changes wait in parallel and
@@ -812,6 +832,8 @@ def write_report(args, sizes, million, restore_n, r, have_redis):
         w("| etcd transactions per `done`, the fleet, %s deadlines at one moment | %s |" % (N(c[0]["burst_started"]), cell([x["burst_transactions_per_done"] for x in c], "%.4f")))
         w("| `done` lateness p50 / p99 of that burst, the other host's subscriber (ms) | %s / %s |" % (cell([x["burst_done_late"]["p50"] for x in c], "%.1f"), cell([x["burst_done_late"]["p99"] for x in c], "%.1f")))
         w("| replica lag p50 / p99 (ms) | %s / %s |" % (cell([x["replica_lag"]["p50"] for x in c], "%.2f"), cell([x["replica_lag"]["p99"] for x in c], "%.2f")))
+        if all("etcd_txn_latency" in x for x in c):
+            w("| one transaction straight to etcd, one at a time, p50 / p99 (ms): the floor under a `done` | %s / %s |" % (cell([x["etcd_txn_latency"]["p50"] for x in c], "%.2f"), cell([x["etcd_txn_latency"]["p99"] for x in c], "%.2f")))
         w("| START errors | %d |" % sum(x["start_errors"] for x in c))
         w("")
     w(analysis())
