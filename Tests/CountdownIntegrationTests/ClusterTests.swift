@@ -445,6 +445,44 @@ extension Integration.ClusterTests {
         #expect(acknowledged.count > 300, "\(acknowledged.count) acknowledged")
     }
 
+    @Test("kill -9 of the etcd leader as 300 deadlines fall due: each done is written to etcd once, none missing, numbered alike on both hosts")
+    func leaderKilledAtDeadlines() throws {
+        let etcd = try EtcdCluster()
+        let endpoints = ["--cluster", etcd.endpoints.joined(separator: ",")]
+        let hostA = try DaemonProcess(arguments: endpoints), hostB = try DaemonProcess(arguments: endpoints)
+        let onA = try hostA.connect(), onB = try hostB.connect()
+        _ = try onA.request("SUBSCRIBE EVENTS done")
+        _ = try onB.request("SUBSCRIBE EVENTS done")
+        let names = (0..<300).map { "k\($0)" }
+        let client = try hostA.connect()
+        // Deadlines 3 s from now and on, 5 ms apart: over a second and a half.
+        try client.send(names.enumerated().map { "START \($1) \(3000 + 5 * $0)ms\n" }.joined())
+        var firstDeadline: Int64?
+        for name in names {
+            let countdown = try client.readReply().countdown
+            #expect(countdown?.state == .running, "\(name)")
+            firstDeadline = firstDeadline ?? countdown?.deadlineUnixMilliseconds
+        }
+        let first = try #require(firstDeadline)
+        // The fault goes in among the deadlines, wherever a slow machine puts it.
+        try waitUntil(timeout: 30) { unixNowMilliseconds() >= Double(first) + 300 }
+        let leader = try #require(etcd.leaderIndex(), "a leader was found")
+        etcd.kill(leader)
+        func dones(_ connection: CountdownConnection) throws -> [String: UInt64] {
+            var seen: [String: UInt64] = [:]
+            while seen.count < names.count {
+                let event = try connection.waitForEvent(timeout: 60) { $0.kind == .done }
+                #expect(seen.updateValue(event.sequence, forKey: event.name) == nil, "\(event.name) done twice")
+            }
+            return seen
+        }
+        let onANumbers = try dones(onA), onBNumbers = try dones(onB)
+        #expect(onANumbers == onBNumbers, "the same numbers on both hosts")
+        let versions = try #require(etcd.versions(under: "/countdownd/", through: (leader + 1) % 3), "a live member answered")
+        let wrong = names.filter { versions["/countdownd/\($0)"]?.version != 2 }
+        #expect(wrong.isEmpty, "written other than twice (started, done): \(wrong.prefix(5)) of \(wrong.count)")
+    }
+
     @Test("SIGSTOP of the member a host talks to: its change goes through another member within seconds, exactly once")
     func stoppedMember() throws {
         let etcd = try EtcdCluster()
