@@ -14,7 +14,8 @@ public struct CountdownProposal: Sendable, Equatable {
 extension CountdownEngine {
     /// Computes a change to the countdown `key` without making it: the change runs, with the
     /// engine's own rules and errors, on a scratch engine holding only that countdown as it is
-    /// here; a change that would create the countdown must also fit in this engine
+    /// here; a change that would create the countdown must also fit in this engine, beside the
+    /// creations still in flight (`pending`)
     /// (`checkRoom`). A replica (cluster mode) proposes changes this way and lets the shared
     /// store decide.
     /// - Parameter change: the mutation, as the engine's API makes it.
@@ -23,7 +24,7 @@ extension CountdownEngine {
     ///   while the shared store has not yet decided it: time changes it first, and a change
     ///   made over it would hide that (a `START` would restart it, and its `done` would be lost).
     public func proposal(
-        for key: String, now: Instant,
+        for key: String, now: Instant, pending: PendingCreations = PendingCreations(),
         _ change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
     ) throws(ProtocolError) -> CountdownProposal {
         var scratch = Self.scratch(for: key, from: self, now: now)
@@ -39,7 +40,7 @@ extension CountdownEngine {
         }
         let reply = try change(&scratch, &events)
         if record(named: key) == nil, let created = scratch.persistentState(of: key) {
-            try checkRoom(forNewCountdownOf: created.owner)
+            try checkRoom(forNewCountdownOf: created.owner, pending: pending)
         }
         let lifecycle = events.filter(\.kind.isLifecycle)
         let replaced = lifecycle.count >= 2 && lifecycle[lifecycle.count - 2].kind == .cancelled ? lifecycle[lifecycle.count - 2] : nil

@@ -473,22 +473,24 @@ public struct CountdownEngine {
 
     /// Whether one more countdown of `owner` fits: `--max-countdowns` (less root's reserve for
     /// others) and `--max-countdowns-per-user`, counting finished ones until they are removed.
-    /// A replica (cluster mode) holds the fleet's countdowns, so it counts the fleet's.
+    /// A replica (cluster mode) holds the fleet's countdowns, so it counts the fleet's, and
+    /// the creations it has in flight (`pending`) as if they were held.
     /// - Throws: `limit`, saying which one and what to do.
-    public func checkRoom(forNewCountdownOf owner: UInt32) throws(ProtocolError) {
-        guard slotsByName.count < configuration.maximumCountdowns else {
+    public func checkRoom(forNewCountdownOf owner: UInt32, pending: PendingCreations = PendingCreations()) throws(ProtocolError) {
+        let held = slotsByName.count + pending.total
+        guard held < configuration.maximumCountdowns else {
             throw ProtocolError(
                 .limit,
                 "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
             )
         }
-        guard slotsByName.count < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {
+        guard held < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {
             throw ProtocolError(
                 .limit,
-                "the daemon holds \(slotsByName.count) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
+                "the daemon holds \(held) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
             )
         }
-        guard owner == 0 || tally(of: owner).held < configuration.maximumCountdownsPerOwner else {
+        guard owner == 0 || tally(of: owner).held + (pending.byOwner[owner] ?? 0) < configuration.maximumCountdownsPerOwner else {
             throw ProtocolError(
                 .limit,
                 "uid \(owner) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"

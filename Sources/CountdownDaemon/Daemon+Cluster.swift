@@ -112,12 +112,15 @@ extension Daemon {
         let ticket = attempt.ticket ?? clients.hold(connection, changing: key)
         var attempt = attempt
         attempt.ticket = ticket
+        // A new countdown holds its place against the limits until etcd has decided it.
+        let creating = engine.persistentState(of: key) == nil ? proposal.state?.owner : nil
+        if let creating { creationsInFlight.add(creating) }
         // Compared on the change the replica holds (`.absent` when it holds none): after a
         // restart from the local copy that revision may have to be asked for first.
         let commit = { [unowned self] (expectation: ClusterReplica.Expectation) in
             commitInCluster(
                 key, value, expecting: expectation, proposal: proposal, request: request, uid: uid, connection: connection,
-                cluster: cluster, attempt: attempt
+                cluster: cluster, attempt: attempt, creating: creating
             )
         }
         guard engine.persistentState(of: key) != nil else {
@@ -144,13 +147,18 @@ extension Daemon {
     /// request again after a lost race.
     private func commitInCluster(
         _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, proposal: CountdownProposal,
-        request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica, attempt: ClusterReplica.Attempt
+        request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica, attempt: ClusterReplica.Attempt,
+        creating: UInt32?
     ) {
         guard let ticket = attempt.ticket else { preconditionFailure("a change is committed only once its reply has a place") }
         cluster.change(key, to: value, expecting: expectation, deadline: attempt.answerBy) { [unowned self] outcome in
+            // A creation refused or failed no longer counts; one made counts until the replica
+            // holds it (below).
+            if let creating, !outcome.isCommitted { creationsInFlight.remove(creating) }
             switch outcome {
             case .committed(let revision):
                 cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] caughtUp in
+                    if let creating { creationsInFlight.remove(creating) }
                     answer(connection, ticket: ticket) { out in
                         let now = SystemClock.now()
                         // Committed either way; from the replica once it has it, else as proposed.

@@ -333,7 +333,7 @@ extension Daemon {
             WireEncoder.appendOK(try body(&engine, &events).shown(to: uid), clock: clock, to: &replyBuffer)
             return
         }
-        let proposal = try engine.proposal(for: key, now: now, body)
+        let proposal = try engine.proposal(for: key, now: now, pending: creationsInFlight, body)
         proposeInCluster(key, proposal, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster, attempt: attempt)
         if attempt.number == 1 {
             batch.markLastRequestHeld(connection)  // Not served again if this batch's commit fails.

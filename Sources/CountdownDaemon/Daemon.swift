@@ -59,6 +59,9 @@ public final class Daemon: @unchecked Sendable {
     var isStopping = false
     /// Cluster mode: the link to etcd (`Daemon+Cluster`); `nil` on a daemon of its own.
     var cluster: ClusterReplica?
+    /// Cluster mode: countdowns this host proposed to create and etcd has not decided yet; they
+    /// count against the limits (`CountdownEngine.checkRoom`).
+    var creationsInFlight = PendingCreations()
 
     let clients: ClientTable
     let fanOut: EventFanOut

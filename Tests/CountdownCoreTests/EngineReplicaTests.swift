@@ -82,4 +82,27 @@ struct EngineReplicaTests {
         _ = replica.applyReplicated("proposed-late", state: done("proposed-late", deadline: 2000, late: 60_000), event: .done, eventRemainingMilliseconds: 0, sequence: 9002, now: .milliseconds(62_100), events: &events)
         #expect(events.map(\.lateMilliseconds) == [nil, 2500, 60_000])
     }
+
+    @Test("creations in flight count against the limits as if held: the global one and the per-user quota")
+    func pendingCreationsCount() throws {
+        var replica = CountdownEngine(configuration: EngineConfiguration(maximumCountdowns: 10, maximumCountdownsPerOwner: 3, decidesLocally: false))
+        var events: [CountdownEvent] = []
+        _ = replica.applyReplicated("1000/a", state: PersistedCountdown(name: "a", state: .running, totalMilliseconds: 1000, deadline: .milliseconds(2000), remainingNanoseconds: 0, finishedAt: nil, owner: 1000), event: .started, eventRemainingMilliseconds: 1000, sequence: 1000, now: .milliseconds(1000), events: &events)
+        var pending = PendingCreations()
+        try replica.checkRoom(forNewCountdownOf: 1000, pending: pending)
+        pending.add(1000)
+        try replica.checkRoom(forNewCountdownOf: 1000, pending: pending)
+        pending.add(1000)
+        #expect(throws: ProtocolError.self, "uid 1000 holds 1 and has 2 in flight: its quota of 3 is full") {
+            try replica.checkRoom(forNewCountdownOf: 1000, pending: pending)
+        }
+        try replica.checkRoom(forNewCountdownOf: 1001, pending: pending)
+        for _ in 0..<7 { pending.add(0) }
+        #expect(throws: ProtocolError.self, "1 held and 9 in flight fill the 10") {
+            try replica.checkRoom(forNewCountdownOf: 0, pending: pending)
+        }
+        pending.remove(0)
+        try replica.checkRoom(forNewCountdownOf: 0, pending: pending)
+        #expect(pending.total == 8 && pending.byOwner == [1000: 2, 0: 6])
+    }
 }

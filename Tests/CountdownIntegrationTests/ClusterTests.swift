@@ -41,6 +41,29 @@ extension Integration {
             #expect(try b.request("START c0 1h").countdown?.state == .running)
         }
 
+        @Test("--max-countdowns holds for changes in flight together: of 20 STARTs pipelined on one connection, and 20 more on four others at once, exactly 10 are made")
+        func limitWithChangesInFlight() throws {
+            let etcd = try EtcdCluster()
+            let host = try clusterDaemon(etcd, arguments: ["--max-countdowns", "10"])
+            let clients = try (0..<5).map { _ in try host.connect() }
+            for (index, client) in clients.enumerated() {
+                try client.send((0..<(index == 0 ? 20 : 5)).map { "START c\(index)-\($0) 1h\n" }.joined())
+            }
+            var made = 0, refused = 0
+            for (index, client) in clients.enumerated() {
+                for _ in 0..<(index == 0 ? 20 : 5) {
+                    switch try client.readReply().outcome {
+                    case .ok: made += 1
+                    case .error(.limit?, _, _): refused += 1
+                    case .error(_, _, let message): Issue.record("\(message)")
+                    }
+                }
+            }
+            #expect(made == 10 && refused == 30, "\(made) made, \(refused) refused")
+            let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
+            #expect(versions.keys.filter { !$0.contains("/.hosts/") }.count == 10, "etcd holds 10")
+        }
+
         /// How a host misses the deadlines of the countdowns it started.
         enum DeadlineFault: String, CaseIterable, CustomTestStringConvertible {
             case restartedBySIGTERM, restartedBySIGKILL, stoppedBySIGSTOP, allHostsDown

@@ -49,6 +49,12 @@ final class ClusterReplica: @unchecked Sendable {
         case conflict(ClusterValue?, revision: Int64)
         /// etcd could not be asked, or did not answer.
         case failed(EtcdError)
+
+        /// Whether the change was made.
+        var isCommitted: Bool {
+            if case .committed = self { return true }
+            return false
+        }
     }
 
     let configuration: ClusterConfiguration
