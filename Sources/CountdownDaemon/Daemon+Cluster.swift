@@ -33,7 +33,8 @@ extension Daemon {
         let now = SystemClock.now()
         let clock = SystemClock.mapping(at: now)
         let present = Set(countdowns.map(\.key))
-        // Each is also noted in the journal (a `snapshot` record numbered with the read), so the copy kept in the state directory is whole after a restart.
+        // Each is also noted in the journal (a `snapshot` record numbered with the read), so the
+        // copy kept in the state directory is whole after a restart.
         for name in engine.names where !present.contains(name) {
             if let gone = engine.persistentState(of: name) {
                 journal.note(CountdownEvent(sequence: sequence, kind: .removed, name: name, remainingMilliseconds: 0, totalMilliseconds: gone.totalMilliseconds, owner: gone.owner), state: nil, clock: clock)
