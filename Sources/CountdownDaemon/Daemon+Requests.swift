@@ -34,7 +34,9 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         precondition(phase == .serving, "requests are read only while a batch is serving")
         // While a listing is produced, its connection's next requests wait (they come after it).
-        guard !connection.isClosed, !connection.isReadingPaused, !connection.isReplyInProgress else { return }
+        // One with changes in etcd is not read from its socket (reading is paused), but its
+        // framed requests are served as far as `mayServeNext` allows.
+        guard !connection.isClosed, connection.listing == nil, !connection.isReadingPaused || !connection.changesInFlight.isEmpty else { return }
         let now = SystemClock.now()
         turnsThisBatch += 1
         var budget = !batchIsOutOfTime ? Self.requestsPerPass : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
@@ -45,7 +47,7 @@ extension Daemon {
         // socket again (level-triggered). The carried-over set stays as small as what was served.
         let skipped = budget == 0
         budget -= handleLines(of: connection, now: now, limit: budget)
-        reading: while budget > 0 && !connection.isClosing && !connection.isReplyInProgress
+        reading: while budget > 0 && !connection.isClosing && !connection.isReplyInProgress && !connection.isReadingPaused
             && connection.output.byteCount < configuration.readPauseThreshold {
             switch clients.read(connection) {
             case .read(_, let socketEmptied):

@@ -62,6 +62,11 @@ struct ClientTableTests {
             // The second change is decided first: nothing goes out, it waits for the first.
             harness.clients.answer(connection, ticket: second, with: Array("OK b\n".utf8), batch: batch)
             #expect(connection.output.byteCount == 0, "the first change's reply is still to come")
+            // Lines left at the end of its turn: served in the next batch beside the change still in
+            // etcd, but its socket is not read meanwhile.
+            harness.clients.endTurn(connection, linesLeft: true)
+            #expect(harness.clients.takeCarriedOver(rotation: 64).map(\.id) == [connection.id])
+            #expect(!connection.watchedFor.contains(.readable), "not read while a change is in flight")
             #expect(connection.isReplyInProgress && connection.isChanging("a") && !connection.isChanging("b"))
             harness.clients.answer(connection, ticket: first, with: Array("OK a\n".utf8), batch: batch)
             #expect(!connection.isReplyInProgress)

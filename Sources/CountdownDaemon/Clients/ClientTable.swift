@@ -223,7 +223,8 @@ final class ClientTable: @unchecked Sendable {
     func endTurn(_ connection: Connection, linesLeft: Bool) {
         if connection.output.byteCount >= configuration.readPauseThreshold {
             connection.pauseReading()
-        } else if linesLeft && !connection.isClosing && !connection.isReplyInProgress {
+        } else if linesLeft && !connection.isClosing && connection.listing == nil {
+            // Also with changes in etcd: the lines left may change other countdowns.
             carried[connection.id] = connection
         }
         touched[connection.id] = connection
@@ -237,14 +238,15 @@ final class ClientTable: @unchecked Sendable {
     /// serves the same connections every time.
     func takeCarriedOver(rotation: Int) -> [Connection] {
         defer { carried = [:] }
-        var waiting = carried.values.filter { !$0.isClosed && !$0.isReplyInProgress }
+        var waiting = carried.values.filter { !$0.isClosed && $0.listing == nil }
         guard !waiting.isEmpty else { return [] }
         waiting.sort { $0.id < $1.id }
         if let first = waiting.firstIndex(where: { $0.id > carriedTurn }) {
             waiting = Array(waiting[first...] + waiting[..<first])
         }
         carriedTurn = waiting[min(rotation, waiting.count) - 1].id
-        for connection in waiting { connection.resumeReading() }
+        // One with changes in etcd is served its framed lines; its socket waits for their answers.
+        for connection in waiting where connection.changesInFlight.isEmpty { connection.resumeReading() }
         return waiting
     }
 

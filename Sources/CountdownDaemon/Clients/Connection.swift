@@ -206,8 +206,8 @@ extension ClientTable {
     }
 
     /// The store decided `ticket`: its reply takes its place, and the replies now ready at the
-    /// front go out (marked as `batch`'s). Once the last ticket is answered, the connection's
-    /// framed requests are served in the next batch.
+    /// front go out (marked as `batch`'s). The connection's framed requests are served in the
+    /// next batch, and its socket is read again once the last ticket is answered.
     func answer(_ connection: Connection, ticket: StoreTicket, with bytes: [UInt8], batch: Int) {
         guard let held = connection.changesInFlight.firstIndex(where: { $0.ticket == ticket }),
               let place = connection.repliesInOrder.firstIndex(where: { $0.ticket == ticket }) else {
@@ -220,7 +220,9 @@ extension ClientTable {
             connection.output.append(first.bytes)
             connection.repliesInOrder.removeFirst()
         }
-        if connection.changesInFlight.isEmpty {
+        // Served in the next batch: all of it once the last is answered, else what it has framed
+        // (a request that waited for this answer may go now).
+        if connection.changesInFlight.isEmpty || connection.framer.hasFrame {
             carryOver(connection)
         }
     }
