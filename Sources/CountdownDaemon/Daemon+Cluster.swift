@@ -9,8 +9,10 @@ import Dispatch
 /// wrote the countdown proposes the `done` (or the removal), the others after a grace
 /// (`raceDueChanges`); it commits once, and all hosts announce it.
 extension Daemon {
-    /// How many times a change that lost a race is tried again against the newer state.
-    static let clusterAttempts = 3
+    /// How many times a change is judged, against the newer state after each race it lost, all
+    /// within its 3 s: each round some host wins, so many racers on one name still get answers
+    /// (three left a third of unconditional REPLACEs under contention `busy`).
+    static let clusterAttempts = 10
 
     /// Starts the replica; `ready` runs once the first read of etcd is applied.
     func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
@@ -175,7 +177,7 @@ extension Daemon {
                     do throws(ProtocolError) {
                         let timeLeft = attempt.answerBy.nanoseconds(since: now) / 1_000_000
                         guard attempt.number < Self.clusterAttempts, timeLeft >= ClusterReplica.minimumRetryMilliseconds else {
-                            throw ProtocolError(.busy, "'\(key)' was changed by another host at the same moment, \(attempt.number) times; try again")
+                            throw ProtocolError(.busy, "'\(key)' was changed by other clients at the same moment, \(attempt.number) times in a row; try again")
                         }
                         try checkStorageAcceptsChanges()
                         try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt.next)

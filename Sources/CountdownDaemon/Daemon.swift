@@ -294,13 +294,15 @@ public final class Daemon: @unchecked Sendable {
     /// One wake-up of the poller: the timer first, so requests never hold a due tick back; then
     /// connections with lines left from the last batch; then every client that is ready; then
     /// one commit and one write per connection for all of it.
-    /// - Returns: whether request lines are left over for the next batch.
+    /// - Returns: whether work is left over for the next batch (request lines, a listing, or
+    ///   cluster mode's catch-up), which then follows at once.
     private func runBatch(_ pollerBatch: EventPoller.Batch) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         beginBatch()
         noticeSleep()
         batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
         pollerBatch.deliverUrgent()
+        if let cluster, cluster.isCatchingUp { cluster.continueCatchUp() }  // A slice per batch.
         for connection in clients.takeCarriedOver(rotation: Self.minimumTurnsPerBatch) {
             readable(connection)
         }
@@ -311,7 +313,7 @@ public final class Daemon: @unchecked Sendable {
         if let signalNumber = service.stopSignal {
             stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
         }
-        return clients.hasCarriedOver || hasListingWithRoom
+        return clients.hasCarriedOver || hasListingWithRoom || cluster?.isCatchingUp == true
     }
 
     func beginBatch() {

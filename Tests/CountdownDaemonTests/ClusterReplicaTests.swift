@@ -212,6 +212,40 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("a backlog from the watch is applied in slices of 256, one a batch, numbered across slices as one; a waiter is released once its revision is applied")
+    func catchUpInSlices() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Seen: @unchecked Sendable {
+            var applied: [UInt64] = []
+            var released = 0
+        }
+        let seen = Seen()
+        queue.sync {
+            replica.apply = { _, _, sequence in seen.applied.append(sequence) }
+            replica.resume(from: 10_999)
+            replica.start()
+            replica.afterRevision(20) { if $0 { seen.released += 1 } }
+        }
+        let watch = try #require(queue.sync { store.watches.first })
+        let other = value(replica, operation: "other-host-1-1")
+        // 600 changes: 300 of one transaction (revision 11), then one each at 12…311.
+        let events = (0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11, key: "t\($0)")) }
+            + (12..<312).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: Int64($0), key: "s\($0)")) }
+        queue.sync {
+            watch.onEvents(events, 311)
+            #expect(seen.applied.count == 256 && replica.isCatchingUp, "one slice in the batch that received them")
+            #expect(seen.released == 0, "revision 20 is not applied yet")
+            replica.continueCatchUp()
+            #expect(seen.applied.count == 512 && seen.released == 1)
+            replica.continueCatchUp()
+            #expect(seen.applied.count == 600 && !replica.isCatchingUp)
+        }
+        #expect(seen.applied[0] == 11_000 && seen.applied[299] == 11_299, "one transaction's places run on across slices")
+        #expect(seen.applied[300] == 12_000 && seen.applied.last == 311_000)
+        #expect(zip(seen.applied, seen.applied.dropFirst()).allSatisfy { $0 < $1 })
+    }
+
     @Test("group commit: changes proposed in one batch go as one transaction; the one whose compare failed is a conflict and the others are sent again at once and commit")
     func groupCommit() throws {
         let store = ScriptedEtcd()

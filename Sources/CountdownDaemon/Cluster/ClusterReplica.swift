@@ -143,6 +143,11 @@ final class ClusterReplica: @unchecked Sendable {
     /// The number of the last event applied (or of the last full read): the watch skips what
     /// is not after it, so a watch resumed at a revision already partly applied repeats nothing.
     private var appliedSequence: UInt64 = 0
+    /// The watch's revision being numbered, and how many of its changes were seen so far.
+    private var placed: (revision: Int64, count: Int) = (0, 0)
+    /// What the watch brought, in order, and the next to apply.
+    private var backlog: [(event: EtcdWatchEvent, sentAt: Int64)] = []
+    private var backlogNext = 0
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
 
@@ -216,7 +221,8 @@ final class ClusterReplica: @unchecked Sendable {
         for item in due { item.action() }
         commits.expire(now: now)
         if isWatching { heartbeat.beat(now: now) }
-        if expected.contains(where: { $0.suspectWatchAt <= now }) {
+        // A watch whose changes wait in the backlog is not stuck: this host is behind it.
+        if !isCatchingUp, expected.contains(where: { $0.suspectWatchAt <= now }) {
             expected.removeAll()
             lastLagMicroseconds = Self.catchUpTimeoutNanoseconds / 1000
             logger.log(.warning, "cluster: the watch did not bring a committed change within 2 s (it is at revision \(revision)); moving it to another member")
@@ -334,42 +340,18 @@ final class ClusterReplica: @unchecked Sendable {
         isWatching = true
         // From the revision last applied, inclusive: a transaction's events could have come in
         // two answers, and the numbering skips those applied already.
-        var placed: (revision: Int64, count: Int) = (0, 0)
+        placed = (0, 0)
+        backlog.removeAll()
+        backlogNext = 0
         watch = client.watch(prefix: configuration.prefix, from: max(revision, 1), onEvents: { [self] events, sentAt in
-            for event in events {
-                let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
-                let changedAt = event.keyValue.modRevision
-                placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
-                let sequence = Self.sequence(revision: changedAt, place: placed.count)
-                guard sequence > appliedSequence else { continue }
-                if ClockHeartbeat.isHeartbeat(key) {
-                    if event.kind == .put {
-                        let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
-                        heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: SystemClock.now())
-                    }
-                    appliedSequence = sequence
-                    revision = changedAt
-                    continue
-                }
-                switch event.kind {
-                case .put:
-                    guard let value = ClusterValue.decode(event.keyValue.value) else { continue }
-                    appliedAt[key] = changedAt
-                    writers[key] = value.host
-                    apply(key, value, sequence)
-                    // A replacement announces a `cancelled` first: it takes the next place too.
-                    placed.count += value.announcements - 1
-                case .delete:
-                    appliedAt[key] = nil
-                    writers[key] = nil
-                    apply(key, nil, sequence)
-                }
-                appliedSequence = Self.sequence(revision: changedAt, place: placed.count)
-                revision = changedAt
-            }
-            releaseWaiters()
+            backlog.append(contentsOf: events.map { ($0, sentAt) })
+            continueCatchUp()
         }, onEnd: { [self] end in
             isWatching = false
+            // What it brought and was not applied yet comes again from the next watch, which
+            // starts at the last revision applied.
+            backlog.removeAll()
+            backlogNext = 0
             switch end {
             case .compacted(let at):
                 logger.log(.warning, "cluster: etcd compacted its history past revision \(revision) (to \(at)); reading everything again")
@@ -379,6 +361,64 @@ final class ClusterReplica: @unchecked Sendable {
                 schedule(after: 0.2) { [self] in startWatch() }
             }
         })
+    }
+
+    /// How many of the watch's changes one batch applies: a backlog (a host catching up after a
+    /// restart, a stop or a leader change) is applied in slices, with clients served between
+    /// them, never in one long batch.
+    static let changesPerSlice = 256
+
+    /// Whether changes the watch brought wait to be applied (`continueCatchUp`, next batch).
+    var isCatchingUp: Bool { backlogNext < backlog.count }
+
+    /// Applies the next slice of what the watch brought, in order, and releases the waiters it
+    /// satisfies (called when the watch delivers, and at the start of each batch while catching up).
+    func continueCatchUp() {
+        let end = min(backlog.count, backlogNext + Self.changesPerSlice)
+        while backlogNext < end {
+            let (event, sentAt) = backlog[backlogNext]
+            backlogNext += 1
+            applyWatched(event, sentAt: sentAt)
+        }
+        if backlogNext == backlog.count {
+            backlog.removeAll(keepingCapacity: backlog.count <= 4096)
+            backlogNext = 0
+        }
+        releaseWaiters()
+    }
+
+    /// One change from the watch, numbered by its revision and its place among the revision's
+    /// changes (`placed`): applied unless it was already.
+    private func applyWatched(_ event: EtcdWatchEvent, sentAt: Int64) {
+        let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
+        let changedAt = event.keyValue.modRevision
+        placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
+        let sequence = Self.sequence(revision: changedAt, place: placed.count)
+        guard sequence > appliedSequence else { return }
+        if ClockHeartbeat.isHeartbeat(key) {
+            if event.kind == .put {
+                let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
+                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: SystemClock.now())
+            }
+            appliedSequence = sequence
+            revision = changedAt
+            return
+        }
+        switch event.kind {
+        case .put:
+            guard let value = ClusterValue.decode(event.keyValue.value) else { return }
+            appliedAt[key] = changedAt
+            writers[key] = value.host
+            apply(key, value, sequence)
+            // A replacement announces a `cancelled` first: it takes the next place too.
+            placed.count += value.announcements - 1
+        case .delete:
+            appliedAt[key] = nil
+            writers[key] = nil
+            apply(key, nil, sequence)
+        }
+        appliedSequence = Self.sequence(revision: changedAt, place: placed.count)
+        revision = changedAt
     }
 
     /// Other hosts' clock offsets from this one, from their heartbeats (`ClockHeartbeat`).
