@@ -3,9 +3,9 @@ import Dispatch
 
 /// Cluster mode (`--cluster`): the engine is a replica of the countdowns in etcd. Changes are
 /// proposed with the engine's own rules (`CountdownEngine.proposal`, from `Daemon.change`) and
-/// written as one etcd transaction each, compared on the revision of the change the replica
-/// holds; the replica changes only through the watch, so every host announces every change
-/// once, numbered with its etcd revision. At a deadline or the end of retention, the host that
+/// written with the batch's others in one etcd transaction (`GroupCommit`), each compared on
+/// the revision of the change the replica holds; the replica changes only through the watch, so
+/// every host announces every change once, numbered from its etcd revision and its place. At a deadline or the end of retention, the host that
 /// wrote the countdown proposes the `done` (or the removal), the others after a grace
 /// (`raceDueChanges`); it commits once, and all hosts announce it.
 extension Daemon {
@@ -78,7 +78,7 @@ extension Daemon {
                     break
                 }
             }
-            appendReply(to: connection)
+            appendBesideEvents(to: connection)
         }
     }
 

@@ -66,7 +66,7 @@ extension Daemon {
         replyBuffer.removeAll(keepingCapacity: true)
         advanceTime(to: now)
         produceSlice(of: &progress, for: connection.peerUID, now: now)
-        appendReply(to: connection)
+        appendBesideEvents(to: connection)
         if progress.listing.isFinished {
             connection.listing = nil
             clients.endListing(connection)

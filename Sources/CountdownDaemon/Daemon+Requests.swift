@@ -143,6 +143,14 @@ extension Daemon {
         clients.queueReply(replyBuffer, on: connection, batch: batch.number)
     }
 
+    /// Queues `replyBuffer` on the connection's output now, as events are, even while its changes
+    /// are in etcd: a subscription's `RESYNC` and snapshots belong with its events, and a
+    /// listing's slices (which begin only when no change waits) keep their backpressure.
+    func appendBesideEvents(to connection: Connection) {
+        clients.touch(connection, batch: batch.number)
+        connection.output.append(replyBuffer)
+    }
+
     /// How many of one connection's changes may be in etcd at once (cluster mode).
     static let changesInFlightPerConnection = 64
 

@@ -326,10 +326,12 @@ public final class Daemon: @unchecked Sendable {
     /// Seals, flushes and goes idle.
     private func endBatch() {
         dispatchPrecondition(condition: .onQueue(queue))
-        phase = .sealing
         // What fell due while the batch ran goes out with it, without waiting for the timer.
         advanceTime(to: SystemClock.now())
-        cluster?.sendPending()  // Every change of the batch in one etcd transaction.
+        // Every change of the batch in one etcd transaction; still serving, since sending may
+        // answer a change whose time ran out while it waited.
+        cluster?.sendPending()
+        phase = .sealing
         switch journal.commit() {
         case .durable, .deferred:
             release(batch.lifecycleEvents)

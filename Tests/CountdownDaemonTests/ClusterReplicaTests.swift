@@ -212,7 +212,7 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("a backlog from the watch is applied in slices of 256, one a batch, numbered across slices as one; a waiter is released once its revision is applied")
+    @Test("a backlog from the watch is applied in slices of about 256, one a batch, each ending between revisions, numbered as one; a waiter is released once its revision is applied")
     func catchUpInSlices() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
@@ -234,16 +234,44 @@ struct ClusterReplicaTests {
             + (12..<312).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: Int64($0), key: "s\($0)")) }
         queue.sync {
             watch.onEvents(events, 311)
-            #expect(seen.applied.count == 256 && replica.isCatchingUp, "one slice in the batch that received them")
+            #expect(seen.applied.count == 300 && replica.isCatchingUp, "one slice in the batch that received them, to the end of the transaction")
             #expect(seen.released == 0, "revision 20 is not applied yet")
+            #expect(replica.revision == 11)
             replica.continueCatchUp()
-            #expect(seen.applied.count == 512 && seen.released == 1)
+            #expect(seen.applied.count == 556 && seen.released == 1)
             replica.continueCatchUp()
             #expect(seen.applied.count == 600 && !replica.isCatchingUp)
         }
         #expect(seen.applied[0] == 11_000 && seen.applied[299] == 11_299, "one transaction's places run on across slices")
         #expect(seen.applied[300] == 12_000 && seen.applied.last == 311_000)
         #expect(zip(seen.applied, seen.applied.dropFirst()).allSatisfy { $0 < $1 })
+    }
+
+    @Test("a START … REPLACE already applied still takes its two places when the watch repeats its revision: the changes after it are numbered as every other host numbers them")
+    func repeatedReplacementKeepsPlaces() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Seen: @unchecked Sendable { var applied: [(String, UInt64)] = [] }
+        let seen = Seen()
+        queue.sync {
+            replica.apply = { key, _, sequence in seen.applied.append((key, sequence)) }
+            // The copy applied revision 20's replacement of a (20000 and 20001), then stopped.
+            replica.resume(from: 20_001)
+            replica.start()
+        }
+        let watch = try #require(queue.sync { store.watches.first })
+        var replacement = value(replica, operation: "other-host-1-1")
+        replacement.replacedRemainingMilliseconds = 42_000
+        let plain = value(replica, operation: "other-host-1-2")
+        queue.sync {
+            watch.onEvents([
+                EtcdWatchEvent(kind: .put, keyValue: stored(replacement, revision: 20, key: "a")),
+                EtcdWatchEvent(kind: .put, keyValue: stored(plain, revision: 20, key: "b")),
+                EtcdWatchEvent(kind: .put, keyValue: stored(plain, revision: 20, key: "c")),
+            ], 20)
+        }
+        #expect(seen.applied.map(\.0) == ["b", "c"], "a was applied already; b is not lost")
+        #expect(seen.applied.map(\.1) == [20_002, 20_003])
     }
 
     @Test("group commit: changes proposed in one batch go as one transaction; the one whose compare failed is a conflict and the others are sent again at once and commit")

@@ -268,6 +268,43 @@ extension Integration {
             #expect(slowest < 5, "the last answer came \(slowest) s after the requests")
         }
 
+        @Test("every etcd member frozen while clients keep sending changes: each is answered ERR unavailable, and the daemon answers throughout")
+        func frozenEtcdUnderTraffic() throws {
+            let etcd = try EtcdCluster()
+            let host = try clusterDaemon(etcd)
+            #expect(try host.connect().request("START warm 1h").countdown != nil)
+            for member in 0..<3 { etcd.signal(member, SIGSTOP) }
+            defer { for member in 0..<3 { etcd.signal(member, SIGCONT) } }
+            // Two transactions hang in flight, and what comes meanwhile waits for a place.
+            let clients = try (0..<8).map { _ in try host.connect() }
+            for (index, client) in clients.enumerated() {
+                try client.send((0..<5).map { "START f\(index)-\($0) 1h\n" }.joined())
+            }
+            let started = monotonicNow()
+            var sent = 0
+            let pinger = try host.connect()
+            while monotonicNow() - started < 4 {
+                _ = try pinger.request("PING")
+                let late = try host.connect()
+                try late.send("START late\(sent) 1h\n")
+                sent += 1
+                usleep(100_000)
+            }
+            for client in clients {
+                for _ in 0..<5 {
+                    guard case .error(.unavailable?, _, _) = try client.readReply(timeout: 30).outcome else {
+                        Issue.record("a change was not refused while etcd was frozen")
+                        return
+                    }
+                }
+            }
+            #expect(sent > 10)
+            guard case .ok = try host.connect().request("PING").outcome else {
+                Issue.record("the daemon stopped answering")
+                return
+            }
+        }
+
         @Test("START … REPLACE in cluster mode: every host announces the replaced countdown's cancelled, then the started, numbered alike, one after the other in one revision")
         func replaceAcrossHosts() throws {
             let etcd = try EtcdCluster()

@@ -298,7 +298,7 @@ final class ClusterReplica: @unchecked Sendable {
                 appliedAt[key] = current.modRevision
                 body(current.modRevision)
             } else {
-                afterRevision(current.modRevision) { [self] _ in body(appliedAt[key]) }
+                afterRevision(current.modRevision, answerBy: deadline) { [self] _ in body(appliedAt[key]) }
             }
         }
     }
@@ -374,7 +374,12 @@ final class ClusterReplica: @unchecked Sendable {
     /// Applies the next slice of what the watch brought, in order, and releases the waiters it
     /// satisfies (called when the watch delivers, and at the start of each batch while catching up).
     func continueCatchUp() {
-        let end = min(backlog.count, backlogNext + Self.changesPerSlice)
+        var end = min(backlog.count, backlogNext + Self.changesPerSlice)
+        // A slice ends between revisions, never inside a transaction's changes: `revision` then
+        // always means a revision wholly applied, also in the state directory's copy.
+        while end < backlog.count, backlog[end].event.keyValue.modRevision == backlog[end - 1].event.keyValue.modRevision {
+            end += 1
+        }
         while backlogNext < end {
             let (event, sentAt) = backlog[backlogNext]
             backlogNext += 1
@@ -394,8 +399,13 @@ final class ClusterReplica: @unchecked Sendable {
         let changedAt = event.keyValue.modRevision
         placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
         let sequence = Self.sequence(revision: changedAt, place: placed.count)
+        let isHeartbeat = ClockHeartbeat.isHeartbeat(key)
+        let value = event.kind == .put && !isHeartbeat ? ClusterValue.decode(event.keyValue.value) : nil
+        // A replacement takes the next place too (its `cancelled` comes first), whether it is
+        // applied now or was already: the places after it are numbered alike either way.
+        placed.count += (value?.announcements ?? 1) - 1
         guard sequence > appliedSequence else { return }
-        if ClockHeartbeat.isHeartbeat(key) {
+        if isHeartbeat {
             if event.kind == .put {
                 let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
                 heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: SystemClock.now())
@@ -406,12 +416,10 @@ final class ClusterReplica: @unchecked Sendable {
         }
         switch event.kind {
         case .put:
-            guard let value = ClusterValue.decode(event.keyValue.value) else { return }
+            guard let value else { return }  // Not a countdown this version reads.
             appliedAt[key] = changedAt
             writers[key] = value.host
             apply(key, value, sequence)
-            // A replacement announces a `cancelled` first: it takes the next place too.
-            placed.count += value.announcements - 1
         case .delete:
             appliedAt[key] = nil
             writers[key] = nil

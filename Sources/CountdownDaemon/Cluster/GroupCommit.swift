@@ -9,10 +9,11 @@ import Dispatch
 /// exactly which change lost its race: that one is a conflict (judged again by its caller), and
 /// the others are sent again at once, so one conflicting name never fails its neighbours.
 ///
-/// Each change keeps its own deadline (`ClusterReplica.changeTimeoutMilliseconds` from when it
-/// was proposed); one not sent by then fails, having surely not been made. A transaction whose
-/// answer was lost is sent once more, to the next member, with its changes' operation ids: a
-/// change whose key then holds its own operation id had committed the first time.
+/// Each change keeps its request's deadline (`ClusterReplica.Attempt.answerBy`); one still
+/// waiting 250 ms before it fails: surely not made if it was never sent, may-or-may-not if it
+/// was. A transaction whose answer was lost, or that a member gave up on after taking it, is
+/// sent once more, to the next member, with its changes' operation ids: a change whose key then
+/// holds its own operation id had committed the first time.
 ///
 /// Confined to the daemon's queue, like the replica that owns it.
 final class GroupCommit {
@@ -98,7 +99,7 @@ final class GroupCommit {
         }
     }
 
-    /// Fails the changes that waited past their deadline without being sent again.
+    /// Fails the changes still waiting within 250 ms of their deadline.
     func expire(now: Instant) {
         let retryRoom = ClusterReplica.minimumRetryMilliseconds * 1_000_000
         guard pending.contains(where: { $0.deadline.nanoseconds(since: now) < retryRoom }) else { return }
@@ -133,6 +134,14 @@ final class GroupCommit {
         }
     }
 
+    /// Whether etcd's refusal can come after the transaction entered its log: a timeout or a
+    /// leader change while it waited (gRPC 4, or 14 other than "no leader", which `hasleader`
+    /// refuses before anything is proposed).
+    static func mayHaveEntered(_ error: EtcdError) -> Bool {
+        guard case .server(let code, let message) = error else { return false }
+        return code == 4 || (code == 14 && !message.contains("no leader"))
+    }
+
     private func decide(_ group: [Change], _ result: Result<EtcdTransactionResult, EtcdError>) {
         switch result {
         case .failure(.ambiguous(let why)):
@@ -149,6 +158,10 @@ final class GroupCommit {
                 }
             }
             pending.insert(contentsOf: again, at: 0)
+        case .failure(let error) where Self.mayHaveEntered(error):
+            // A member took it and gave up waiting ("request timed out", "leader changed"): it is in
+            // etcd's log and may still commit. As with a lost answer, a put is asked once more.
+            decide(group, .failure(.ambiguous("\(error)")))
         case .failure(let error):
             for change in group {
                 // Refused now, but an earlier attempt whose answer was lost may yet commit (a
@@ -159,7 +172,7 @@ final class GroupCommit {
             for change in group { change.completion(.committed(outcome.revision)) }
         case .success(let outcome) where outcome.ranges.count != group.count:
             let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.count)")
-            for change in group { change.completion(.failed(error)) }
+            for change in group { change.completion(.failed(change.sentBefore ? .ambiguous("\(error)") : error)) }
         case .success(let outcome):
             // The failure branch read every key back, in order: who lost, and who is sent again.
             var again: [Change] = []
@@ -179,7 +192,7 @@ final class GroupCommit {
             guard again.count < group.count else {
                 // Every compare held by what etcd read back, yet it refused: never loop on it.
                 let error = EtcdError.malformed("etcd refused a transaction whose compares all held")
-                for change in again { change.completion(.failed(error)) }
+                for change in again { change.completion(.failed(change.sentBefore ? .ambiguous("\(error)") : error)) }
                 return
             }
             pending.insert(contentsOf: again, at: 0)
