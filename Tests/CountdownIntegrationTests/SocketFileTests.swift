@@ -27,7 +27,8 @@ extension Integration {
         func liveDaemonRefused() throws {
             let directory = TemporaryDirectory()
             let first = try DaemonProcess(directory: directory)
-            let result = try runCommand(TestBinaries.countdownd, ["--socket", first.socketPath])
+            // A state directory of its own: never the system's (root's default, /var/lib/countdownd).
+            let result = try runCommand(TestBinaries.countdownd, ["--socket", first.socketPath, "--state-dir", directory.file("second-state")])
             #expect(result.status == 1)
             #expect(result.stderr.contains("already listening on \(first.socketPath)"))
             #expect(try first.connect().request("PING").outcome == .ok("pong"), "the first daemon is untouched")
@@ -38,7 +39,7 @@ extension Integration {
             let directory = TemporaryDirectory()
             let path = directory.file("file.sock")
             _ = FileManager.default.createFile(atPath: path, contents: Data("precious".utf8))
-            let result = try runCommand(TestBinaries.countdownd, ["--socket", path])
+            let result = try runCommand(TestBinaries.countdownd, ["--socket", path, "--state-dir", directory.file("state")])
             #expect(result.status == 1)
             #expect(result.stderr.contains("is not a socket"))
             #expect(try String(contentsOfFile: path, encoding: .utf8) == "precious")
