@@ -69,24 +69,56 @@ public enum WireEncoder {
     }
 
     /// The same, with the name as the receiving client writes it (see `CountdownAddress`).
+    ///
+    /// The daemon's hot path (each tick is one of these): the line is written into scratch
+    /// memory and appended in one copy (`LineWriter`).
     public static func appendEvent(_ event: CountdownEvent, name: String, to out: inout [UInt8]) {
-        append("EVENT ", to: &out)
-        appendDecimal(Int64(truncatingIfNeeded: event.sequence), to: &out)
-        out.append(UInt8(ascii: " "))
-        append(event.kind.rawValue, to: &out)
-        out.append(UInt8(ascii: " "))
-        append(name, to: &out)
-        out.append(UInt8(ascii: " "))
-        appendDecimal(event.remainingMilliseconds, to: &out)
-        out.append(UInt8(ascii: " "))
-        appendDecimal(event.totalMilliseconds, to: &out)
-        if let late = event.lateMilliseconds {
-            out.append(UInt8(ascii: " "))
-            appendDecimal(late, to: &out)
-        } else if event.causedBySuspend {
-            append(" suspend", to: &out)
+        // The fields, taken out of the event so that the closures below capture no copy of it.
+        let sequence = event.sequence
+        let kind = wireName(of: event.kind)
+        let remaining = event.remainingMilliseconds
+        let total = event.totalMilliseconds
+        let late = event.lateMilliseconds
+        let suspend = event.causedBySuspend
+        var name = name
+        name.withUTF8 { nameBytes in
+            // "EVENT " + seq + " " + kind + " " + name + 3 × (" " + number) + " suspend" + "\n".
+            let capacity = 6 + 20 + 1 + 9 + 1 + nameBytes.count + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + 1
+            LineWriter.appendLine(capacity: capacity, to: &out) { line in
+                line.write("EVENT ")
+                line.writeDecimal(sequence)
+                line.write(UInt8(ascii: " "))
+                line.write(kind)
+                line.write(UInt8(ascii: " "))
+                line.write(nameBytes)
+                line.write(UInt8(ascii: " "))
+                line.writeDecimal(remaining)
+                line.write(UInt8(ascii: " "))
+                line.writeDecimal(total)
+                if let late {
+                    line.write(UInt8(ascii: " "))
+                    line.writeDecimal(late)
+                } else if suspend {
+                    line.write(" suspend")
+                }
+                line.write(UInt8(ascii: "\n"))
+            }
         }
-        out.append(UInt8(ascii: "\n"))
+    }
+
+    /// An event kind as the wire writes it (its raw value), as a literal: no `String` to copy.
+    private static func wireName(of kind: EventKind) -> StaticString {
+        switch kind {
+        case .started: "started"
+        case .tick: "tick"
+        case .paused: "paused"
+        case .resumed: "resumed"
+        case .extended: "extended"
+        case .done: "done"
+        case .cancelled: "cancelled"
+        case .snapshot: "snapshot"
+        case .removed: "removed"
+        }
     }
 
     /// `EVENT <seq> snapshot <name> <remaining_ms> <total_ms> <state> <deadline_unix_ms> <owner_uid>
@@ -187,23 +219,6 @@ public enum WireEncoder {
 
     /// Appends a signed decimal integer without going through `String`.
     static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
-        if value < 0 {
-            out.append(UInt8(ascii: "-"))
-        }
-        var magnitude = value.magnitude
-        if magnitude < 10 {
-            out.append(UInt8(ascii: "0") + UInt8(magnitude))
-            return
-        }
-        // 20 digits hold any UInt64; write them backwards into a fixed scratch, then copy.
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { scratch in
-            var position = 20
-            while magnitude > 0 {
-                position -= 1
-                scratch[position] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            }
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[position..<20]))
-        }
+        LineWriter.appendLine(capacity: LineWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
     }
 }

@@ -205,6 +205,45 @@ struct ProtocolCodecTests {
         }
     }
 
+    @Test("event lines written into scratch memory read as the fields say, at every length")
+    func eventLinesAgainstInterpolation() {
+        var random: UInt64 = 0x2545_F491_4F6C_DD1D
+        func next() -> UInt64 {
+            random ^= random << 13
+            random ^= random >> 7
+            random ^= random << 17
+            return random
+        }
+        // Numbers of every length, at both ends of the types, and the longest names (a user's
+        // key as root sees it is longer still: `<uid>/` before 128 bytes).
+        let numbers: [Int64] = [0, 9, 10, 99, 100, 101, 999_999, 1_000_000, .max, .min, -1, -99, -100]
+        let longest = String(repeating: "n", count: CountdownName.maximumLength)
+        let names = ["a", "tea", "otp:+4915112345678", longest, "4294967295/" + longest]
+        let kinds = EventKind.allCases
+        for round in 0..<2_000 {
+            let pick = { (values: [Int64]) -> Int64 in
+                round % 3 == 0 ? values[Int(next() % UInt64(values.count))] : Int64(bitPattern: next()) >> (next() % 64)
+            }
+            let sequence: UInt64 = round % 5 == 0 ? UInt64.max - next() % 3 : next() >> (next() % 64)
+            var event = CountdownEvent(
+                sequence: sequence, kind: kinds[round % kinds.count], name: names[round % names.count],
+                remainingMilliseconds: pick(numbers), totalMilliseconds: pick(numbers),
+                lateMilliseconds: round % 4 == 0 ? pick(numbers) : nil
+            )
+            event.causedBySuspend = round % 7 == 0
+            var out: [UInt8] = [UInt8(ascii: ">")]  // What was there stays.
+            WireEncoder.appendEvent(event, to: &out)
+            var expected = ">EVENT \(sequence) \(event.kind.rawValue) \(event.name) \(event.remainingMilliseconds) \(event.totalMilliseconds)"
+            if let late = event.lateMilliseconds {
+                expected += " \(late)"
+            } else if event.causedBySuspend {
+                expected += " suspend"
+            }
+            expected += "\n"
+            #expect(String(decoding: out, as: UTF8.self) == expected)
+        }
+    }
+
     @Test("clients ignore trailing fields they do not know")
     func unknownTrailingFields() {
         #expect(WireLine.parse("EVENT 3 tick a 1000 2000 future stuff") == .event(EventInfo(sequence: 3, kind: .tick, name: "a", remainingMilliseconds: 1000, totalMilliseconds: 2000)))
