@@ -294,6 +294,10 @@ final class ClientTable: @unchecked Sendable {
     /// `rollback` can take it back) and to be written when the batch flushes.
     func touch(_ connection: Connection, batch: Int) {
         connection.output.mark(batch: batch)
+        // The fan-out touches a subscriber for every line: hash it into the set once a batch.
+        // (Whatever takes a connection out of the set resets `touchedInBatch`.)
+        guard connection.touchedInBatch != batch else { return }
+        connection.touchedInBatch = batch
         touched[connection.id] = connection
     }
 
@@ -314,6 +318,7 @@ final class ClientTable: @unchecked Sendable {
     func flushTouched() {
         dispatchPrecondition(condition: .onQueue(queue))
         for connection in touched.values {
+            connection.touchedInBatch = -1
             flush(connection)
         }
         touched.removeAll(keepingCapacity: true)
@@ -323,6 +328,7 @@ final class ClientTable: @unchecked Sendable {
         }
         usersOverOutputLimit.removeAll()
         for connection in touched.values {
+            connection.touchedInBatch = -1
             flush(connection)
         }
         touched.removeAll(keepingCapacity: true)
@@ -401,6 +407,7 @@ final class ClientTable: @unchecked Sendable {
             if connectionsByUID[connection.peerUID] == 0 { connectionsByUID[connection.peerUID] = nil }
         }
         touched[connection.id] = nil
+        connection.touchedInBatch = -1
         carried[connection.id] = nil
         listings[connection.id] = nil
         connection.close()

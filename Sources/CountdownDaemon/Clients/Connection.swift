@@ -29,6 +29,10 @@ final class Connection {
     var framer = LineFramer()
     /// Replies and events waiting to be written.
     var output = OutputQueue()
+    /// The batch in which the client table last put this connection among those to write
+    /// (`ClientTable.touch`), or -1 once it was taken out: events touch a subscriber once per
+    /// line, and only the first of a batch need reach the table's set.
+    var touchedInBatch = -1
     /// What this connection receives events for.
     var subscription = Subscription.none
     /// Which kinds of events it receives (`SUBSCRIBE … EVENTS`).
