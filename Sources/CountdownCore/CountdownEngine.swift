@@ -174,6 +174,8 @@ public struct CountdownEngine {
     private var freeSlots: [Int32] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
+    /// What `readAhead` read, kept only so that its loads stay in the optimized code.
+    private var readAheadSink: UInt32 = 0
     /// What each owner holds (absent: nothing).
     private var tallies: [UInt32: OwnerTally] = [:]
 
@@ -844,7 +846,13 @@ public struct CountdownEngine {
     /// it gets one tick for the latest whole second passed, or its `done`, never a burst of
     /// stale ticks.
     public mutating func advance(to now: Instant, events: inout [CountdownEvent]) {
+        var firedSinceReadAhead = Self.readAheadCount
         while let top = heap.minimum, top.due <= now.nanoseconds {
+            if firedSinceReadAhead == Self.readAheadCount {
+                readAhead(dueBy: now)
+                firedSinceReadAhead = 0
+            }
+            firedSinceReadAhead += 1
             guard let record = records[Int(top.slot)], record.generation == top.generation else {
                 heap.popMinimum()
                 continue
@@ -868,6 +876,23 @@ public struct CountdownEngine {
             }
         }
         dropStaleTop()
+    }
+
+    /// How many due countdowns `advance` reads ahead at a time.
+    private static let readAheadCount = 32
+
+    /// Reads the records of the next countdowns due (`readAheadCount` of the tick lane's) in
+    /// one tight loop. Each is a cache miss at scale (100,000 records are 4.8 MB, each read once
+    /// a second): read one by one as they fire, the misses came one after another, and the load
+    /// of the record was 11 % of the daemon's CPU samples at 100,000 ticking countdowns. Read
+    /// here, they are independent loads that the processor overlaps; firing then finds them in
+    /// the cache. Only the generation is read, so no name is retained.
+    private mutating func readAhead(dueBy now: Instant) {
+        var generations: UInt32 = 0
+        heap.forEachLaneEntry(dueBy: now.nanoseconds, limit: Self.readAheadCount) { entry in
+            generations &+= records[Int(entry.slot)]?.generation ?? 0
+        }
+        readAheadSink = generations  // Kept, so that the reads are not optimized away.
     }
 
     // MARK: - Internals

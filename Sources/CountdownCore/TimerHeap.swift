@@ -52,6 +52,18 @@ struct TimerHeap {
     }
 
     /// Makes room for `count` entries.
+    /// Calls `body` with the lane's next entries due by `due`, at most `limit` of them, in
+    /// order. Most wake-ups are ticks, and ticks live in the lane, so these are (nearly all) the
+    /// entries the next pops return: their countdowns can be read ahead.
+    func forEachLaneEntry(dueBy due: Int64, limit: Int, _ body: (Entry) -> Void) {
+        let end = min(laneStorage.count, laneHead + limit)
+        var index = laneHead
+        while index < end && laneStorage[index].due <= due {
+            body(laneStorage[index])
+            index += 1
+        }
+    }
+
     mutating func reserveCapacity(_ count: Int) {
         entries.reserveCapacity(count)
     }
