@@ -147,8 +147,7 @@ extension Daemon {
     /// are in etcd: a subscription's `RESYNC` and snapshots belong with its events, and a
     /// listing's slices (which begin only when no change waits) keep their backpressure.
     func appendBesideEvents(to connection: Connection) {
-        clients.touch(connection, batch: batch.number)
-        connection.output.append(replyBuffer)
+        clients.appendNow(replyBuffer, on: connection, batch: batch.number)
     }
 
     /// How many of one connection's changes may be in etcd at once (cluster mode).

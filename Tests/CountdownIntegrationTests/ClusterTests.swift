@@ -150,9 +150,7 @@ extension Integration {
             }
             #expect(unixNowMilliseconds() < Double(deadline) - 1000, "the STARTs ended before the deadline")
             let control = try hostA.connect()
-            func transactions() throws -> Int {
-                try #require(Int(try control.request("STATS").stats.first { $0.key == "cluster_transactions" }?.value ?? ""))
-            }
+            func transactions() throws -> Int { try etcdTransactions(of: control) }
             let before = try transactions()
             func dones(_ connection: CountdownConnection) throws -> [UInt64] {
                 try (0..<200).map { _ in try connection.waitForEvent(timeout: 60) { $0.kind == .done }.sequence }
@@ -187,23 +185,11 @@ extension Integration {
             _ = try a.request("START pinned AT \(target)")
             _ = try a.request("START plain 120s")
             try waitUntil(timeout: 30) { try b.request("LIST").countdowns.count == 2 }
-            func left(_ name: String, is total: Int64, on connection: CountdownConnection) throws -> Bool {
-                let before = (monotonicNow() - began) * 1000
-                let left = Double(try #require(try connection.request("STATUS \(name)").countdowns.first?.remainingMilliseconds))
-                let after = (monotonicNow() - began) * 1000
-                return left >= Double(total) - after - 1000 && left <= Double(total) - before + 1000
-            }
-            func step(by seconds: Int) {
-                var now = timespec()
-                clock_gettime(CLOCK_REALTIME, &now)
-                now.tv_sec += seconds
-                clock_settime(CLOCK_REALTIME, &now)
-            }
-            step(by: 10)
-            defer { step(by: -10) }
+            WallClockStep.step(by: 10)
+            defer { WallClockStep.step(by: -10) }
             for connection in [a, b] {
-                try waitUntil(timeout: 30) { try left("pinned", is: 110_000, on: connection) }
-                #expect(try left("plain", is: 120_000, on: connection), "a plain duration keeps its moment on this host's clock")
+                try waitUntil(timeout: 30) { try WallClockStep.left("pinned", is: 110_000, since: began, on: connection) }
+                #expect(try WallClockStep.left("plain", is: 120_000, since: began, on: connection), "a plain duration keeps its moment on this host's clock")
             }
             // Only this host's timing moved: etcd holds the same countdown, written once.
             let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
@@ -215,9 +201,7 @@ extension Integration {
             let etcd = try EtcdCluster()
             let host = try clusterDaemon(etcd)
             let control = try host.connect()
-            func transactions() throws -> Int {
-                try #require(Int(try control.request("STATS").stats.first { $0.key == "cluster_transactions" }?.value ?? ""))
-            }
+            func transactions() throws -> Int { try etcdTransactions(of: control) }
             let before = try transactions()
             let client = try host.connect()
             try client.send((0..<20).map { "START p\($0) 1h\n" }.joined() + "STATUS p0\nSTART p0 1h\nCANCEL p1\nSTART p1 5m\n")
@@ -706,4 +690,10 @@ extension Integration.ClusterTests {
         #expect(try again.request("STATUS while-down").countdowns.first?.state == .cancelled)
         #expect(try again.request("STATUS kept").countdowns.first?.state == .running)
     }
+}
+
+/// How many etcd transactions the daemon behind `connection` has sent (`STATS`'
+/// `cluster_transactions`).
+private func etcdTransactions(of connection: CountdownConnection) throws -> Int {
+    try #require(Int(try connection.request("STATS").stats.first { $0.key == "cluster_transactions" }?.value ?? ""))
 }

@@ -67,30 +67,20 @@ extension Integration {
             let target = Int64(unixNowMilliseconds()) + 120_000
             _ = try c.request("START pinned AT \(target)")
             _ = try c.request("START plain 120s")
-            /// Whether `name` has `total` less the time passed left, within a second.
             func left(_ name: String, is total: Int64) throws -> Bool {
-                let before = (monotonicNow() - began) * 1000
-                let left = Double(try #require(try c.request("STATUS \(name)").countdowns.first?.remainingMilliseconds))
-                let after = (monotonicNow() - began) * 1000
-                return left >= Double(total) - after - 1000 && left <= Double(total) - before + 1000
+                try WallClockStep.left(name, is: total, since: began, on: c)
             }
-            func step(by seconds: Int) {
-                var now = timespec()
-                clock_gettime(CLOCK_REALTIME, &now)
-                now.tv_sec += seconds
-                clock_settime(CLOCK_REALTIME, &now)
-            }
-            step(by: 10)
-            defer { step(by: -10) }
+            WallClockStep.step(by: 10)
+            defer { WallClockStep.step(by: -10) }
             // Ten seconds nearer by the wall clock: the pinned one has 10 s less (an error of
             // 10 s, far outside the bracket's second); the plain one is untouched.
             try waitUntil(timeout: 30) { try left("pinned", is: 110_000) }
             #expect(try left("plain", is: 120_000), "a plain duration ignores the wall clock")
             #expect(daemon.stderrText.contains("the wall clock was set; 1 countdowns to a time of day follow it"))
-            step(by: -10)
+            WallClockStep.step(by: -10)
             try waitUntil(timeout: 30) { try left("pinned", is: 120_000) }
             #expect(try left("plain", is: 120_000))
-            step(by: 10)  // Undone by the deferred step back.
+            WallClockStep.step(by: 10)  // Undone by the deferred step back.
         }
     }
 }

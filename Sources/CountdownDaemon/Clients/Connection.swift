@@ -202,11 +202,18 @@ extension ClientTable {
     /// if any, else straight to the output (marked as `batch`'s).
     func queueReply(_ bytes: [UInt8], on connection: Connection, batch: Int) {
         if connection.repliesInOrder.isEmpty {
-            touch(connection, batch: batch)
-            connection.output.append(bytes)
+            appendNow(bytes, on: connection, batch: batch)
         } else if !bytes.isEmpty {
             connection.repliesInOrder.append((nil, bytes))
         }
+    }
+
+    /// Appends output straight to the connection's queue (marked as `batch`'s), beside events and
+    /// not behind replies waiting for the store: a listing's slices, a subscriber's snapshots,
+    /// `RESYNC`.
+    func appendNow(_ bytes: [UInt8], on connection: Connection, batch: Int) {
+        touch(connection, batch: batch)
+        connection.output.append(bytes)
     }
 
     /// The store decided `ticket`: its reply takes its place, and the replies now ready at the

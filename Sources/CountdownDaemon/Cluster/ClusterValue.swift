@@ -28,8 +28,10 @@ struct ClusterValue: Codable, Equatable {
     var replacedRemainingMilliseconds: Int64?
     /// Which host made the change, and its own count of changes: the operation id.
     var operation: String
-    /// The writing host's wall clock when it sent the change: hosts that see the change compare
-    /// it with their own clock to estimate the skew between them.
+    /// The writing host's wall clock when it sent the change. Informational, for an operator
+    /// reading the key with `etcdctl`: clock skew is estimated from the hosts' heartbeats
+    /// (`ClockHeartbeat`), never from this, since a change can reach a host long after it was
+    /// written (history replayed after a restart, an outage's late commits).
     var writtenUnixMilliseconds: Int64?
 
     enum CodingKeys: String, CodingKey {
