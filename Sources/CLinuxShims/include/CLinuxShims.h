@@ -1,5 +1,6 @@
 #ifndef COUNTDOWND_CLINUXSHIMS_H
 #define COUNTDOWND_CLINUXSHIMS_H
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/timerfd.h>
 
@@ -60,6 +61,15 @@ int countdownd_termination_signalfd(void);
 
 /// Reads one signal from a signalfd: its number, 0 when none is pending (EAGAIN), or -1 with errno.
 int countdownd_read_signal(int fd);
+
+/// Whether this processor has a CRC-32C instruction that `countdownd_crc32c_update` uses
+/// (SSE 4.2 on x86-64; 0 on other architectures): 1 or 0. Ask once; it does not change.
+int countdownd_crc32c_has_instruction(void);
+
+/// Continues a CRC-32C (Castagnoli) over `count` bytes with the processor's instruction: `crc`
+/// is the running value, before the final inversion (start with 0xFFFFFFFF). Only where
+/// `countdownd_crc32c_has_instruction()` says 1.
+uint32_t countdownd_crc32c_update(uint32_t crc, const void *bytes, size_t count);
 
 /// The width of the terminal on `fd` in columns, or 0 when it is not a terminal.
 int countdownd_terminal_columns(int fd);

@@ -1,6 +1,13 @@
+import CLinuxShims
+
 /// CRC-32C (Castagnoli), the checksum of every journal frame: it catches torn and bit-rotted
-/// writes. Table-driven, eight bytes per step ("slicing by 8").
+/// writes. With the processor's CRC-32C instruction where it has one (SSE 4.2 on x86-64: every
+/// frame of every batch is summed, so this is on the hot path); otherwise
+/// table-driven, eight bytes per step ("slicing by 8"). Both give the same value (tested).
 enum CRC32C {
+    /// Whether the processor's instruction is used: asked once.
+    static let usesInstruction = countdownd_crc32c_has_instruction() != 0
+
     private static let tables: [[UInt32]] = {
         var tables = [[UInt32]](repeating: [UInt32](repeating: 0, count: 256), count: 8)
         for index in 0..<256 {
@@ -21,6 +28,14 @@ enum CRC32C {
 
     /// The checksum of `bytes`.
     static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        guard usesInstruction else { return tableChecksum(bytes) }
+        guard let base = bytes.baseAddress else { return 0 }  // The checksum of nothing.
+        return countdownd_crc32c_update(0xFFFF_FFFF, base, bytes.count) ^ 0xFFFF_FFFF
+    }
+
+    /// The checksum of `bytes`, from the tables alone: where the processor has no instruction,
+    /// and to check the instruction's answers against.
+    static func tableChecksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
         var crc: UInt32 = 0xFFFF_FFFF
         var index = 0
         let count = bytes.count
