@@ -51,7 +51,6 @@ struct TimerHeap {
         return heapFirst.precedes(laneFirst) ? heapFirst : laneFirst
     }
 
-    /// Makes room for `count` entries.
     /// Calls `body` with the lane's next entries due by `due`, at most `limit` of them, in
     /// order. Most wake-ups are ticks, and ticks live in the lane, so these are (nearly all) the
     /// entries the next pops return: their countdowns can be read ahead.
@@ -64,6 +63,7 @@ struct TimerHeap {
         }
     }
 
+    /// Makes room for `count` entries.
     mutating func reserveCapacity(_ count: Int) {
         entries.reserveCapacity(count)
     }

@@ -82,8 +82,10 @@ public enum WireEncoder {
         let suspend = event.causedBySuspend
         var name = name
         name.withUTF8 { nameBytes in
-            // "EVENT " + seq + " " + kind + " " + name + 3 × (" " + number) + " suspend" + "\n".
-            let capacity = 6 + 20 + 1 + 9 + 1 + nameBytes.count + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + 1
+            // "EVENT " + seq + " " + kind + " " + name + 3 × (" " + number) + " suspend" + "\n"
+            // (a line has `late_ms` or ` suspend`, never both: both are counted, to be simple).
+            let capacity = 6 + LineWriter.maximumDecimalLength + 1 + kind.utf8CodeUnitCount + 1 + nameBytes.count
+                + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + 1
             LineWriter.appendLine(capacity: capacity, to: &out) { line in
                 line.write("EVENT ")
                 line.writeDecimal(sequence)
@@ -128,7 +130,7 @@ public enum WireEncoder {
         sequence: UInt64, _ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]
     ) {
         append("EVENT ", to: &out)
-        appendDecimal(Int64(truncatingIfNeeded: sequence), to: &out)
+        appendDecimal(sequence, to: &out)
         append(" snapshot ", to: &out)
         append(snapshot.name, to: &out)
         out.append(UInt8(ascii: " "))
@@ -157,7 +159,7 @@ public enum WireEncoder {
     /// `RESYNC <seq>`: what a subscriber knew may be out of date; snapshots follow.
     public static func appendResync(sequence: UInt64, to out: inout [UInt8]) {
         append("RESYNC ", to: &out)
-        appendDecimal(Int64(truncatingIfNeeded: sequence), to: &out)
+        appendDecimal(sequence, to: &out)
         out.append(UInt8(ascii: "\n"))
     }
 
@@ -219,6 +221,11 @@ public enum WireEncoder {
 
     /// Appends a signed decimal integer without going through `String`.
     static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
+        LineWriter.appendLine(capacity: LineWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
+    }
+
+    /// Appends an unsigned decimal integer (a `seq`) without going through `String`.
+    static func appendDecimal(_ value: UInt64, to out: inout [UInt8]) {
         LineWriter.appendLine(capacity: LineWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
     }
 }

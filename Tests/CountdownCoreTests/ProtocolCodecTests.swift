@@ -242,6 +242,12 @@ struct ProtocolCodecTests {
             expected += "\n"
             #expect(String(decoding: out, as: UTF8.self) == expected)
         }
+        // Every line that carries a `seq` writes it unsigned, as clients parse it.
+        var out: [UInt8] = []
+        WireEncoder.appendResync(sequence: .max, to: &out)
+        let snapshot = CountdownSnapshot(name: "a", state: .paused, remainingMilliseconds: 1, totalMilliseconds: 2, deadline: nil, owner: 0)
+        WireEncoder.appendSnapshotEvent(sequence: .max, snapshot, clock: WallClockMapping(monotonic: .zero, unixMilliseconds: 0), to: &out)
+        #expect(String(decoding: out, as: UTF8.self) == "RESYNC 18446744073709551615\nEVENT 18446744073709551615 snapshot a 1 2 paused - 0\n")
     }
 
     @Test("clients ignore trailing fields they do not know")
