@@ -19,7 +19,10 @@ import Dispatch
 /// Confined to the daemon's queue.
 final class EventFanOut {
     private let queue: DispatchQueue
-    private unowned let clients: ClientTable
+    /// Held strongly: the client table never refers to the fan-out, so there is no cycle, and an
+    /// unowned reference cost an atomic retain and release (`swift_unownedRetainStrong`) on every
+    /// event line queued.
+    private let clients: ClientTable
     private let maximumNamesPerConnection: Int
     private let outputHardLimit: Int
     /// Lines queued by the `deliver` in progress.
