@@ -125,7 +125,7 @@ extension Integration {
             }
         }
 
-        @Test("group commit: 200 countdowns due at one moment are finished by the host that started them in two etcd transactions (128 + 72), each done written once, numbered alike on both hosts by revision and place")
+        @Test("group commit: 200 countdowns due at one moment are finished by the host that started them in a few etcd transactions of at most 128 (two when they fall due in one batch), each done written once, numbered alike on both hosts by revision and place")
         func burstOfDeadlines() throws {
             let etcd = try EtcdCluster()
             let hostA = try clusterDaemon(etcd), hostB = try clusterDaemon(etcd)
@@ -156,11 +156,18 @@ extension Integration {
                 try (0..<200).map { _ in try connection.waitForEvent(timeout: 60) { $0.kind == .done }.sequence }
             }
             let onANumbers = try dones(onA), onBNumbers = try dones(onB)
-            #expect(try transactions() - before == 2, "200 dones in two transactions of at most 128")
+            // Two transactions (128 + 72) when all 200 fall due in one batch. Each deadline is the
+            // wall-clock time converted to the monotonic clock when its START was served, so on a
+            // busy machine they can differ by more than a wake-up's spacing and fall due in two
+            // batches: then one more transaction (seen in CI: 128 + 32, then 40). One per done
+            // would be 200.
+            let sent = try transactions() - before
+            #expect(sent >= 2 && sent <= 4, "200 dones in \(sent) transactions of at most 128")
             #expect(onANumbers == onBNumbers, "the same numbers on both hosts")
             #expect(zip(onBNumbers, onBNumbers.dropFirst()).allSatisfy { $0 < $1 }, "in order")
             let byRevision = Dictionary(grouping: onBNumbers) { $0 / 1000 }
-            #expect(byRevision.values.map(\.count).sorted() == [72, 128], "two transactions: \(byRevision.mapValues(\.count))")
+            #expect(byRevision.count == sent && byRevision.values.allSatisfy { $0.count <= 128 },
+                    "one revision per transaction, at most 128 each: \(byRevision.mapValues(\.count))")
             #expect(byRevision.values.allSatisfy { places in places.map { $0 % 1000 } == Array(0..<UInt64(places.count)) }, "numbered by place in each")
             let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
             #expect((0..<200).allSatisfy { versions["/countdownd/burst\($0)"]?.version == 2 }, "each started, then done once")
