@@ -18,7 +18,8 @@ extension Daemon {
     func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
         engine.setTicksEnabled(false, now: SystemClock.now())
         let replica = try ClusterReplica(
-            configuration: configuration, stateDirectory: self.configuration.stateDirectory, poller: poller, queue: queue, logger: logger
+            configuration: configuration, limits: self.configuration.engine, stateDirectory: self.configuration.stateDirectory,
+            poller: poller, queue: queue, logger: logger
         )
         replica.resume(from: engine.lastSequence)
         cluster = replica
@@ -102,10 +103,15 @@ extension Daemon {
     /// etcd: its reply waits in its place behind a ticket until it is decided, and it is
     /// answered once the replica holds the change, or judged again after a lost race against
     /// the newer state (keeping its ticket).
+    ///
+    /// A new countdown (`creating`, its owner) first claims its quota slots, so that the limits
+    /// hold across the fleet, not only on this host's count.
+    /// - Throws: `limit` or `unavailable` from the claim, before anything is held or sent.
     func proposeInCluster(
-        _ key: String, _ proposal: CountdownProposal, request: Request, uid: UInt32, connection: Connection, clock: WallClockMapping,
-        cluster: ClusterReplica, attempt: ClusterReplica.Attempt
-    ) {
+        _ key: String, _ proposal: CountdownProposal, creating: UInt32?, request: Request, uid: UInt32, connection: Connection,
+        clock: WallClockMapping, cluster: ClusterReplica, attempt: ClusterReplica.Attempt
+    ) throws(ProtocolError) {
+        let claimed = try creating.map { owner throws(ProtocolError) in try cluster.claimSlots(for: owner) } ?? []
         let value = proposal.state.map { state in
             ClusterValue(
                 state, event: proposal.event?.kind ?? .started, eventRemainingMilliseconds: proposal.event?.remainingMilliseconds ?? 0,
@@ -116,20 +122,20 @@ extension Daemon {
         var attempt = attempt
         attempt.ticket = ticket
         // A new countdown holds its place against the limits until etcd has decided it.
-        let creating = engine.persistentState(of: key) == nil ? proposal.state?.owner : nil
         if let creating { creationsInFlight.add(creating) }
         // Compared on the change the replica holds (`.absent` when it holds none): after a
         // restart from the local copy that revision may have to be asked for first.
         let commit = { [unowned self] (expectation: ClusterReplica.Expectation) in
             commitInCluster(
-                key, value, expecting: expectation, proposal: proposal, request: request, uid: uid, connection: connection,
-                cluster: cluster, attempt: attempt, creating: creating
+                key, value, expecting: expectation, claiming: claimed, proposal: proposal, request: request, uid: uid,
+                connection: connection, cluster: cluster, attempt: attempt, creating: creating
             )
         }
         guard engine.persistentState(of: key) != nil else {
             commit(.absent)
             return
         }
+        precondition(claimed.isEmpty, "only a new countdown claims quota slots")
         cluster.withRevision(of: key, by: attempt.answerBy) { [unowned self] revision in
             guard let revision else {
                 // etcd could not be asked, or no longer has it while this host's copy does: the
@@ -149,12 +155,12 @@ extension Daemon {
     /// Sends a proposed change to etcd; answers the connection once it is decided, or judges the
     /// request again after a lost race.
     private func commitInCluster(
-        _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, proposal: CountdownProposal,
-        request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica, attempt: ClusterReplica.Attempt,
-        creating: UInt32?
+        _ key: String, _ value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [QuotaSlots.Slot],
+        proposal: CountdownProposal, request: Request, uid: UInt32, connection: Connection, cluster: ClusterReplica,
+        attempt: ClusterReplica.Attempt, creating: UInt32?
     ) {
         guard let ticket = attempt.ticket else { preconditionFailure("a change is committed only once its reply has a place") }
-        cluster.change(key, to: value, expecting: expectation, deadline: attempt.answerBy) { [unowned self] outcome in
+        cluster.change(key, to: value, expecting: expectation, claiming: claimed, deadline: attempt.answerBy) { [unowned self] outcome in
             // A creation refused or failed no longer counts; one made counts until the replica
             // holds it (below).
             if let creating, !outcome.isCommitted { creationsInFlight.remove(creating) }

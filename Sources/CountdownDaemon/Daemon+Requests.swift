@@ -343,7 +343,11 @@ extension Daemon {
             return
         }
         let proposal = try engine.proposal(for: key, now: now, pending: creationsInFlight, body)
-        proposeInCluster(key, proposal, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster, attempt: attempt)
+        let creating = engine.persistentState(of: key) == nil ? proposal.state?.owner : nil
+        try proposeInCluster(
+            key, proposal, creating: creating, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster,
+            attempt: attempt
+        )
         if attempt.number == 1 {
             batch.markLastRequestHeld(connection)  // Not served again if this batch's commit fails.
         }

@@ -1,18 +1,6 @@
 @testable import CountdownCore
 import Testing
 
-/// A small deterministic generator, so the randomized tests replay exactly.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 @Suite("The engine's name index and timer heap")
 struct SchedulerStructureTests {
     /// Slots are indexes into `names`; nil marks a removed one.

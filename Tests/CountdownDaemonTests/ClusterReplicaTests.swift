@@ -9,12 +9,12 @@ struct ClusterReplicaTests {
     let queue = DispatchQueue(label: "replica-test")
 
     /// A replica on a scripted store, on a poller that is never started (no timer fires).
-    func replica(_ store: ScriptedEtcd) throws -> ClusterReplica {
+    func replica(_ store: ScriptedEtcd, limits: EngineConfiguration = EngineConfiguration()) throws -> ClusterReplica {
         let poller = try EventPoller(queue: queue)
         return try #require(queue.sync {
             try? ClusterReplica(
-                configuration: ClusterConfiguration(endpoints: store.endpoints), client: store, driver: nil, poller: poller,
-                queue: queue, logger: Logger(threshold: .error, environment: [:])
+                configuration: ClusterConfiguration(endpoints: store.endpoints), limits: limits, client: store, driver: nil,
+                poller: poller, queue: queue, logger: Logger(threshold: .error, environment: [:])
             )
         })
     }
@@ -321,6 +321,83 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("quota slots: a creation claims its slots in its own transaction (each compared absent); a slot another host took makes it a conflict and frees the claim; a removal deletes its slots; slot changes take no numbers; a restart reads the slots and applies the watch's newer ones")
+    func quotaSlots() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store, limits: EngineConfiguration(maximumCountdowns: 10, maximumCountdownsPerOwner: 5))
+        final class Seen: @unchecked Sendable {
+            var applied: [(String, UInt64)] = []
+            var outcomes: [ClusterReplica.ChangeOutcome] = []
+        }
+        let seen = Seen()
+        let other = value(replica, operation: "other-host-1-1")
+        func slot(_ key: String, holder: String, revision: Int64) -> EtcdKeyValue {
+            EtcdKeyValue(key: "/countdownd/" + key, value: Array(holder.utf8), createRevision: revision, modRevision: revision)
+        }
+        try queue.sync {
+            replica.apply = { key, _, sequence in seen.applied.append((key, sequence)) }
+            replica.resume(from: 10_999)
+            replica.start()
+            let early = #expect(throws: ProtocolError.self, "no creation is judged before the slots are read") { try replica.claimSlots(for: 1000) }
+            #expect(early?.code == .unavailable)
+            let watch = try #require(store.watches.first, "the watch starts at once: reads go on")
+            let read = try #require(store.ranges.first)
+            #expect(read.prefix == "/countdownd/.slots/")
+            // The watch brings revision 12 (a creation with its two slots) before the read
+            // answers at 11, where 1000/old holds all/3 and 1000/0.
+            watch.onEvents([
+                EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 12, key: "1000/new")),
+                EtcdWatchEvent(kind: .put, keyValue: slot(".slots/all/4", holder: "1000/new", revision: 12)),
+                EtcdWatchEvent(kind: .put, keyValue: slot(".slots/1000/1", holder: "1000/new", revision: 12)),
+                EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 12, key: "tea")),
+            ], 12)
+            #expect(seen.applied.map(\.1) == [12_000, 12_001], "slots take no numbers: \(seen.applied)")
+            read.completion(.success((
+                [slot(".slots/all/3", holder: "1000/old", revision: 8), slot(".slots/1000/0", holder: "1000/old", revision: 8)], 11
+            )))
+            #expect(replica.quotaCounts.heldFleetWide == 2, "all/3 from the read, all/4 from the watch: \(replica.quotaCounts)")
+
+            // A creation for uid 1000: a daemon-wide and an own slot, neither held.
+            let claimed = try replica.claimSlots(for: 1000)
+            #expect(claimed.count == 2 && !claimed.contains { [".slots/all/3", ".slots/all/4", ".slots/1000/0", ".slots/1000/1"].contains($0.key) })
+            replica.change("1000/tea", to: other, expecting: .absent, claiming: claimed) { seen.outcomes.append($0) }
+            replica.sendPending()
+            let creation = try #require(store.transactions.first)
+            #expect(creation.compares.count == 3 && creation.success.count == 3 && creation.failure.count == 3)
+            for (index, compare) in creation.compares.dropFirst().enumerated() {
+                guard case .absent(let key) = compare, key == "/countdownd/" + claimed[index].key else {
+                    Issue.record("slot \(index) compared as \(compare)")
+                    continue
+                }
+            }
+            for (index, operation) in creation.success.dropFirst().enumerated() {
+                guard case .put(let key, let holder, nil) = operation, key == "/countdownd/" + claimed[index].key, holder == Array("1000/tea".utf8) else {
+                    Issue.record("slot \(index) written as \(operation)")
+                    continue
+                }
+            }
+            // Another host took the second slot first: the countdown's compare held, the slot's did not.
+            store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 30, ranges: [[], [], [slot(claimed[1].key, holder: "1000/else", revision: 29)]])))
+            guard case .conflict(nil, revision: 30)? = seen.outcomes.first else {
+                Issue.record("a taken slot: \(seen.outcomes)")
+                return
+            }
+            #expect(replica.quotaCounts.claimed == 0, "the claim ends with the change")
+            #expect(store.transactions.isEmpty, "not sent again: it is judged again by its caller")
+
+            // Removing 1000/old deletes its slots with it.
+            replica.change("1000/old", to: nil, expecting: .unchangedSince(8)) { _ in }
+            replica.sendPending()
+            let removal = try #require(store.transactions.first)
+            let deleted = removal.success.compactMap { operation -> String? in
+                if case .delete(let key) = operation { return key }
+                return nil
+            }
+            #expect(Set(deleted) == ["/countdownd/1000/old", "/countdownd/.slots/all/3", "/countdownd/.slots/1000/0"], "\(deleted)")
+            #expect(removal.compares.count == 1 && removal.failure.count == 1, "a freed slot needs no compare: the countdown's holds them")
+        }
+    }
+
     @Test("group commit: at most 128 changes in one transaction, and a change that waits past its deadline unsent fails as surely not made")
     func groupCommitLimits() throws {
         let store = ScriptedEtcd()
@@ -422,14 +499,19 @@ struct ClusterReplicaTests {
             replica.load = { countdowns, revision in loaded.loads.append((countdowns.count, revision)) }
             replica.resume(from: 10_999)
             replica.start()
+            #expect(store.ranges.map(\.prefix) == ["/countdownd/.slots/"], "resumed from the copy: the quota slots are read")
             store.watches[0].onEnd(.compacted(at: 30))
-            #expect(store.ranges.count == 1, "read everything again")
-            store.ranges.removeFirst().completion(.success(([self.stored(value(replica, operation: "h-1-1"), revision: 25)], 31)))
+            #expect(store.ranges.count == 2, "read everything again")
+            store.ranges.removeLast().completion(.success(([self.stored(value(replica, operation: "h-1-1"), revision: 25)], 31)))
+            // The slots' read answers late, older than the full read: it changes nothing.
+            let slot = EtcdKeyValue(key: "/countdownd/.slots/all/0", value: Array("gone".utf8), createRevision: 3, modRevision: 3)
+            store.ranges.removeFirst().completion(.success(([slot], 29)))
         }
         queue.sync {
             #expect(loaded.loads.map(\.0) == [1] && loaded.loads.map(\.1) == [31_999], "numbered after every change of the revision read")
             #expect(store.watches.count == 2 && store.watches[1].from == 31, "watched from the revision read (its changes are in the read, and skipped)")
             #expect(replica.appliedAt["otp:1"] == 25)
+            #expect(replica.quotaCounts.heldFleetWide == 0, "the full read holds no slot")
         }
     }
 }

@@ -61,7 +61,77 @@ extension Integration {
             }
             #expect(made == 10 && refused == 30, "\(made) made, \(refused) refused")
             let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
-            #expect(versions.keys.filter { !$0.contains("/.hosts/") }.count == 10, "etcd holds 10")
+            #expect(versions.keys.filter { !$0.contains("/.hosts/") && !$0.contains("/.slots/") }.count == 10, "etcd holds 10")
+        }
+
+        /// The countdown keys etcd holds (heartbeats and quota slots left out), and its quota
+        /// slots under `pool` (`all`, or a uid) with the key each names.
+        private func countdownsAndSlots(in etcd: EtcdCluster, pool: String) throws -> (countdowns: Set<String>, slots: [String: String]) {
+            let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
+            let countdowns = versions.keys.filter { !$0.contains("/.hosts/") && !$0.contains("/.slots/") }.map { String($0.dropFirst("/countdownd/".count)) }
+            let slots = versions.filter { $0.key.hasPrefix("/countdownd/.slots/\(pool)/") }.mapValues(\.value)
+            return (Set(countdowns), slots)
+        }
+
+        @Test("--max-countdowns is exact across the fleet: two hosts admitting at once (30 STARTs pipelined on each for 10 places) make exactly 10, each holding its quota slot in etcd; a removal through one host frees a place for the other")
+        func fleetWideLimitInTheTransaction() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd, arguments: ["--max-countdowns", "10"])
+            let hostB = try clusterDaemon(etcd, arguments: ["--max-countdowns", "10"])
+            let a = try hostA.connect(), b = try hostB.connect()
+            // Both sent before either host's first reply is read: each host alone has room for
+            // all ten, counting only its own creations in flight.
+            try a.send((0..<30).map { "START a\($0) 1h\n" }.joined())
+            try b.send((0..<30).map { "START b\($0) 1h\n" }.joined())
+            var made: [String] = [], refused = 0
+            for (connection, host) in [(a, "a"), (b, "b")] {
+                for index in 0..<30 {
+                    switch try connection.readReply(timeout: 30).outcome {
+                    case .ok: made.append("\(host)\(index)")
+                    case .error(.limit?, _, let message):
+                        refused += 1
+                        #expect(message.contains("10 countdowns"), "\(message)")
+                    case let other: Issue.record("\(host)\(index): \(other)")
+                    }
+                }
+            }
+            #expect(made.count == 10 && refused == 50, "\(made.count) made, \(refused) refused: \(made)")
+            var held = try countdownsAndSlots(in: etcd, pool: "all")
+            #expect(held.countdowns == Set(made), "etcd holds exactly those acknowledged: \(held.countdowns.sorted())")
+            #expect(held.slots.count == 10 && Set(held.slots.values) == held.countdowns, "one slot each: \(held.slots)")
+            // A finished one removed through A frees its slot: B may then make one more.
+            let freed = try #require(made.first)
+            let owner = freed.hasPrefix("a") ? a : b
+            #expect(try owner.request("CANCEL \(freed)").countdown?.state == .cancelled)
+            #expect(try owner.request("REMOVE \(freed)").countdown?.state == .cancelled, "removed, as it was")
+            try waitUntil(timeout: 30) { try b.request("LIST").countdowns.count == 9 }
+            #expect(try b.request("START later 1h").countdown?.state == .running, "the freed place is taken through the other host")
+            guard case .error(.limit?, _, _) = try a.request("START over 1h").outcome else {
+                Issue.record("an 11th was made")
+                return
+            }
+            held = try countdownsAndSlots(in: etcd, pool: "all")
+            #expect(held.countdowns.count == 10 && held.slots.count == 10 && Set(held.slots.values) == held.countdowns, "\(held.slots)")
+        }
+
+        @Test(
+            "--max-countdowns-per-user is exact across the fleet: one uid sending 8 STARTs to each of two hosts at once gets 5 in all, each holding its slot in the uid's pool",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func perUserQuotaAcrossTheFleet() throws {
+            let etcd = try EtcdCluster()
+            let directoryA = TemporaryDirectory(), directoryB = TemporaryDirectory()
+            chmod(directoryA.path, 0o755)
+            chmod(directoryB.path, 0o755)
+            let arguments = ["--max-countdowns-per-user", "5", "--socket-mode", "0666"]
+            let hostA = try clusterDaemon(etcd, arguments: arguments, directory: directoryA)
+            let hostB = try clusterDaemon(etcd, arguments: arguments, directory: directoryB)
+            let race = try HostileTests.runAsNobody(["race", "8", hostA.socketPath, hostB.socketPath], timeout: 60)
+            #expect(race.stdout.hasPrefix("ok=5 limit=11 other=0"), "\(race.stdout)\(race.stderr)")
+            let held = try countdownsAndSlots(in: etcd, pool: "65534")
+            #expect(held.countdowns.count == 5 && held.countdowns.allSatisfy { $0.hasPrefix("65534/") }, "\(held.countdowns)")
+            #expect(held.slots.count == 5 && Set(held.slots.values) == held.countdowns, "\(held.slots)")
         }
 
         /// How a host misses the deadlines of the countdowns it started.

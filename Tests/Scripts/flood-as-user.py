@@ -5,6 +5,10 @@
                                             "held N <refusal>" to OUT, then hold them until killed
   flood-as-user.py countdowns SOCKET N      pipeline N STARTs on one connection (1,000 at a time); print
                                             "ok=K limit=L" and the first ERR limit line
+  flood-as-user.py race N SOCKET...        one connection to each socket (cluster hosts): N STARTs
+                                            pipelined on each, all sent before any reply is read,
+                                            names distinct per socket; print "ok=K limit=L
+                                            other=O" and the first other reply
   flood-as-user.py churn SOCKET N           START and CANCEL N countdowns (2N lifecycle
                                             events), pipelined; print "events=E"
   flood-as-user.py subscribers SOCKET N OUT [KINDS]
@@ -76,6 +80,28 @@ def countdowns(path, count):
                 limit += 1
                 first = first or line
     print("ok=%d limit=%d %s" % (ok, limit, first))
+
+
+def race(count, paths):
+    sockets = [connect(path) for path in paths]
+    buffers = [[b""] for _ in paths]
+    for s, buffer in zip(sockets, buffers):
+        read_line(s, buffer)  # greeting
+    for index, s in enumerate(sockets):
+        s.sendall(b"".join(b"START h%d-%d 1h\n" % (index, i) for i in range(count)))
+    ok = limit = other = 0
+    first = ""
+    for s, buffer in zip(sockets, buffers):
+        for _ in range(count):
+            line = read_line(s, buffer)
+            if line.startswith("OK"):
+                ok += 1
+            elif line.startswith("ERR limit"):
+                limit += 1
+            else:
+                other += 1
+                first = first or line
+    print("ok=%d limit=%d other=%d %s" % (ok, limit, other, first))
 
 
 def churners(path, connections, count):
@@ -162,6 +188,8 @@ if __name__ == "__main__":
         readers(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
     elif sys.argv[1] == "churners":
         churners(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "race":
+        race(int(sys.argv[2]), sys.argv[3:])
     elif sys.argv[1] == "churn":
         churn(sys.argv[2], int(sys.argv[3]))
     else:

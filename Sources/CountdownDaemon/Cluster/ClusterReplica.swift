@@ -92,6 +92,15 @@ final class ClusterReplica: @unchecked Sendable {
     private let commits: GroupCommit
     /// This host's heartbeat, and the clock offsets of the others (`STATS`).
     private let heartbeat: ClockHeartbeat
+    /// The fleet's quota slots as etcd holds them, and those this host claimed for creations in
+    /// flight (`claimSlots`): what makes `--max-countdowns` and the per-user quota exact.
+    private var quota: QuotaSlots
+    /// The revision of the last slot change applied (or of the read of them all); `nil` until
+    /// the slots were read, and a creation cannot be judged against the limits.
+    private var slotsAppliedAt: Int64?
+    /// Slot changes the watch brought before the slots were read, applied after the read.
+    private var slotChangesBeforeRead: [EtcdWatchEvent] = []
+    private var randomness = SystemRandomNumberGenerator()
     /// The most a change takes, its retry included: the bound CLUSTER.md promises.
     static let changeTimeoutMilliseconds = 3000
     /// A retry is sent only with at least this much of the change's time left.
@@ -154,7 +163,8 @@ final class ClusterReplica: @unchecked Sendable {
     /// The replica on a real etcd, through libcurl on the daemon's poller; `stateDirectory`
     /// names this host among others on the same machine.
     convenience init(
-        configuration: ClusterConfiguration, stateDirectory: String, poller: EventPoller, queue: DispatchQueue, logger: Logger
+        configuration: ClusterConfiguration, limits: EngineConfiguration, stateDirectory: String, poller: EventPoller,
+        queue: DispatchQueue, logger: Logger
     ) throws(DaemonError) {
         let driver = try CurlDriver(poller: poller, queue: queue)
         var credentials: (user: String, password: String)?
@@ -168,16 +178,19 @@ final class ClusterReplica: @unchecked Sendable {
         }
         let client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue)
         try self.init(
-            configuration: configuration, client: client, driver: driver, poller: poller, queue: queue, logger: logger, stateDirectory: stateDirectory
+            configuration: configuration, limits: limits, client: client, driver: driver, poller: poller, queue: queue, logger: logger,
+            stateDirectory: stateDirectory
         )
     }
 
-    /// The replica on `client`: an `EtcdClient` on `driver`, or a test's store (no driver).
+    /// The replica on `client`: an `EtcdClient` on `driver`, or a test's store (no driver);
+    /// `limits` are the engine's, made exact across the fleet by the quota slots.
     init(
-        configuration: ClusterConfiguration, client: any EtcdTransport, driver: CurlDriver?, poller: EventPoller,
-        queue: DispatchQueue, logger: Logger, stateDirectory: String = ""
+        configuration: ClusterConfiguration, limits: EngineConfiguration = EngineConfiguration(), client: any EtcdTransport,
+        driver: CurlDriver?, poller: EventPoller, queue: DispatchQueue, logger: Logger, stateDirectory: String = ""
     ) throws(DaemonError) {
         self.configuration = configuration
+        quota = QuotaSlots(limits: limits)
         self.queue = queue
         self.logger = logger
         self.client = client
@@ -264,6 +277,9 @@ final class ClusterReplica: @unchecked Sendable {
                 logger.log(.notice, "cluster: resuming after revision \(revision), from the copy in the state directory")
                 startWatch()
                 onFirstLoad()
+                // The copy keeps countdowns, not the quota slots: those are read now (what the
+                // watch brings of them meanwhile waits for the read, `slotChangesBeforeRead`).
+                readSlots()
             } else {
                 readEverything(first: true)
             }
@@ -303,6 +319,50 @@ final class ClusterReplica: @unchecked Sendable {
         }
     }
 
+    /// Reads every quota slot etcd holds (after a restart from the local copy), then applies
+    /// the slot changes the watch brought meanwhile that are newer; tried again each second
+    /// until etcd answers. Until then, creations are refused as unavailable (`claimSlots`).
+    private func readSlots() {
+        client.range(prefix: configuration.prefix + QuotaSlots.keyInfix) { [self] result in
+            guard slotsAppliedAt == nil else { return }  // A full read came first, and holds them.
+            switch result {
+            case .failure(let error):
+                logger.log(.warning, "cluster: cannot read the quota slots under \(configuration.prefix)\(QuotaSlots.keyInfix) from etcd (\(error)); trying again in a second")
+                schedule(after: 1) { [self] in readSlots() }
+            case .success(let (keyValues, readAt)):
+                quota.replaceHeld(with: keyValues.compactMap(slotHeld))
+                slotsAppliedAt = readAt
+                let waiting = slotChangesBeforeRead
+                slotChangesBeforeRead.removeAll()
+                for event in waiting { applySlotChange(event) }
+            }
+        }
+    }
+
+    /// The slot a key-value under the prefix is, and the countdown that holds it.
+    private func slotHeld(_ keyValue: EtcdKeyValue) -> (slot: QuotaSlots.Slot, holder: String)? {
+        let key = String(keyValue.key.dropFirst(configuration.prefix.count))
+        guard let slot = QuotaSlots.Slot(key: key) else { return nil }
+        return (slot, String(decoding: keyValue.value, as: UTF8.self))
+    }
+
+    /// One quota slot's change from the watch. A slot is written in the same transaction as
+    /// its countdown, and takes no number. Changes the slots' read held already are skipped;
+    /// one revision's come again after a resumed watch, and noting them twice changes nothing.
+    private func applySlotChange(_ event: EtcdWatchEvent) {
+        guard let known = slotsAppliedAt else {
+            slotChangesBeforeRead.append(event)
+            return
+        }
+        let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
+        guard let slot = QuotaSlots.Slot(key: key), event.keyValue.modRevision >= known else { return }
+        slotsAppliedAt = event.keyValue.modRevision
+        switch event.kind {
+        case .put: quota.noteHeld(slot, by: String(decoding: event.keyValue.value, as: UTF8.self))
+        case .delete: quota.noteFreed(slot)
+        }
+    }
+
     private func readEverything(first: Bool) {
         client.range(prefix: configuration.prefix) { [self] result in
             switch result {
@@ -311,11 +371,16 @@ final class ClusterReplica: @unchecked Sendable {
                 schedule(after: 1) { [self] in readEverything(first: first) }
             case .success(let (keyValues, readAt)):
                 var countdowns: [(key: String, value: ClusterValue)] = []
+                var slots: [(slot: QuotaSlots.Slot, holder: String)] = []
                 appliedAt.removeAll(keepingCapacity: true)
                 writers.removeAll(keepingCapacity: true)
                 for keyValue in keyValues {
                     let key = String(keyValue.key.dropFirst(configuration.prefix.count))
                     guard !ClockHeartbeat.isHeartbeat(key) else { continue }
+                    if QuotaSlots.isSlotKey(key) {
+                        if let held = slotHeld(keyValue) { slots.append(held) }
+                        continue
+                    }
                     guard let value = ClusterValue.decode(keyValue.value) else {
                         // The key is not named: it holds a countdown's name, which can be personal data.
                         logger.log(.warning, "cluster: skipped a key under \(configuration.prefix) (revision \(keyValue.modRevision)): not a countdown this version reads")
@@ -327,6 +392,9 @@ final class ClusterReplica: @unchecked Sendable {
                 }
                 revision = readAt
                 appliedSequence = Self.sequenceOfRead(at: readAt)
+                quota.replaceHeld(with: slots)
+                slotsAppliedAt = readAt
+                slotChangesBeforeRead.removeAll()
                 load(countdowns, appliedSequence)
                 logger.log(.notice, "cluster: read \(countdowns.count) countdowns at revision \(readAt) from etcd")
                 startWatch()
@@ -397,6 +465,10 @@ final class ClusterReplica: @unchecked Sendable {
     private func applyWatched(_ event: EtcdWatchEvent, sentAt: Int64) {
         let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
         let changedAt = event.keyValue.modRevision
+        if QuotaSlots.isSlotKey(key) {
+            applySlotChange(event)
+            return
+        }
         placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
         let sequence = Self.sequence(revision: changedAt, place: placed.count)
         let isHeartbeat = ClockHeartbeat.isHeartbeat(key)
@@ -485,14 +557,49 @@ final class ClusterReplica: @unchecked Sendable {
     /// Every attempt shares one deadline, `changeTimeoutMilliseconds` from now unless given (the
     /// first gets half of what is left): a change is answered within it, whichever members are
     /// stopped.
+    ///
+    /// A creation carries the quota slots claimed for it (`claimSlots`): each is created with
+    /// it, on the condition that it does not exist, and stays claimed until the change is
+    /// decided and, if made, this host's copy holds it. A removal frees the countdown's slots.
     func change(
-        _ key: String, to value: ClusterValue?, expecting expectation: Expectation, deadline: Instant? = nil,
-        completion: @escaping (ChangeOutcome) -> Void
+        _ key: String, to value: ClusterValue?, expecting expectation: Expectation, claiming claimed: [QuotaSlots.Slot] = [],
+        deadline: Instant? = nil, completion: @escaping (ChangeOutcome) -> Void
     ) {
+        let prefix = configuration.prefix
+        let freed = value == nil ? quota.slots(heldBy: key).map { prefix + $0.key } : []
         commits.propose(
-            configuration.prefix + key, to: value, expecting: expectation,
-            deadline: deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds)), completion: completion
-        )
+            prefix + key, to: value, expecting: expectation, claiming: claimed.map { prefix + $0.key }, freeing: freed,
+            prefixLength: prefix.utf8.count,
+            deadline: deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
+        ) { [self] outcome in
+            if !claimed.isEmpty {
+                if case .committed(let revision) = outcome {
+                    afterRevision(revision) { [self] _ in quota.release(claimed) }
+                } else {
+                    quota.release(claimed)
+                }
+            }
+            completion(outcome)
+        }
+    }
+
+    /// Claims the quota slots a new countdown of `owner` needs (`QuotaSlots.claim`), for its
+    /// `change`. Counted from etcd's slots and this host's claims in flight; etcd's compare
+    /// then settles a race for the last one.
+    /// - Throws: `limit` when a pool is full; `unavailable` before the slots were read.
+    func claimSlots(for owner: UInt32) throws(ProtocolError) -> [QuotaSlots.Slot] {
+        guard slotsAppliedAt != nil else {
+            throw ProtocolError(
+                .unavailable,
+                "this host has not yet read the fleet's quota slots from etcd, so it cannot tell whether a new countdown fits the limits; try again in a moment"
+            )
+        }
+        return try quota.claim(for: owner, using: &randomness)
+    }
+
+    /// Slots held in etcd and claimed by this host (`STATS`, tests).
+    var quotaCounts: (heldFleetWide: Int, claimed: Int) {
+        (quota.heldCount(owner: nil), quota.claimedCount)
     }
 
     /// Sends the changes proposed so far (at the end of each batch).

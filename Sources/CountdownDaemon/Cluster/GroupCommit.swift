@@ -23,21 +23,46 @@ final class GroupCommit {
         var key: String
         var value: ClusterValue?
         var expectation: ClusterReplica.Expectation
+        /// Quota slot keys created with it, each on the condition that it does not exist yet
+        /// (`QuotaSlots`), holding the countdown's key.
+        var claimed: [String]
+        /// Quota slot keys deleted with it (a removal frees its countdown's slots).
+        var freed: [String]
         var deadline: Instant
         /// It went out once and its answer was lost: it may have committed.
         var sentBefore = false
         var completion: (ClusterReplica.ChangeOutcome) -> Void
 
-        var compare: EtcdClient.Compare {
+        /// Its compares: the countdown's, then each claimed slot's absence.
+        var compares: [EtcdClient.Compare] {
+            let own: EtcdClient.Compare
             switch expectation {
-            case .absent: return .absent(key)
-            case .unchangedSince(let revision): return .modifiedAt(key, revision)
+            case .absent: own = .absent(key)
+            case .unchangedSince(let revision): own = .modifiedAt(key, revision)
             }
+            return [own] + claimed.map { .absent($0) }
         }
 
-        var operation: EtcdClient.Operation {
-            value.map { .put(key, $0.encoded, lease: nil) } ?? .delete(key)
+        /// Its writes: the countdown's, its claimed slots' and its freed slots'.
+        var operations: [EtcdClient.Operation] {
+            let holder = Array(key.utf8.dropFirst(prefixLength))
+            return [value.map { .put(key, $0.encoded, lease: nil) } ?? .delete(key)]
+                + claimed.map { .put($0, holder, lease: nil) } + freed.map { .delete($0) }
         }
+
+        /// What the failure branch reads back: the countdown, then each claimed slot.
+        var readBacks: [EtcdClient.Operation] {
+            [.get(key)] + claimed.map { .get($0) }
+        }
+
+        /// The most of any branch's operations it adds to a transaction.
+        var operationCount: Int { 1 + claimed.count + freed.count }
+
+        /// Every key it touches (etcd refuses a transaction that names one twice).
+        var keys: [String] { [key] + claimed + freed }
+
+        /// The cluster prefix's length: a slot holds its countdown's key without it.
+        var prefixLength: Int
 
         /// Whether etcd's current `found` is what this change expected.
         func holds(against found: EtcdKeyValue?) -> Bool {
@@ -65,12 +90,16 @@ final class GroupCommit {
     }
 
     /// Proposes a change; it goes out with the next transaction (`send`). `completion` runs on
-    /// the queue, once.
+    /// the queue, once. `claimed` slot keys are created with it (each compared absent), and
+    /// `freed` ones deleted; `prefixLength` is the cluster prefix's, cut from the key a slot holds.
     func propose(
-        _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, deadline: Instant,
-        completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+        _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [String] = [],
+        freeing freed: [String] = [], prefixLength: Int = 0, deadline: Instant, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
     ) {
-        pending.append(Change(key: key, value: value, expectation: expectation, deadline: deadline, completion: completion))
+        pending.append(Change(
+            key: key, value: value, expectation: expectation, claimed: claimed, freed: freed, deadline: deadline,
+            completion: completion, prefixLength: prefixLength
+        ))
     }
 
     /// Whether changes wait to be sent.
@@ -84,11 +113,14 @@ final class GroupCommit {
         while inFlight < Self.maximumInFlight, !pending.isEmpty {
             var group: [Change] = []
             var keys = Set<String>()
+            var operations = 0
             var rest: [Change] = []
             for change in pending {
                 // etcd refuses a transaction that puts one key twice: the second waits for the
                 // next one (and then fails its compare, as a second change on one revision must).
-                if group.count < Self.maximumOperations, keys.insert(change.key).inserted {
+                if operations + change.operationCount <= Self.maximumOperations, change.keys.allSatisfy({ !keys.contains($0) }) {
+                    keys.formUnion(change.keys)
+                    operations += change.operationCount
                     group.append(change)
                 } else {
                     rest.append(change)
@@ -126,7 +158,7 @@ final class GroupCommit {
         transactionsSent += 1
         changesSent += group.count
         client.transaction(
-            if: group.map(\.compare), then: group.map(\.operation), else: group.map { .get($0.key) }, timeoutMilliseconds: timeout
+            if: group.flatMap(\.compares), then: group.flatMap(\.operations), else: group.flatMap(\.readBacks), timeoutMilliseconds: timeout
         ) { [self] result in
             inFlight -= 1
             decide(group, result)
@@ -170,14 +202,17 @@ final class GroupCommit {
             }
         case .success(let outcome) where outcome.succeeded:
             for change in group { change.completion(.committed(outcome.revision)) }
-        case .success(let outcome) where outcome.ranges.count != group.count:
-            let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.count)")
+        case .success(let outcome) where outcome.ranges.count != group.reduce(0, { $0 + 1 + $1.claimed.count }):
+            let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.reduce(0) { $0 + 1 + $1.claimed.count })")
             for change in group { change.completion(.failed(change.sentBefore ? .ambiguous("\(error)") : error)) }
         case .success(let outcome):
             // The failure branch read every key back, in order: who lost, and who is sent again.
             var again: [Change] = []
-            for (index, change) in group.enumerated() {
-                let current = outcome.ranges[index].first
+            var offset = 0
+            for change in group {
+                let current = outcome.ranges[offset].first
+                let slotsTaken = outcome.ranges[(offset + 1)..<(offset + 1 + change.claimed.count)].contains { !$0.isEmpty }
+                offset += 1 + change.claimed.count
                 let found = current.flatMap { ClusterValue.decode($0.value) }
                 if let value = change.value, let found, found.operation == value.operation, let current {
                     change.completion(.committed(current.modRevision))  // An earlier attempt did commit.
@@ -185,6 +220,10 @@ final class GroupCommit {
                     // What etcd has now. The replica's revision stays as it is: the watch brings
                     // the winner's change, and a retry compares on that once it is applied.
                     change.completion(.conflict(found, revision: current?.modRevision ?? outcome.revision))
+                } else if slotsTaken {
+                    // Another host's creation took a quota slot claimed here: judged again once
+                    // this host's copy holds what etcd read, that slot taken.
+                    change.completion(.conflict(found, revision: outcome.revision))
                 } else {
                     again.append(change)  // Its compare held: a neighbour failed the transaction.
                 }
