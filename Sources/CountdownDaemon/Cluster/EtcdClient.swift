@@ -80,13 +80,21 @@ final class EtcdClient {
         _ path: String, _ body: [String: Any], timeoutMilliseconds: Int = 3000,
         completion: @escaping (Result<[String: Any], EtcdError>) -> Void
     ) {
-        dispatchPrecondition(condition: .onQueue(queue))
         guard let bytes = try? JSONSerialization.data(withJSONObject: body) else {
             completion(.failure(.malformed("the request could not be encoded")))
             return
         }
+        call(path, encoded: Array(bytes), timeoutMilliseconds: timeoutMilliseconds, completion: completion)
+    }
+
+    /// POSTs a body already encoded as JSON, as `call` does.
+    func call(
+        _ path: String, encoded body: [UInt8], timeoutMilliseconds: Int = 3000,
+        completion: @escaping (Result<[String: Any], EtcdError>) -> Void
+    ) {
+        dispatchPrecondition(condition: .onQueue(queue))
         let deadline = SystemClock.now().advanced(byMilliseconds: Int64(timeoutMilliseconds))
-        attempt(path, Array(bytes), deadline: deadline, triesLeft: endpoints.count, completion: completion)
+        attempt(path, body, deadline: deadline, triesLeft: endpoints.count, completion: completion)
     }
 
     private func attempt(
