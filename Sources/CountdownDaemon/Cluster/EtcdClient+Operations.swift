@@ -168,34 +168,32 @@ extension EtcdClient {
             guard !watch.ended else { return }
             watch.pending.append(contentsOf: bytes)
             // The gateway writes one JSON object per line.
+            let decoder = JSONDecoder()
             while let newline = watch.pending.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = Array(watch.pending[..<newline])
+                let line = Data(watch.pending[..<newline])
                 watch.pending.removeSubrange(...newline)
-                guard let object = (try? JSONSerialization.jsonObject(with: Data(line))) as? [String: Any] else { continue }
-                if let error = object["error"] as? [String: Any] {
-                    end(.failed(.server(code: (error["grpc_code"] as? NSNumber)?.intValue ?? -1, message: error["message"] as? String ?? "watch error")))
+                guard let object = try? decoder.decode(EtcdWatchLine.self, from: line) else { continue }
+                if let error = object.error {
+                    end(.failed(.server(code: error.grpcCode ?? -1, message: error.message ?? "watch error")))
                     return
                 }
-                guard let result = object["result"] as? [String: Any] else { continue }
-                let compacted = EtcdClient.revision(result["compact_revision"])
+                guard let result = object.result else { continue }
+                let compacted = result.compactRevision?.value ?? 0
                 if compacted > 0 {
                     end(.compacted(at: compacted))
                     return
                 }
-                let events: [EtcdWatchEvent] = (result["events"] as? [[String: Any]] ?? []).compactMap { event in
-                    guard let kv = (event["kv"] as? [String: Any]).flatMap(EtcdClient.keyValue) else { return nil }
-                    return EtcdWatchEvent(kind: event["type"] as? String == "DELETE" ? .delete : .put, keyValue: kv)
-                }
-                let header = EtcdClient.headerRevision(result)
+                let events = result.changes
+                let header = result.header?.revision?.value ?? 0
                 if let last = events.last?.keyValue.modRevision {
                     watch.revision = max(watch.revision, last)
                 }
-                if events.isEmpty && header > watch.revision && result["created"] == nil {
+                if events.isEmpty && header > watch.revision && result.created == nil {
                     watch.revision = header  // A progress notification: nothing before it is missing.
                 }
                 onEvents(events, max(header, watch.revision))
-                if result["canceled"] as? Bool == true {
-                    end(.failed(.server(code: -1, message: result["cancel_reason"] as? String ?? "the watch was cancelled by etcd")))
+                if result.canceled == true {
+                    end(.failed(.server(code: -1, message: result.cancelReason ?? "the watch was cancelled by etcd")))
                     return
                 }
             }
