@@ -7,8 +7,10 @@
 /// as the countdown, on the condition that it does not exist yet. So two hosts can never both
 /// take the last slot: one of the two creations fails its condition, and is judged again once
 /// its host has seen the other's. A countdown's removal deletes its slots in the same
-/// transaction. Non-root users take slots below `RootReserve.usable`; root takes the reserve's
-/// first, so the reserve is kept across the fleet too.
+/// transaction. Users other than root take slots below `RootReserve.usable`, so the reserve's
+/// slots stay root's across the fleet. Root takes the others' range first and the reserve's
+/// once that is full, so that root's countdowns count against the others' range, as a single
+/// host counts them.
 ///
 /// This value knows which slots the shared store holds (as its watch reports them) and which
 /// this host has claimed for creations not yet decided. It reads no clock and does no I/O.
@@ -48,6 +50,7 @@ public struct QuotaSlots: Sendable {
             self.index = index
         }
 
+        /// Its key.
         public var description: String { key }
     }
 
@@ -110,6 +113,11 @@ public struct QuotaSlots: Sendable {
         for (slot, holder) in held { noteHeld(slot, by: holder) }
     }
 
+    /// Every slot the store holds, with the countdown it was taken for.
+    public var heldSlots: [(slot: Slot, holder: String)] {
+        holders.map { ($0.key, $0.value) }
+    }
+
     /// The slots the countdown `key` holds: what its removal frees.
     public func slots(heldBy key: String) -> [Slot] {
         slotsByHolder[key] ?? []
@@ -128,15 +136,16 @@ public struct QuotaSlots: Sendable {
     /// - Throws: `limit` when a pool has no free slot this host knows of.
     public mutating func claim(for owner: UInt32, using generator: inout some RandomNumberGenerator) throws(ProtocolError) -> [Slot] {
         let usable = RootReserve.usable(of: maximumCountdowns, by: owner)
-        // Root takes the reserve's slots first, leaving the others' range to them.
+        // Root's countdowns fill the others' range first, as on a single host, where they count
+        // towards the point past which others are refused; the reserve is root's alone.
         let othersUsable = RootReserve.usable(of: maximumCountdowns, by: 1)
-        let ranges = owner == 0 ? [othersUsable..<maximumCountdowns, 0..<othersUsable] : [0..<usable]
+        let ranges = owner == 0 ? [0..<othersUsable, othersUsable..<maximumCountdowns] : [0..<usable]
         guard let shared = freeSlot(owner: nil, in: ranges, using: &generator) else {
             throw ProtocolError(
                 .limit,
                 owner == 0 || usable == maximumCountdowns
-                    ? "the fleet already holds its maximum of \(maximumCountdowns) countdowns, counting those other hosts are creating; REMOVE finished ones, or raise --max-countdowns on every host"
-                    : "the fleet holds \(usable) of its \(maximumCountdowns) countdowns that users other than root may have, counting those other hosts are creating (the last \(RootReserve.share(of: maximumCountdowns)) are kept for root); REMOVE finished ones, or ask for a higher --max-countdowns"
+                    ? "the fleet already holds its maximum of \(maximumCountdowns) countdowns, counting those being created; REMOVE finished ones, or raise --max-countdowns on every host"
+                    : "the fleet holds \(usable) of its \(maximumCountdowns) countdowns that users other than root may have, counting those being created (the last \(RootReserve.share(of: maximumCountdowns)) are kept for root); REMOVE finished ones, or ask for a higher --max-countdowns"
             )
         }
         claimed.insert(shared)
@@ -145,7 +154,7 @@ public struct QuotaSlots: Sendable {
             claimed.remove(shared)
             throw ProtocolError(
                 .limit,
-                "uid \(owner) already holds its maximum of \(maximumPerOwner) countdowns across the fleet, counting those other hosts are creating; REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
+                "uid \(owner) already holds its maximum of \(maximumPerOwner) countdowns across the fleet, counting those being created; REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
             )
         }
         claimed.insert(own)

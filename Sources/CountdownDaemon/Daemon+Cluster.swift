@@ -25,6 +25,7 @@ extension Daemon {
         cluster = replica
         replica.load = { [unowned self] countdowns, sequence in loadReplica(countdowns, sequence: sequence) }
         replica.apply = { [unowned self] key, value, sequence in applyReplicated(key, value, sequence: sequence) }
+        replica.holdsCountdown = { [unowned self] key in engine.persistentState(of: key) != nil }
         replica.onFirstLoad = ready
         replica.start()
     }
@@ -183,7 +184,7 @@ extension Daemon {
                     do throws(ProtocolError) {
                         let timeLeft = attempt.answerBy.nanoseconds(since: now) / 1_000_000
                         guard attempt.number < Self.clusterAttempts, timeLeft >= ClusterReplica.minimumRetryMilliseconds else {
-                            throw ProtocolError(.busy, "'\(key)' was changed by other clients at the same moment, \(attempt.number) times in a row; try again")
+                            throw ProtocolError(.busy, "'\(key)' was changed by other clients at the same moment (or, for a new countdown, the quota slots it claimed were taken by other hosts' creations), \(attempt.number) times in a row; try again")
                         }
                         try checkStorageAcceptsChanges()
                         try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt.next)

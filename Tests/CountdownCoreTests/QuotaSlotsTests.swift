@@ -75,14 +75,18 @@ struct QuotaSlotsTests {
         #expect(limitMessage { _ = try slots.claim(for: 0, using: &generator) } != nil, "nobody passes the pool")
     }
 
-    @Test("root's claims leave the others' range to them while the reserve has room")
-    func rootPrefersTheReserve() throws {
+    @Test("root's countdowns take the others' range first, as a single host counts them against it, and the reserve once it is full")
+    func rootFillsTheOthersRangeFirst() throws {
         var slots = QuotaSlots(limits: EngineConfiguration(maximumCountdowns: 100, maximumCountdownsPerOwner: 100))
         var generator = SplitMix64(state: 3)
-        for _ in 0..<5 {
-            #expect(try slots.claim(for: 0, using: &generator)[0].index >= 95)
+        for _ in 0..<95 {
+            #expect(try slots.claim(for: 0, using: &generator)[0].index < 95)
         }
-        #expect(try slots.claim(for: 0, using: &generator)[0].index < 95, "the reserve full, root takes from the rest")
+        #expect(limitMessage { _ = try slots.claim(for: 1000, using: &generator) }?.contains("kept for root") == true, "root's count against the others")
+        for _ in 0..<5 {
+            #expect(try slots.claim(for: 0, using: &generator)[0].index >= 95, "then the reserve")
+        }
+        #expect(limitMessage { _ = try slots.claim(for: 0, using: &generator) } != nil)
     }
 
     @Test("a uid's own pool: its 6th claim is refused, and the daemon-wide slot it took for it is given back")

@@ -147,6 +147,10 @@ struct ClusterReplicaTests {
     func ambiguousDelete() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
+        queue.sync {
+            replica.start()  // A first read of everything, which holds the quota slots (none).
+            store.ranges.removeFirst().completion(.success(([], 5)))
+        }
         let (outcome, sent) = change(replica, store, value: nil, expecting: .unchangedSince(7), answers: [{ _ in .failure(.ambiguous("lost")) }])
         #expect(sent.count == 1)
         if case .modifiedAt(_, 7)? = sent.first?.compares.first {} else {
@@ -343,6 +347,14 @@ struct ClusterReplicaTests {
             let watch = try #require(store.watches.first, "the watch starts at once: reads go on")
             let read = try #require(store.ranges.first)
             #expect(read.prefix == "/countdownd/.slots/")
+            // A removal now could not say which slots it frees: refused, nothing sent.
+            replica.change("1000/old", to: nil, expecting: .unchangedSince(8)) { seen.outcomes.append($0) }
+            replica.sendPending()
+            guard case .failed(.unreachable)? = seen.outcomes.first, store.transactions.isEmpty else {
+                Issue.record("a removal before the slots' read: \(seen.outcomes), \(store.transactions.count) sent")
+                return
+            }
+            seen.outcomes.removeAll()
             // The watch brings revision 12 (a creation with its two slots) before the read
             // answers at 11, where 1000/old holds all/3 and 1000/0.
             watch.onEvents([

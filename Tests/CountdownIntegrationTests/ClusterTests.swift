@@ -114,6 +114,29 @@ extension Integration {
             #expect(held.countdowns.count == 10 && held.slots.count == 10 && Set(held.slots.values) == held.countdowns, "\(held.slots)")
         }
 
+        @Test("a quota slot left behind by a countdown deleted some other way (etcdctl del) is swept by the hosts whose watch brings the deletion, and by a host that starts after it; its place is taken again")
+        func leakedSlotsAreSwept() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd, arguments: ["--max-countdowns", "3"])
+            let a = try hostA.connect()
+            for name in ["x", "y", "z"] {
+                #expect(try a.request("START \(name) 1h").countdown != nil)
+            }
+            // Deleted by hand: the watch brings the countdown's deletion without its slot's.
+            #expect(etcd.delete("/countdownd/x"))
+            try waitUntil(timeout: 30) { try countdownsAndSlots(in: etcd, pool: "all").slots.count == 2 }
+            #expect(try a.request("START w 1h").countdown != nil, "the swept slot's place is free")
+            // Deleted while no host runs: a host that starts afresh (its first read holds the
+            // slot, no watch brings the deletion) sweeps it a few seconds after its read.
+            _ = hostA.terminate()
+            #expect(etcd.delete("/countdownd/y"))
+            let hostB = try clusterDaemon(etcd, arguments: ["--max-countdowns", "3"])
+            try waitUntil(timeout: 30) { try countdownsAndSlots(in: etcd, pool: "all").slots.count == 2 }
+            let held = try countdownsAndSlots(in: etcd, pool: "all")
+            #expect(held.countdowns == ["z", "w"] && Set(held.slots.values) == held.countdowns, "\(held)")
+            #expect(try hostB.connect().request("START v 1h").countdown != nil)
+        }
+
         @Test(
             "--max-countdowns-per-user is exact across the fleet: one uid sending 8 STARTs to each of two hosts at once gets 5 in all, each holding its slot in the uid's pool",
             .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),

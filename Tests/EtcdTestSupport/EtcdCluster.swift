@@ -145,6 +145,12 @@ public final class EtcdCluster {
         return versions
     }
 
+    /// Deletes `key` straight in etcd, as an operator with `etcdctl del` would; whether a
+    /// member answered.
+    public func delete(_ key: String, through index: Int = 0) -> Bool {
+        Self.post(members[index].clientURL, path: "/v3/kv/deleterange", body: #"{"key":"\#(Data(key.utf8).base64EncodedString())"}"#) != nil
+    }
+
     /// Every value `key` was written with, oldest first, from etcd's own history: the key read
     /// at each revision up to the current one (one entry per write, by its mod revision). For
     /// counting writes, such as `done`s, that no subscriber has to have seen. Needs the history

@@ -100,6 +100,9 @@ final class ClusterReplica: @unchecked Sendable {
     private var slotsAppliedAt: Int64?
     /// Slot changes the watch brought before the slots were read, applied after the read.
     private var slotChangesBeforeRead: [EtcdWatchEvent] = []
+    /// Countdowns the watch deleted in the slice being applied: checked for slots left behind.
+    private var removedInSlice: [String] = []
+    /// Picks free quota slots at random, so that hosts claiming at once rarely pick the same one.
     private var randomness = SystemRandomNumberGenerator()
     /// The most a change takes, its retry included: the bound CLUSTER.md promises.
     static let changeTimeoutMilliseconds = 3000
@@ -319,6 +322,9 @@ final class ClusterReplica: @unchecked Sendable {
         }
     }
 
+    /// How long after the slots were read the leaked ones are swept (`sweepLeakedSlots`).
+    static let sweepDelaySeconds = 5.0
+
     /// Reads every quota slot etcd holds (after a restart from the local copy), then applies
     /// the slot changes the watch brought meanwhile that are newer; tried again each second
     /// until etcd answers. Until then, creations are refused as unavailable (`claimSlots`).
@@ -335,6 +341,7 @@ final class ClusterReplica: @unchecked Sendable {
                 let waiting = slotChangesBeforeRead
                 slotChangesBeforeRead.removeAll()
                 for event in waiting { applySlotChange(event) }
+                schedule(after: Self.sweepDelaySeconds) { [self] in sweepLeakedSlots() }
             }
         }
     }
@@ -395,6 +402,7 @@ final class ClusterReplica: @unchecked Sendable {
                 quota.replaceHeld(with: slots)
                 slotsAppliedAt = readAt
                 slotChangesBeforeRead.removeAll()
+                schedule(after: Self.sweepDelaySeconds) { [self] in sweepLeakedSlots() }
                 load(countdowns, appliedSequence)
                 logger.log(.notice, "cluster: read \(countdowns.count) countdowns at revision \(readAt) from etcd")
                 startWatch()
@@ -457,6 +465,13 @@ final class ClusterReplica: @unchecked Sendable {
             backlog.removeAll(keepingCapacity: backlog.count <= 4096)
             backlogNext = 0
         }
+        if !removedInSlice.isEmpty {
+            // The slice ended between revisions: a removal's slots, deleted in its transaction,
+            // are freed by now. Slots still held were left behind.
+            let removed = removedInSlice.filter { !quota.slots(heldBy: $0).isEmpty }
+            removedInSlice.removeAll()
+            if !removed.isEmpty { sweepLeakedSlots(of: removed) }
+        }
         releaseWaiters()
     }
 
@@ -496,6 +511,7 @@ final class ClusterReplica: @unchecked Sendable {
             appliedAt[key] = nil
             writers[key] = nil
             apply(key, nil, sequence)
+            removedInSlice.append(key)
         }
         appliedSequence = Self.sequence(revision: changedAt, place: placed.count)
         revision = changedAt
@@ -566,10 +582,16 @@ final class ClusterReplica: @unchecked Sendable {
         deadline: Instant? = nil, completion: @escaping (ChangeOutcome) -> Void
     ) {
         let prefix = configuration.prefix
+        guard value != nil || slotsAppliedAt != nil else {
+            // Which slots a removal frees is known only once they were read: removing the
+            // countdown without them would leave them held forever.
+            completion(.failed(.unreachable("this host has not yet read the fleet's quota slots from etcd, so it cannot free the countdown's")))
+            return
+        }
         let freed = value == nil ? quota.slots(heldBy: key).map { prefix + $0.key } : []
         commits.propose(
             prefix + key, to: value, expecting: expectation, claiming: claimed.map { prefix + $0.key }, freeing: freed,
-            prefixLength: prefix.utf8.count,
+            holder: Array(key.utf8),
             deadline: deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
         ) { [self] outcome in
             if !claimed.isEmpty {
@@ -597,9 +619,46 @@ final class ClusterReplica: @unchecked Sendable {
         return try quota.claim(for: owner, using: &randomness)
     }
 
-    /// Slots held in etcd and claimed by this host (`STATS`, tests).
+    /// Slots held in etcd fleet-wide, and those claimed by this host (tests).
     var quotaCounts: (heldFleetWide: Int, claimed: Int) {
         (quota.heldCount(owner: nil), quota.claimedCount)
+    }
+
+    /// Whether this host's copy holds the countdown `key` (set by the daemon, from its engine).
+    var holdsCountdown: (String) -> Bool = { _ in true }
+
+    /// The most leaked slots one sweep deletes.
+    static let slotsPerSweep = 256
+
+    /// Deletes quota slots whose countdown is gone, as etcd holds them at that moment: each
+    /// in a transaction that holds only if the slot still names that countdown and the countdown
+    /// does not exist. A slot and its countdown are written and deleted together, so such a
+    /// slot was left by a countdown deleted some other way (by hand with `etcdctl`, or by a host
+    /// of a version without slots); without the sweep, its place would be lost for good.
+    ///
+    /// Run for the countdowns `removed` whose deletion the watch brought without their slots'
+    /// (checked between revisions, when a revision's changes are all applied), and for every
+    /// held slot a few seconds after the slots were read (`removed` `nil`: the copy has caught
+    /// up by then; a countdown it does not hold yet only costs its slot a failed compare).
+    private func sweepLeakedSlots(of removed: [String]? = nil) {
+        let candidates: [(slot: QuotaSlots.Slot, holder: String)]
+        if let removed {
+            candidates = removed.filter { !holdsCountdown($0) }.flatMap { holder in quota.slots(heldBy: holder).map { ($0, holder) } }
+        } else {
+            candidates = quota.heldSlots.filter { !holdsCountdown($0.holder) }
+        }
+        guard !candidates.isEmpty else { return }
+        let prefix = configuration.prefix
+        for (slot, holder) in candidates.prefix(Self.slotsPerSweep) {
+            client.transaction(
+                if: [.valueEquals(prefix + slot.key, Array(holder.utf8)), .absent(prefix + holder)], then: [.delete(prefix + slot.key)],
+                else: []
+            ) { [self] result in
+                if case .success(let outcome) = result, outcome.succeeded {
+                    logger.log(.notice, "cluster: deleted quota slot \(prefix)\(slot.key), left by a countdown deleted without it")
+                }
+            }
+        }
     }
 
     /// Sends the changes proposed so far (at the end of each batch).

@@ -32,9 +32,11 @@ extension EtcdClient {
         case absent(String)
         /// The key was last changed at this revision.
         case modifiedAt(String, Int64)
+        /// The key holds exactly these bytes.
+        case valueEquals(String, [UInt8])
 
         private enum CodingKeys: String, CodingKey {
-            case key, target, result
+            case key, target, result, value
             case createRevision = "create_revision", modRevision = "mod_revision"
         }
 
@@ -50,6 +52,10 @@ extension EtcdClient {
                 try container.encode(EtcdClient.encode(key), forKey: .key)
                 try container.encode("MOD", forKey: .target)
                 try container.encode(String(revision), forKey: .modRevision)
+            case .valueEquals(let key, let value):
+                try container.encode(EtcdClient.encode(key), forKey: .key)
+                try container.encode("VALUE", forKey: .target)
+                try container.encode(EtcdClient.encode(bytes: value), forKey: .value)
             }
         }
     }

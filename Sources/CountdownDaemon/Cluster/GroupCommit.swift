@@ -28,6 +28,8 @@ final class GroupCommit {
         var claimed: [String]
         /// Quota slot keys deleted with it (a removal frees its countdown's slots).
         var freed: [String]
+        /// What a claimed slot holds: the countdown's key without the prefix.
+        var holder: [UInt8]
         var deadline: Instant
         /// It went out once and its answer was lost: it may have committed.
         var sentBefore = false
@@ -45,8 +47,7 @@ final class GroupCommit {
 
         /// Its writes: the countdown's, its claimed slots' and its freed slots'.
         var operations: [EtcdClient.Operation] {
-            let holder = Array(key.utf8.dropFirst(prefixLength))
-            return [value.map { .put(key, $0.encoded, lease: nil) } ?? .delete(key)]
+            [value.map { .put(key, $0.encoded, lease: nil) } ?? .delete(key)]
                 + claimed.map { .put($0, holder, lease: nil) } + freed.map { .delete($0) }
         }
 
@@ -60,9 +61,6 @@ final class GroupCommit {
 
         /// Every key it touches (etcd refuses a transaction that names one twice).
         var keys: [String] { [key] + claimed + freed }
-
-        /// The cluster prefix's length: a slot holds its countdown's key without it.
-        var prefixLength: Int
 
         /// Whether etcd's current `found` is what this change expected.
         func holds(against found: EtcdKeyValue?) -> Bool {
@@ -90,15 +88,15 @@ final class GroupCommit {
     }
 
     /// Proposes a change; it goes out with the next transaction (`send`). `completion` runs on
-    /// the queue, once. `claimed` slot keys are created with it (each compared absent), and
-    /// `freed` ones deleted; `prefixLength` is the cluster prefix's, cut from the key a slot holds.
+    /// the queue, once. `claimed` slot keys are created with it (each compared absent, each
+    /// holding `holder`, the countdown's key without the prefix), and `freed` ones deleted.
     func propose(
-        _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [String] = [],
-        freeing freed: [String] = [], prefixLength: Int = 0, deadline: Instant, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+        _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [String],
+        freeing freed: [String], holder: [UInt8], deadline: Instant, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
     ) {
         pending.append(Change(
-            key: key, value: value, expectation: expectation, claimed: claimed, freed: freed, deadline: deadline,
-            completion: completion, prefixLength: prefixLength
+            key: key, value: value, expectation: expectation, claimed: claimed, freed: freed, holder: holder, deadline: deadline,
+            completion: completion
         ))
     }
 
@@ -202,8 +200,8 @@ final class GroupCommit {
             }
         case .success(let outcome) where outcome.succeeded:
             for change in group { change.completion(.committed(outcome.revision)) }
-        case .success(let outcome) where outcome.ranges.count != group.reduce(0, { $0 + 1 + $1.claimed.count }):
-            let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.reduce(0) { $0 + 1 + $1.claimed.count })")
+        case .success(let outcome) where outcome.ranges.count != group.reduce(0, { $0 + $1.readBacks.count }):
+            let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.reduce(0) { $0 + $1.readBacks.count })")
             for change in group { change.completion(.failed(change.sentBefore ? .ambiguous("\(error)") : error)) }
         case .success(let outcome):
             // The failure branch read every key back, in order: who lost, and who is sent again.
