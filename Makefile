@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus ma
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions test-python
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill test-python
 
 all: build
 
@@ -199,6 +199,12 @@ bench-hostile: deps
 	rm -rf "$$($(SWIFT) build -c release --show-bin-path)"
 	$(SWIFT) build $(RELEASE_FLAGS)
 	python3 bench/hostile.py
+
+# Cluster mode: a fresh client's wait before, during and after a kill -9 of the etcd leader under
+# load (bench/leaderkill.py; figures into bench/notes.md by hand). Needs etcd. Not run by CI.
+bench-leaderkill: deps
+	$(SWIFT) build $(RELEASE_FLAGS)
+	python3 bench/leaderkill.py
 
 # Instructions per event of the hot path (engine and encoder, no I/O), which do not change with a
 # machine's load: the driver under callgrind, a full run against one that only starts the
