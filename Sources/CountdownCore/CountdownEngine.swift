@@ -480,22 +480,26 @@ public struct CountdownEngine {
     /// - Throws: `limit`, saying which one and what to do.
     public func checkRoom(forNewCountdownOf owner: UInt32, pending: PendingCreations = PendingCreations()) throws(ProtocolError) {
         let held = slotsByName.count + pending.total
+        // A replica counts the fleet's countdowns, and the creations it has in flight, which
+        // may yet fail: its messages say so.
+        let holder = configuration.decidesLocally ? "the daemon" : "the fleet"
+        let counted = configuration.decidesLocally ? "" : ", counting those being created"
         guard held < configuration.maximumCountdowns else {
             throw ProtocolError(
                 .limit,
-                "the daemon already holds its maximum of \(configuration.maximumCountdowns) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
+                "\(holder) already holds its maximum of \(configuration.maximumCountdowns) countdowns\(counted) (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
             )
         }
         guard held < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {
             throw ProtocolError(
                 .limit,
-                "the daemon holds \(held) of its \(configuration.maximumCountdowns) countdowns, and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
+                "\(holder) holds \(held) of its \(configuration.maximumCountdowns) countdowns\(counted), and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
             )
         }
         guard owner == 0 || tally(of: owner).held + (pending.byOwner[owner] ?? 0) < configuration.maximumCountdownsPerOwner else {
             throw ProtocolError(
                 .limit,
-                "uid \(owner) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
+                "uid \(owner) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns\(configuration.decidesLocally ? "" : " across the fleet")\(counted) (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
             )
         }
     }
