@@ -12,6 +12,22 @@ extension Daemon {
     /// what fell due meanwhile waits at most about this long, however many clients pipeline.
     static let batchTimeBudgetNanoseconds: Int64 = 150_000
 
+    /// The most a batch may spend on requests when commits are slow (`requestTimeBudget`).
+    static let longestRequestTimeNanoseconds: Int64 = 2_000_000
+
+    /// How long this batch may spend on requests: `batchTimeBudgetNanoseconds`; under
+    /// `--durability power`, as long as the last commit took if that was longer, up to
+    /// `longestRequestTimeNanoseconds`. There every batch waits for an `fdatasync` (about a
+    /// millisecond here): with 150 µs of requests per sync, pipelining clients got a sync for
+    /// every hundred or so `START`s, where Redis's `appendfsync always` syncs once for
+    /// everything its loop read. Work and sync then stay in proportion, and what falls due
+    /// waits at most about two syncs. (Under `process`, a commit is a `pwrite` to the page
+    /// cache, and the budget stays as it is, for the lateness targets.)
+    var requestTimeBudget: Int64 {
+        guard configuration.durability == .power else { return Self.batchTimeBudgetNanoseconds }
+        return min(max(Self.batchTimeBudgetNanoseconds, lastCommitNanoseconds), Self.longestRequestTimeNanoseconds)
+    }
+
     /// However late the batch, this many connections get a turn in it (of one request, or one
     /// read, each past the time budget), so every batch makes progress. Without it, 9,000 clients
     /// hanging up at once livelocked the daemon: going through the connections carried over used

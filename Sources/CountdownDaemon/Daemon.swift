@@ -67,6 +67,9 @@ public final class Daemon: @unchecked Sendable {
     let fanOut: EventFanOut
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
+    /// How long the last batch's journal commit took (its `fdatasync` under `--durability
+    /// power`): the next batch may take requests about as long (`requestTimeBudget`).
+    var lastCommitNanoseconds: Int64 = 0
     /// Connections that had a turn in the running batch (see `minimumTurnsPerBatch`).
     var turnsThisBatch = 0
     /// Events by kind and lateness, for `STATS`.
@@ -300,7 +303,7 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         beginBatch()
         noticeSleep()
-        batchDeadline = SystemClock.now().advanced(byNanoseconds: Self.batchTimeBudgetNanoseconds)
+        batchDeadline = SystemClock.now().advanced(byNanoseconds: requestTimeBudget)
         pollerBatch.deliverUrgent()
         if let cluster, cluster.isCatchingUp { cluster.continueCatchUp() }  // A slice per batch.
         for connection in clients.takeCarriedOver(rotation: Self.minimumTurnsPerBatch) {
@@ -332,7 +335,10 @@ public final class Daemon: @unchecked Sendable {
         // answer a change whose time ran out while it waited.
         cluster?.sendPending()
         phase = .sealing
-        switch journal.commit() {
+        let commitStarted = SystemClock.now()
+        let committed = journal.commit()
+        lastCommitNanoseconds = SystemClock.now().nanoseconds(since: commitStarted)
+        switch committed {
         case .durable, .deferred:
             release(batch.lifecycleEvents)
         case .failed where cluster != nil:
