@@ -666,7 +666,14 @@ def main():
         for key in ("alone", "redis", "floor"):
             r[key] = {int(n): runs for n, runs in r[key].items()}
         r.setdefault("cluster", [])
-        write_report(args, raw["sizes"], raw["million"], raw["restore_n"], r, raw["have_redis"])
+        # The run's own date, commit and machine: kept in the raw figures, or (for figures
+        # written before they were) in the report being rewritten.
+        header = raw.get("header")
+        if header is None and os.path.exists(args.output):
+            lines = [l.rstrip("\n") for l in open(args.output)]
+            kept = [next((l for l in lines if l.startswith(start)), None) for start in ("Written by `make bench`", "Machine:")]
+            header = kept if None not in kept else None
+        write_report(args, raw["sizes"], raw["million"], raw["restore_n"], r, raw["have_redis"], header)
         return
     global THROUGHPUT_N
     sizes = [200, 1000] if args.quick else [1000, 10_000, 100_000]
@@ -710,25 +717,37 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     # The raw figures, so a report can be written again (--report-from) without rerunning.
-    raw = {"sizes": sizes, "million": million, "restore_n": restore_n, "have_redis": have_redis, "r": r}
+    raw = {"sizes": sizes, "million": million, "restore_n": restore_n, "have_redis": have_redis, "r": r,
+           "header": report_header(args, have_redis)}
     json.dump(raw, open(os.path.splitext(args.output)[0] + ".json", "w"))
-    write_report(args, sizes, million, restore_n, r, have_redis)
+    write_report(args, sizes, million, restore_n, r, have_redis, raw["header"])
 
 
-def write_report(args, sizes, million, restore_n, r, have_redis):
+def report_header(args, have_redis):
+    """The report's first lines: when, which commit, which machine (of the run measured)."""
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
     swift = subprocess.run(["swift", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
     redis_version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2] if have_redis else "not installed"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return [
+        "Written by `make bench` (`bench/run.py`) on %s, commit `%s`. %s" % (time.strftime("%Y-%m-%d"), commit, "**Quick smoke run: sizes too small to mean anything.**" if args.quick else ""),
+        "Machine: %s, %d cores, Linux %s; %s; Redis %s." % (cpu, os.cpu_count(), platform.release(), swift, redis_version),
+    ]
+
+
+def write_report(args, sizes, million, restore_n, r, have_redis, header=None):
+    header = header or report_header(args, have_redis)
+    # Redis's version as the header gives it ("…; Redis v=7.0.15.").
+    redis_version = header[1].rsplit("Redis ", 1)[-1].rstrip(".")
     big = sizes[-1]
     N = lambda n: "{:,}".format(n)
     lines = []
     w = lines.append
     w("# Benchmarks")
     w("")
-    w("Written by `make bench` (`bench/run.py`) on %s, commit `%s`. %s" % (time.strftime("%Y-%m-%d"), commit, "**Quick smoke run: sizes too small to mean anything.**" if args.quick else ""))
+    w(header[0])
     w("")
-    w("Machine: %s, %d cores, Linux %s; %s; Redis %s." % (cpu, os.cpu_count(), platform.release(), swift, redis_version))
+    w(header[1])
     w("")
     w("These machines are shared 2-core VMs and noisy. Every configuration ran **%d time(s)**; each figure is the **median (lowest–highest)** of the runs. A target is **met** only where the median meets it *and* the whole spread stays on its side. Comparisons with Redis are ratios within one round (countdownd, then Redis, back to back), summarized the same way." % args.runs)
     w("")
