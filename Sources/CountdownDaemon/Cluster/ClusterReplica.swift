@@ -361,12 +361,11 @@ final class ClusterReplica: @unchecked Sendable {
             slotChangesBeforeRead.append(event)
             return
         }
-        let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
-        guard let slot = QuotaSlots.Slot(key: key), event.keyValue.modRevision >= known else { return }
+        guard let (slot, holder) = slotHeld(event.keyValue), event.keyValue.modRevision >= known else { return }
         slotsAppliedAt = event.keyValue.modRevision
         switch event.kind {
-        case .put: quota.noteHeld(slot, by: String(decoding: event.keyValue.value, as: UTF8.self))
-        case .delete: quota.noteFreed(slot)
+        case .put: quota.noteHeld(slot, by: holder)
+        case .delete: quota.noteFreed(slot)  // A deletion's value is empty: the slot names it.
         }
     }
 
@@ -468,9 +467,8 @@ final class ClusterReplica: @unchecked Sendable {
         if !removedInSlice.isEmpty {
             // The slice ended between revisions: a removal's slots, deleted in its transaction,
             // are freed by now. Slots still held were left behind.
-            let removed = removedInSlice.filter { !quota.slots(heldBy: $0).isEmpty }
+            sweepLeakedSlots(of: removedInSlice)
             removedInSlice.removeAll()
-            if !removed.isEmpty { sweepLeakedSlots(of: removed) }
         }
         releaseWaiters()
     }
