@@ -23,8 +23,8 @@ enum StorageFaults {
         guard getuid() == 0, toolExists("/usr/bin/chattr") else { return false }
         let probe = TemporaryDirectory()
         let file = probe.file("probe")
-        FileManager.default.createFile(atPath: file, contents: Data())
-        guard (try? runCommand("/usr/bin/chattr", ["+i", file]))?.status == 0 else { return false }
+        guard FileManager.default.createFile(atPath: file, contents: Data()),
+              (try? runCommand("/usr/bin/chattr", ["+i", file]))?.status == 0 else { return false }
         _ = try? runCommand("/usr/bin/chattr", ["-i", file])
         return true
     }()
@@ -78,7 +78,7 @@ extension Integration {
             defer { _ = try? runCommand("/bin/umount", ["-l", mountPoint]) }
             // Most of the space goes to a filler file, deleted later to let storage recover.
             let filler = mountPoint + "/filler"
-            FileManager.default.createFile(atPath: filler, contents: Data(repeating: 1, count: 600 * 1024))
+            try #require(FileManager.default.createFile(atPath: filler, contents: Data(repeating: 1, count: 600 * 1024)), "the filler file could not be written to the 1 MiB tmpfs")
             let state = mountPoint + "/state"
             var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             let c = try daemon.connect()
@@ -368,7 +368,7 @@ extension Integration {
             let directory = TemporaryDirectory()
             let state = directory.file("state-dir")
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
-            FileManager.default.createFile(atPath: state + "/countdownd.db", contents: Data())
+            try #require(FileManager.default.createFile(atPath: state + "/countdownd.db", contents: Data()), "the empty snapshot could not be created")
             let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
             #expect(refused.process.wait() == 1)
             #expect(refused.stderrText.contains("countdownd.db is damaged: the file is empty (0 bytes)"), "\(refused.stderrText)")

@@ -203,7 +203,8 @@ final class ClusterReplica: @unchecked Sendable {
         // A name that does not fit is cut (and then not NUL-terminated): the last byte stays 0,
         // and the state directory tells hosts with one name apart.
         _ = gethostname(&name, name.count - 1)
-        hostID = String(cString: name) + ":" + stateDirectory
+        let hostName = name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+        hostID = String(decoding: hostName, as: UTF8.self) + ":" + stateDirectory
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger)
         self.poller = poller
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))

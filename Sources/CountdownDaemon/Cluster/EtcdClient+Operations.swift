@@ -101,42 +101,46 @@ extension EtcdClient {
 
     /// One etcd transaction: if every compare holds, `success`, else `failure`; atomically.
     ///
-    /// The body is encoded with `JSONEncoder`: `JSONSerialization` of the same dictionaries,
-    /// bridged value by value, took half of the daemon's CPU under pipelined cluster `START`s.
+    /// The body is encoded with `JSONEncoder`, and the answer decoded as `EtcdAnswer.Transaction`:
+    /// `JSONSerialization` of the same dictionaries, bridged value by value, took half of the
+    /// daemon's CPU under pipelined cluster `START`s.
     func transaction(
         if compares: [Compare], then success: [Operation], else failure: [Operation], timeoutMilliseconds: Int,
         completion: @escaping (Result<EtcdTransactionResult, EtcdError>) -> Void
     ) {
-        let request = TransactionRequest(compare: compares, success: success, failure: failure)
-        guard let body = try? JSONEncoder().encode(request) else {
-            completion(.failure(.malformed("the transaction could not be encoded")))
-            return
+        call(
+            "/v3/kv/txn", TransactionRequest(compare: compares, success: success, failure: failure),
+            answer: EtcdAnswer.Transaction.self, timeoutMilliseconds: timeoutMilliseconds
+        ) { result in
+            completion(result.map(\.result))
         }
-        call("/v3/kv/txn", encoded: Array(body), timeoutMilliseconds: timeoutMilliseconds) { result in
-            completion(result.map { object in
-                let responses = object["responses"] as? [[String: Any]] ?? []
-                let ranges = responses.compactMap { $0["response_range"] as? [String: Any] }.map { range in
-                    (range["kvs"] as? [[String: Any]] ?? []).compactMap(EtcdClient.keyValue)
-                }
-                return EtcdTransactionResult(
-                    succeeded: object["succeeded"] as? Bool ?? false, revision: EtcdClient.headerRevision(object), ranges: ranges
-                )
-            })
+    }
+
+    /// A range request's body: every key from `key` up to `range_end`.
+    private struct RangeRequest: Encodable {
+        var key: String
+        var rangeEnd: String
+
+        enum CodingKeys: String, CodingKey {
+            case key, rangeEnd = "range_end"
         }
     }
 
     /// Every key under `prefix`, and the revision they were read at.
     func range(prefix: String, completion: @escaping (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void) {
-        call("/v3/kv/range", ["key": EtcdClient.encode(prefix), "range_end": EtcdClient.prefixEnd(prefix)], timeoutMilliseconds: 10_000) { result in
-            completion(result.map { object in
-                ((object["kvs"] as? [[String: Any]] ?? []).compactMap(EtcdClient.keyValue), EtcdClient.headerRevision(object))
-            })
+        let request = RangeRequest(key: EtcdClient.encode(prefix), rangeEnd: EtcdClient.prefixEnd(prefix))
+        call("/v3/kv/range", request, answer: EtcdAnswer.Range.self, timeoutMilliseconds: 10_000) { result in
+            completion(result.map { answer in (answer.keyValues, answer.header?.revision?.value ?? 0) })
         }
     }
 
     /// Compacts the store's history up to `revision` (for tests and operators).
     func compact(revision: Int64, completion: @escaping (EtcdError?) -> Void) {
-        call("/v3/kv/compaction", ["revision": String(revision), "physical": true]) { result in
+        struct CompactionRequest: Encodable {
+            var revision: String
+            var physical: Bool
+        }
+        call("/v3/kv/compaction", CompactionRequest(revision: String(revision), physical: true), answer: EtcdAnswer.Headed.self) { result in
             if case .failure(let error) = result { completion(error) } else { completion(nil) }
         }
     }
@@ -153,13 +157,10 @@ extension EtcdClient {
         onEnd: @escaping (WatchEnd) -> Void
     ) -> EtcdWatch {
         let watch = EtcdWatch(revision: revision - 1)
-        let create: [String: Any] = [
-            "create_request": [
-                "key": EtcdClient.encode(prefix), "range_end": EtcdClient.prefixEnd(prefix),
-                "start_revision": String(revision), "progress_notify": true,
-            ] as [String: Any],
-        ]
-        guard let body = try? JSONSerialization.data(withJSONObject: create) else {
+        let create = WatchRequest(createRequest: .init(
+            key: EtcdClient.encode(prefix), rangeEnd: EtcdClient.prefixEnd(prefix), startRevision: String(revision), progressNotify: true
+        ))
+        guard let body = try? JSONEncoder().encode(create) else {
             onEnd(.failed(.malformed("the watch request could not be encoded")))
             return watch
         }
@@ -213,6 +214,26 @@ extension EtcdClient {
             }
         })
         return watch
+    }
+
+    /// A watch's opening request.
+    private struct WatchRequest: Encodable {
+        struct Create: Encodable {
+            var key: String
+            var rangeEnd: String
+            var startRevision: String
+            var progressNotify: Bool
+
+            enum CodingKeys: String, CodingKey {
+                case key, rangeEnd = "range_end", startRevision = "start_revision", progressNotify = "progress_notify"
+            }
+        }
+
+        var createRequest: Create
+
+        enum CodingKeys: String, CodingKey {
+            case createRequest = "create_request"
+        }
     }
 
     /// How a watch ended.

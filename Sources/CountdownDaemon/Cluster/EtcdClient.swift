@@ -73,33 +73,27 @@ final class EtcdClient {
 
     // MARK: - Calls
 
-    /// POSTs `body` to `path` on a member, trying the next one for as long as none could be
-    /// reached, all within `timeoutMilliseconds`. `completion` runs on the queue with the
-    /// decoded JSON object.
-    func call(
-        _ path: String, _ body: [String: Any], timeoutMilliseconds: Int = 3000,
-        completion: @escaping (Result<[String: Any], EtcdError>) -> Void
-    ) {
-        guard let bytes = try? JSONSerialization.data(withJSONObject: body) else {
-            completion(.failure(.malformed("the request could not be encoded")))
-            return
-        }
-        call(path, encoded: Array(bytes), timeoutMilliseconds: timeoutMilliseconds, completion: completion)
-    }
-
-    /// POSTs a body already encoded as JSON, as `call` does.
-    func call(
-        _ path: String, encoded body: [UInt8], timeoutMilliseconds: Int = 3000,
-        completion: @escaping (Result<[String: Any], EtcdError>) -> Void
+    /// POSTs `body` (JSON) to `path` on a member, trying the next one for as long as none could
+    /// be reached, all within `timeoutMilliseconds`. `completion` runs on the queue with the
+    /// answer decoded as `Answer`.
+    func call<Body: Encodable, Answer: Decodable>(
+        _ path: String, _ body: Body, answer: Answer.Type, timeoutMilliseconds: Int = 3000,
+        completion: @escaping (Result<Answer, EtcdError>) -> Void
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
+        guard let bytes = try? JSONEncoder().encode(body) else {
+            completion(.failure(.malformed("the request to \(path) could not be encoded")))
+            return
+        }
         let deadline = SystemClock.now().advanced(byMilliseconds: Int64(timeoutMilliseconds))
-        attempt(path, body, deadline: deadline, triesLeft: endpoints.count, completion: completion)
+        attempt(path, Array(bytes), deadline: deadline, triesLeft: endpoints.count) { result in
+            completion(result.flatMap { answer, endpoint in Self.decode(answer, as: Answer.self, from: endpoint) })
+        }
     }
 
     private func attempt(
         _ path: String, _ body: [UInt8], deadline: Instant, triesLeft: Int, authenticated: Bool = false,
-        completion: @escaping (Result<[String: Any], EtcdError>) -> Void
+        completion: @escaping (Result<(body: [UInt8], endpoint: String), EtcdError>) -> Void
     ) {
         // Every member tried shares the call's time: a call never takes longer than it was given.
         let timeoutMilliseconds = max(1, Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000))
@@ -120,9 +114,9 @@ final class EtcdClient {
                 rotate(from: endpoint)
                 completion(.failure(.ambiguous("\(endpoint): \(failure.message)")))
             case .success(let response):
-                let decoded = Self.decode(response, from: endpoint)
+                let accepted = Self.accepted(response, from: endpoint)
                 // An expired token (etcd forgets idle ones): log in again, and ask once more.
-                if case .failure(.server(_, let message)) = decoded, message.contains("invalid auth token"),
+                if case .failure(.server(_, let message)) = accepted, message.contains("invalid auth token"),
                    credentials != nil, path != "/v3/auth/authenticate", !authenticated {
                     authenticate { [self] error in
                         if let error {
@@ -133,7 +127,7 @@ final class EtcdClient {
                     }
                     return
                 }
-                completion(decoded.mapError { error in
+                completion(accepted.map { ($0, endpoint) }.mapError { error in
                     if case .server(let code, _) = error, code == 14 || code == 4 {
                         rotate(from: endpoint)  // Unavailable (no leader) or deadline: try another next time.
                     }
@@ -174,16 +168,23 @@ final class EtcdClient {
         return lines
     }
 
-    private static func decode(_ response: HTTPResponse, from endpoint: String) -> Result<[String: Any], EtcdError> {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(response.body))) as? [String: Any] else {
+    /// The body of an answer with status 200; any other status is etcd's refusal, with its gRPC
+    /// code and message.
+    static func accepted(_ response: HTTPResponse, from endpoint: String) -> Result<[UInt8], EtcdError> {
+        guard response.status != 200 else { return .success(response.body) }
+        guard let refusal = try? JSONDecoder().decode(EtcdAnswer.Refusal.self, from: Data(response.body)) else {
             return .failure(.malformed("\(endpoint) answered HTTP \(response.status) with \(response.body.count) bytes that are not a JSON object"))
         }
-        guard response.status == 200 else {
-            let code = (object["code"] as? NSNumber)?.intValue ?? -1
-            let message = object["message"] as? String ?? object["error"] as? String ?? "HTTP \(response.status)"
-            return .failure(.server(code: code, message: message))
+        return .failure(.server(code: refusal.code ?? -1, message: refusal.message ?? refusal.error ?? "HTTP \(response.status)"))
+    }
+
+    /// An accepted answer's body, decoded as `Answer`.
+    static func decode<Answer: Decodable>(_ body: [UInt8], as: Answer.Type, from endpoint: String) -> Result<Answer, EtcdError> {
+        do {
+            return .success(try JSONDecoder().decode(Answer.self, from: Data(body)))
+        } catch {
+            return .failure(.malformed("\(endpoint) answered HTTP 200 with \(body.count) bytes that are not the JSON of \(Answer.self) (\(error))"))
         }
-        return .success(object)
     }
 
     /// Logs in with the credentials given at creation (etcd's own users, `/v3/auth/authenticate`);
@@ -193,10 +194,14 @@ final class EtcdClient {
             completion(nil)
             return
         }
-        call("/v3/auth/authenticate", ["name": credentials.user, "password": credentials.password]) { [self] result in
+        struct Credentials: Encodable {
+            var name: String
+            var password: String
+        }
+        call("/v3/auth/authenticate", Credentials(name: credentials.user, password: credentials.password), answer: EtcdAnswer.Authentication.self) { [self] result in
             switch result {
-            case .success(let object):
-                authToken = object["token"] as? String
+            case .success(let answer):
+                authToken = answer.token
                 completion(authToken == nil ? .malformed("no token in the answer to authenticate") : nil)
             case .failure(let error):
                 completion(error)
@@ -227,25 +232,5 @@ final class EtcdClient {
             bytes.removeLast()
         }
         return encode(bytes: [0])  // Every key.
-    }
-
-    /// A revision, which the gateway writes as a decimal string (absent for 0).
-    static func revision(_ value: Any?) -> Int64 {
-        if let text = value as? String { return Int64(text) ?? 0 }
-        return (value as? NSNumber)?.int64Value ?? 0
-    }
-
-    static func keyValue(_ object: [String: Any]) -> EtcdKeyValue? {
-        guard let key = (object["key"] as? String).flatMap({ Data(base64Encoded: $0) }) else { return nil }
-        let value = (object["value"] as? String).flatMap { Data(base64Encoded: $0) } ?? Data()
-        return EtcdKeyValue(
-            key: String(decoding: key, as: UTF8.self), value: Array(value),
-            createRevision: revision(object["create_revision"]), modRevision: revision(object["mod_revision"])
-        )
-    }
-
-    /// The revision in an answer's header.
-    static func headerRevision(_ object: [String: Any]) -> Int64 {
-        revision((object["header"] as? [String: Any])?["revision"])
     }
 }
