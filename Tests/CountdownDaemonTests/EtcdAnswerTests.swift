@@ -48,12 +48,15 @@ struct EtcdAnswerTests {
         #expect(empty.keyValues.isEmpty && empty.header?.revision?.value == 3)
     }
 
-    @Test("a refusal keeps etcd's gRPC code and message; a body that is not JSON, or not the answer's shape, is malformed and says so")
+    @Test("a refusal keeps etcd's gRPC code and message (before its error text); an odd field or none still makes a refusal; a body that is not JSON, or not the answer's shape, is malformed and says so")
     func refusals() {
-        let noLeader = EtcdClient.accepted(answer(#"{"error":"etcdserver: no leader","code":14,"message":"etcdserver: no leader"}"#, status: 503), from: "m0")
+        let noLeader = EtcdClient.accepted(answer(#"{"error":"no leader (error)","code":14,"message":"etcdserver: no leader"}"#, status: 503), from: "m0")
         #expect(noLeader == .failure(.server(code: 14, message: "etcdserver: no leader")))
         let onlyError = EtcdClient.accepted(answer(#"{"error":"etcdserver: request timed out"}"#, status: 500), from: "m0")
         #expect(onlyError == .failure(.server(code: -1, message: "etcdserver: request timed out")))
+        let odd = EtcdClient.accepted(answer(#"{"code":"16","message":"etcdserver: invalid auth token"}"#, status: 401), from: "m0")
+        #expect(odd == .failure(.server(code: -1, message: "etcdserver: invalid auth token")))
+        #expect(EtcdClient.accepted(answer("{}", status: 503), from: "m0") == .failure(.server(code: -1, message: "HTTP 503")))
         guard case .failure(.malformed(let why)) = EtcdClient.accepted(answer("<html>bad gateway</html>", status: 502), from: "m0") else {
             Issue.record("an HTML error page was not reported malformed")
             return
@@ -64,5 +67,22 @@ struct EtcdAnswerTests {
             return
         }
         #expect(shape.contains("m1") && shape.contains("Transaction"))
+    }
+
+    @Test("each request body has exactly the field names of etcd's protos (the gateway ignores a misspelt one, so no real etcd would catch it)")
+    func requestFieldNames() throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        func json(_ body: some Encodable) throws -> String { String(decoding: try encoder.encode(body), as: UTF8.self) }
+        let k = EtcdClient.encode("k"), v = EtcdClient.encode(bytes: [1])
+        #expect(try json(EtcdClient.TransactionRequest(
+            compare: [.absent("k"), .modifiedAt("k", 7), .valueEquals("k", [1])],
+            success: [.put("k", [1], lease: 5), .put("k", [1], lease: nil), .delete("k")], failure: [.get("k")]
+        )) == #"{"compare":[{"create_revision":"0","key":"\#(k)","result":"EQUAL","target":"CREATE"},{"key":"\#(k)","mod_revision":"7","result":"EQUAL","target":"MOD"},{"key":"\#(k)","result":"EQUAL","target":"VALUE","value":"\#(v)"}],"failure":[{"request_range":{"key":"\#(k)"}}],"success":[{"request_put":{"key":"\#(k)","lease":"5","value":"\#(v)"}},{"request_put":{"key":"\#(k)","value":"\#(v)"}},{"request_delete_range":{"key":"\#(k)"}}]}"#)
+        #expect(try json(EtcdClient.RangeRequest(key: k, rangeEnd: "bA==")) == #"{"key":"\#(k)","range_end":"bA=="}"#)
+        #expect(try json(EtcdClient.WatchRequest(createRequest: .init(key: k, rangeEnd: "bA==", startRevision: "12", progressNotify: true)))
+            == #"{"create_request":{"key":"\#(k)","progress_notify":true,"range_end":"bA==","start_revision":"12"}}"#)
+        #expect(try json(EtcdClient.CompactionRequest(revision: "40", physical: true)) == #"{"physical":true,"revision":"40"}"#)
+        #expect(try json(EtcdClient.Credentials(name: "countdownd", password: "secret")) == #"{"name":"countdownd","password":"secret"}"#)
     }
 }

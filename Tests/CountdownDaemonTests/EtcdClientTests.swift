@@ -50,7 +50,8 @@ struct EtcdClientTests {
             let result: Result<EtcdTransactionResult, EtcdError>? = etcd.wait { client, done in
                 client.transaction(if: [], then: [.put(key, Array("v".utf8), lease: nil)], else: [], completion: done)
             }
-            return try? result?.get().revision
+            guard case .success(let outcome) = result else { return nil }
+            return outcome.revision
         }
         let first = try #require(put("/w/0"))
         for index in 1..<50 { _ = put("/w/\(index)") }

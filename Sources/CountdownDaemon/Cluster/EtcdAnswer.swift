@@ -88,10 +88,23 @@ enum EtcdAnswer {
         var token: String?
     }
 
-    /// What a member answers with a status other than 200.
+    /// What a member answers with a status other than 200. Each field is read if it can be, so
+    /// that an odd one (a code written as a string) still leaves a refusal, never a malformed
+    /// answer that would skip the re-login and the move to another member.
     struct Refusal: Decodable {
         var code: Int?
         var message: String?
         var error: String?
+
+        enum CodingKeys: String, CodingKey {
+            case code, message, error
+        }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            code = (try? container.decodeIfPresent(Int.self, forKey: .code)) ?? nil
+            message = (try? container.decodeIfPresent(String.self, forKey: .message)) ?? nil
+            error = (try? container.decodeIfPresent(String.self, forKey: .error)) ?? nil
+        }
     }
 }

@@ -93,7 +93,7 @@ extension EtcdClient {
     }
 
     /// A transaction's request body.
-    private struct TransactionRequest: Encodable {
+    struct TransactionRequest: Encodable {
         var compare: [Compare]
         var success: [Operation]
         var failure: [Operation]
@@ -101,9 +101,11 @@ extension EtcdClient {
 
     /// One etcd transaction: if every compare holds, `success`, else `failure`; atomically.
     ///
-    /// The body is encoded with `JSONEncoder`, and the answer decoded as `EtcdAnswer.Transaction`:
-    /// `JSONSerialization` of the same dictionaries, bridged value by value, took half of the
-    /// daemon's CPU under pipelined cluster `START`s.
+    /// The body is encoded with `JSONEncoder` (`JSONSerialization` of the same dictionaries,
+    /// bridged value by value, took half of the daemon's CPU under pipelined cluster `START`s),
+    /// and the answer decoded as `EtcdAnswer.Transaction`. An answer that cannot be read is
+    /// `ambiguous`: a member that answered at all may have run the transaction, so a change is
+    /// never reported "not made" on it.
     func transaction(
         if compares: [Compare], then success: [Operation], else failure: [Operation], timeoutMilliseconds: Int,
         completion: @escaping (Result<EtcdTransactionResult, EtcdError>) -> Void
@@ -112,12 +114,21 @@ extension EtcdClient {
             "/v3/kv/txn", TransactionRequest(compare: compares, success: success, failure: failure),
             answer: EtcdAnswer.Transaction.self, timeoutMilliseconds: timeoutMilliseconds
         ) { result in
-            completion(result.map(\.result))
+            completion(result.map(\.result).mapError { error in
+                if case .malformed(let why) = error { return .ambiguous("its answer could not be read: \(why)") }
+                return error
+            })
         }
     }
 
+    /// A compaction's body.
+    struct CompactionRequest: Encodable {
+        var revision: String
+        var physical: Bool
+    }
+
     /// A range request's body: every key from `key` up to `range_end`.
-    private struct RangeRequest: Encodable {
+    struct RangeRequest: Encodable {
         var key: String
         var rangeEnd: String
 
@@ -136,10 +147,6 @@ extension EtcdClient {
 
     /// Compacts the store's history up to `revision` (for tests and operators).
     func compact(revision: Int64, completion: @escaping (EtcdError?) -> Void) {
-        struct CompactionRequest: Encodable {
-            var revision: String
-            var physical: Bool
-        }
         call("/v3/kv/compaction", CompactionRequest(revision: String(revision), physical: true), answer: EtcdAnswer.Headed.self) { result in
             if case .failure(let error) = result { completion(error) } else { completion(nil) }
         }
@@ -217,7 +224,7 @@ extension EtcdClient {
     }
 
     /// A watch's opening request.
-    private struct WatchRequest: Encodable {
+    struct WatchRequest: Encodable {
         struct Create: Encodable {
             var key: String
             var rangeEnd: String

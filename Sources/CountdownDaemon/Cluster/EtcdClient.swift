@@ -17,7 +17,7 @@ enum EtcdError: Error, Equatable, CustomStringConvertible {
     var description: String {
         switch self {
         case .unreachable(let why): return "no etcd member could be reached (\(why))"
-        case .ambiguous(let why): return "etcd did not answer in time; the change may or may not have been made (\(why))"
+        case .ambiguous(let why): return "etcd did not confirm the change, so it may or may not have been made (\(why))"
         case .server(let code, let message): return "etcd refused: \(message) (gRPC code \(code))"
         case .malformed(let why): return "etcd answered something unreadable: \(why)"
         }
@@ -168,8 +168,8 @@ final class EtcdClient {
         return lines
     }
 
-    /// The body of an answer with status 200; any other status is etcd's refusal, with its gRPC
-    /// code and message.
+    /// The body of an answer with status 200. Any other status with a JSON object is etcd's
+    /// refusal, with its gRPC code and message; without one (a proxy's error page) it is malformed.
     static func accepted(_ response: HTTPResponse, from endpoint: String) -> Result<[UInt8], EtcdError> {
         guard response.status != 200 else { return .success(response.body) }
         guard let refusal = try? JSONDecoder().decode(EtcdAnswer.Refusal.self, from: Data(response.body)) else {
@@ -187,16 +187,18 @@ final class EtcdClient {
         }
     }
 
+    /// `/v3/auth/authenticate`'s body.
+    struct Credentials: Encodable {
+        var name: String
+        var password: String
+    }
+
     /// Logs in with the credentials given at creation (etcd's own users, `/v3/auth/authenticate`);
     /// later calls carry the token.
     func authenticate(completion: @escaping (EtcdError?) -> Void) {
         guard let credentials else {
             completion(nil)
             return
-        }
-        struct Credentials: Encodable {
-            var name: String
-            var password: String
         }
         call("/v3/auth/authenticate", Credentials(name: credentials.user, password: credentials.password), answer: EtcdAnswer.Authentication.self) { [self] result in
             switch result {
