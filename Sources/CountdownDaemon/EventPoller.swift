@@ -140,8 +140,9 @@ final class EventPoller: @unchecked Sendable {
     func unregister(_ token: Token) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let registration = registrations.removeValue(forKey: token.value) else { return }
-        // Ignored on purpose: the caller closes the descriptor next, which removes it from the
-        // epoll set anyway; an event already read for it finds no registration and is skipped.
+        // Ignored on purpose: it fails only for a descriptor not in the set, and the caller closes
+        // the descriptor next (here or on `DescriptorCloser`'s thread), which removes it anyway.
+        // Until then it is not reported: an event already read finds no registration and is skipped.
         _ = countdownd_epoll_control(epollDescriptor, Int32(COUNTDOWND_POLL_DELETE), registration.descriptor, 0, 0)
     }
 

@@ -106,6 +106,7 @@ struct ClientTableTests {
         #expect(tableSockets.count == count && !tableSockets.contains(0))
         for fd in clientSockets { close(fd) }
         #expect(harness.waitOnQueue { harness.clients.count == 0 }, "\(harness.queue.sync { harness.clients.count }) still open")
+        harness.clients.waitUntilDescriptorsClosed()  // Closed off the queue, by the closer's thread.
         var stillOpen = 0
         for entry in try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
             guard let fd = Int32(entry) else { continue }
@@ -113,6 +114,62 @@ struct ClientTableTests {
             if fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK, tableSockets.contains(UInt64(info.st_ino)) { stillOpen += 1 }
         }
         #expect(stillOpen == 0, "\(stillOpen) of the table's sockets still open")
+    }
+
+    @Test("a client that stops sending: the poller is told at the flush, which closes it once its output is written; one whose output cannot drain stays, watched for room only")
+    func stopReadingTellsThePollerAtTheFlush() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let client = try harness.connect()
+        defer { close(client) }
+        _ = harness.readLines(client, count: 1)
+        let connection = try #require(harness.newestConnection)
+        harness.queue.sync {
+            harness.clients.touch(connection, batch: harness.batchNumber)
+            connection.output.append(Array("OK bye\n".utf8))
+            connection.stopReading()
+            #expect(connection.watchedFor.contains(.readable), "the poller is told at the flush, not before")
+            harness.clients.flushTouched()
+            #expect(connection.isClosed, "its output was written, so the flush closed it")
+        }
+        #expect(harness.readLines(client, count: 2) == ["OK bye"], "the reply, then the end")
+
+        let stuck = try harness.connect()
+        defer { close(stuck) }
+        _ = harness.readLines(stuck, count: 1)
+        let held = try #require(harness.newestConnection)
+        harness.queue.sync {
+            harness.clients.touch(held, batch: harness.batchNumber)
+            // More than a Unix socket's buffer takes, from a client that never reads.
+            held.output.append(Array(repeating: UInt8(ascii: "x"), count: 8 << 20) + [UInt8(ascii: "\n")])
+            held.stopReading()
+            harness.clients.flushTouched()
+            #expect(!held.isClosed, "output is still to be written")
+            #expect(held.watchedFor == [.writable], "watched for room only: its input is no longer read")
+        }
+    }
+
+    @Test("the closer closes every descriptor handed to it, bursts and single ones alike: each peer then reads the end")
+    func closerClosesEverything() throws {
+        let closer = DescriptorCloser()
+        var peers: [Int32] = []
+        for round in 0..<20 {
+            // A burst of 50, then one alone.
+            for _ in 0..<(round % 2 == 0 ? 50 : 1) {
+                var pair: [Int32] = [0, 0]
+                try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+                peers.append(pair[1])
+                closer.close(pair[0])
+            }
+        }
+        closer.waitUntilClosed()
+        var ended = 0
+        for peer in peers {
+            var byte: UInt8 = 0
+            if recv(peer, &byte, 1, Int32(MSG_DONTWAIT)) == 0 { ended += 1 }
+            close(peer)
+        }
+        #expect(ended == peers.count, "\(peers.count - ended) of \(peers.count) descriptors still open")
     }
 
     func event(_ sequence: UInt64, _ kind: EventKind, _ name: String, remaining: Int64 = 5000) -> CountdownEvent {

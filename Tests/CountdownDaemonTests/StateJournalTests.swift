@@ -64,7 +64,7 @@ struct StateJournalTests {
             #expect(batch(first, ["tea"], from: 1) == .durable)
         }
         // What a stop between creating journal.2 and writing its header leaves.
-        FileManager.default.createFile(atPath: directory + "/journal.000000000002", contents: Data())
+        try #require(FileManager.default.createFile(atPath: directory + "/journal.000000000002", contents: Data()), "the empty journal could not be created")
         do {
             let second = journal(in: directory)
             #expect(try recover(second).countdowns.map(\.name) == ["tea"])

@@ -63,6 +63,8 @@ final class ClientTable: @unchecked Sendable {
     private let refusedForLimit: RateLimitedWarning
     private let refusedForUserLimit: RateLimitedWarning
     private let overflowed: RateLimitedWarning
+    /// Closes hung-up clients' descriptors off the queue.
+    private let closer = DescriptorCloser()
     /// Called for a connection that is being closed (to forget its subscriptions).
     var onClose: (Connection) -> Void = { _ in }
     /// Called when a connection's output was all written (a subscriber held for being behind
@@ -342,6 +344,9 @@ final class ClientTable: @unchecked Sendable {
     /// Writes what the connection has queued; waits for writability when the socket is full.
     private func flush(_ connection: Connection) {
         guard !connection.isClosed else { return }
+        // One that stopped reading and stays open (output still to write, a reply in progress)
+        // tells the poller now; one closed below never needs to.
+        defer { if !connection.isClosed { connection.applyDeferredInterest() } }
         let outcome = connection.output.write(to: connection.descriptor, scratch: &scratch)
         recordUnsent(connection, connection.output.byteCount)
         switch outcome {
@@ -396,7 +401,15 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
-    /// Forgets a connection (and, through `onClose`, its subscriptions), and closes it.
+    /// Returns once the descriptors of every connection closed so far are closed (they are closed
+    /// off the queue, by `DescriptorCloser`). Not on the queue.
+    func waitUntilDescriptorsClosed() {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        closer.waitUntilClosed()
+    }
+
+    /// Forgets a connection (and, through `onClose`, its subscriptions), and closes it: its
+    /// descriptor off the queue (`DescriptorCloser`).
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         recordUnsent(connection, 0)
@@ -410,7 +423,7 @@ final class ClientTable: @unchecked Sendable {
         connection.touchedInBatch = -1
         carried[connection.id] = nil
         listings[connection.id] = nil
-        connection.close()
+        connection.close(on: closer)
     }
 
     /// Disconnects a connection that fell too far behind: its unsent output is dropped (except

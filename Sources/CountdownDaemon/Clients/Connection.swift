@@ -16,8 +16,8 @@ enum Subscription: Equatable {
 /// One client connection. Every property is owned by the daemon's queue.
 ///
 /// Descriptor life: registered with the poller at accept, watched for input while requests are
-/// read and for room to write only while output is waiting for the socket to drain; unregistered
-/// and closed together.
+/// read and for room to write only while output is waiting for the socket to drain; unregistered,
+/// then closed (a client table's on `DescriptorCloser`'s thread).
 final class Connection {
     /// A number unique within this daemon's life, for maps and logs.
     let id: Int
@@ -86,6 +86,8 @@ final class Connection {
     private var token: EventPoller.Token?
     private var wantsInput = false
     private var wantsRoom = false
+    /// `stopReading` changed the interest and the poller has not been told yet.
+    private var interestIsDeferred = false
 
     /// Wraps an accepted, non-blocking descriptor.
     init(id: Int, descriptor: Int32, peerUID: UInt32, poller: EventPoller) {
@@ -131,10 +133,19 @@ final class Connection {
     }
 
     /// Stops reading requests; pending output is still written, then the connection closes.
+    /// The poller is told at the batch's flush (`applyDeferredInterest`), which most often closes
+    /// the connection instead: a hang-up then costs no `epoll_ctl`. Until then the handler reads
+    /// nothing (`wantsInput` is false).
     func stopReading() {
         isClosing = true
         isReadingPaused = false
         wantsInput = false
+        interestIsDeferred = true
+    }
+
+    /// Tells the poller what `stopReading` changed, if nothing has since.
+    func applyDeferredInterest() {
+        guard interestIsDeferred else { return }
         updateInterest()
     }
 
@@ -152,8 +163,9 @@ final class Connection {
         updateInterest()
     }
 
-    /// Closes the connection: unregisters it and closes the descriptor.
-    func close() {
+    /// Closes the connection: unregisters it and closes the descriptor, on `closer`'s thread when
+    /// one is given, else here.
+    func close(on closer: DescriptorCloser? = nil) {
         guard !isClosed else { return }
         isClosed = true
         isClosing = true
@@ -163,12 +175,17 @@ final class Connection {
             poller.unregister(token)
             self.token = nil
         }
-        // Ignored on purpose: the descriptor is released either way (Linux closes it even when
-        // close reports EINTR or EIO), and a socket has no unwritten data to report.
-        _ = Glibc.close(descriptor)
+        if let closer {
+            closer.close(descriptor)
+        } else {
+            // Ignored on purpose: the descriptor is released either way (Linux closes it even
+            // when close reports EINTR or EIO), and a socket has no unwritten data to report.
+            _ = Glibc.close(descriptor)
+        }
     }
 
     private func updateInterest() {
+        interestIsDeferred = false
         guard let token, !isClosed else { return }
         var interest: EventPoller.Interest = []
         if wantsInput { interest.insert(.readable) }

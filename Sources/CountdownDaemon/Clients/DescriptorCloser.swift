@@ -1,0 +1,56 @@
+import Dispatch
+import Glibc
+import Synchronization
+
+/// Closes clients' descriptors on a thread of its own. Tearing down a Unix socket is most of what
+/// a hang-up costs the daemon (measured with 10,000 clients closing at once: `close` was 44 % of
+/// the queue's samples, in `unix_release_sock`, `dput` and the epoll bookkeeping), and none of it
+/// needs the queue. A descriptor is taken out of the poller before it is handed over, so it is
+/// never reported again, and its number is not reused until it is closed here.
+///
+/// Bursts share one hand-off: the first descriptor of a burst schedules a drain, which closes
+/// everything handed over until it finds nothing more.
+final class DescriptorCloser: Sendable {
+    private struct Pending {
+        var descriptors: [Int32] = []
+        var isDrainScheduled = false
+    }
+
+    private let pending = Mutex(Pending())
+    private let thread = DispatchQueue(label: "countdownd.descriptor-closer")
+
+    /// Closes `descriptor` soon, on the closer's thread. It must be out of the poller already.
+    func close(_ descriptor: Int32) {
+        let schedule = pending.withLock { state in
+            state.descriptors.append(descriptor)
+            defer { state.isDrainScheduled = true }
+            return !state.isDrainScheduled
+        }
+        if schedule {
+            thread.async { self.drain() }
+        }
+    }
+
+    /// Returns once every descriptor handed over before the call is closed: a drain scheduled
+    /// or running then has taken it, and runs before this.
+    func waitUntilClosed() {
+        thread.sync {}
+    }
+
+    private func drain() {
+        while true {
+            let taken = pending.withLock { state in
+                let taken = state.descriptors
+                state.descriptors.removeAll(keepingCapacity: true)
+                if taken.isEmpty { state.isDrainScheduled = false }
+                return taken
+            }
+            guard !taken.isEmpty else { return }
+            for descriptor in taken {
+                // Ignored on purpose: the descriptor is released either way (Linux closes it even
+                // when close reports EINTR or EIO), and a socket has no unwritten data to report.
+                _ = Glibc.close(descriptor)
+            }
+        }
+    }
+}
