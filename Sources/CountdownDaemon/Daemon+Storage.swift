@@ -44,11 +44,13 @@ extension Daemon {
         }
         publish(events)
         journal.startWriting()
+        enter(.sealing)
         // Late `done`s are time's doing: released even when storage cannot take them yet.
         _ = journal.commit()
         release(batch.lifecycleEvents)
         retryStorageWhileFailing()
-        phase = .idle
+        enter(.flushing)  // Nothing to write: no client is connected yet.
+        enter(.idle)
         let milliseconds = SystemClock.now().nanoseconds(since: began) / 1_000_000
         let restoring = SystemClock.now().nanoseconds(since: now) / 1_000_000
         logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (snapshot \(recovered.snapshotMilliseconds) ms, journal \(recovered.journalMilliseconds) ms, engine \(restoring) ms)")

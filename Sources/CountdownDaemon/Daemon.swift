@@ -28,15 +28,27 @@ public final class Daemon: @unchecked Sendable {
     public let configuration: DaemonConfiguration
 
     /// Where a batch is. Output leaves only in `flushing`; requests are read only in `serving`.
+    /// It changes only through `enter`, along the transitions a batch makes.
     enum Phase {
         case idle, serving, sealing, flushing
+
+        /// Whether a batch goes from this phase to `next`: idle → serving → sealing → flushing →
+        /// idle, and sealing → serving when a failed commit undoes the batch and serves it again.
+        func leads(to next: Phase) -> Bool {
+            switch (self, next) {
+            case (.idle, .serving), (.serving, .sealing), (.sealing, .flushing), (.flushing, .idle), (.sealing, .serving):
+                return true
+            default:
+                return false
+            }
+        }
     }
 
     let queue = DispatchQueue(label: "countdownd.state")
     let logger: Logger
 
     var engine: CountdownEngine
-    var phase = Phase.idle
+    private(set) var phase = Phase.idle
     let journal: StateJournal
     /// Recent lifecycle events that have been released, for `SUBSCRIBE … SINCE`.
     var ring: EventRing
@@ -319,8 +331,15 @@ public final class Daemon: @unchecked Sendable {
         return clients.hasCarriedOver || hasListingWithRoom || cluster?.isCatchingUp == true
     }
 
+    /// Moves the batch to its next phase; any other move is a bug, stopped here by name.
+    func enter(_ next: Phase) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard phase.leads(to: next) else { preconditionFailure("a batch went from \(phase) to \(next), which no batch does") }
+        phase = next
+    }
+
     func beginBatch() {
-        phase = .serving
+        enter(.serving)
         turnsThisBatch = 0
         batch.begin()
         journal.beginBatch()
@@ -334,7 +353,7 @@ public final class Daemon: @unchecked Sendable {
         // Every change of the batch in one etcd transaction; still serving, since sending may
         // answer a change whose time ran out while it waited.
         cluster?.sendPending()
-        phase = .sealing
+        enter(.sealing)
         let commitStarted = SystemClock.now()
         let committed = journal.commit()
         lastCommitNanoseconds = SystemClock.now().nanoseconds(since: commitStarted)
@@ -351,9 +370,9 @@ public final class Daemon: @unchecked Sendable {
         }
         retryStorageWhileFailing()
         statistics.recordTimeEvents(batch.timeEvents, writtenAt: SystemClock.now())
-        phase = .flushing
+        enter(.flushing)
         clients.flushTouched()  // The only place output is written while running.
-        phase = .idle
+        enter(.idle)
         takeSnapshotIfDue()
         service.report(statusCounts(), now: SystemClock.now())
         later.runDue(now: SystemClock.now())
@@ -390,7 +409,7 @@ public final class Daemon: @unchecked Sendable {
         let items = batch.items
         batch.begin()
         logger.log(.warning, "undid \(items.count) requests of the failed batch; changes among them are answered ERR unavailable")
-        phase = .serving
+        enter(.serving)
         batch.timeEvents = timeEvents
         publish(timeEvents)
         let clock = SystemClock.mapping(at: now)
@@ -423,7 +442,7 @@ public final class Daemon: @unchecked Sendable {
             publish(events)
         }
         statistics.countUndoneBatch(listingSlicesRedone: slicesRedone)
-        phase = .sealing
+        enter(.sealing)
         _ = journal.commit()  // Deferred: the journal is failing.
         release(batch.lifecycleEvents)
     }
