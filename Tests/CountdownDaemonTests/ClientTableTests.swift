@@ -172,6 +172,17 @@ struct ClientTableTests {
         #expect(ended == peers.count, "\(peers.count - ended) of \(peers.count) descriptors still open")
     }
 
+    @Test("a closer with no room left closes what it is handed at once, on the caller's thread")
+    func closerFullClosesInline() throws {
+        let closer = DescriptorCloser(maximumWaiting: 0)
+        var pair: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        defer { close(pair[1]) }
+        closer.close(pair[0])
+        var byte: UInt8 = 0
+        #expect(recv(pair[1], &byte, 1, Int32(MSG_DONTWAIT)) == 0, "closed before close(_:) returned")
+    }
+
     func event(_ sequence: UInt64, _ kind: EventKind, _ name: String, remaining: Int64 = 5000) -> CountdownEvent {
         CountdownEvent(sequence: sequence, kind: kind, name: name, remainingMilliseconds: remaining, totalMilliseconds: 5000)
     }

@@ -9,8 +9,13 @@ import Synchronization
 /// never reported again, and its number is not reused until it is closed here.
 ///
 /// Bursts share one hand-off: the first descriptor of a burst schedules a drain, which closes
-/// everything handed over until it finds nothing more.
+/// everything handed over until it finds nothing more. Should the closer's thread fall behind by
+/// `maximumWaiting` descriptors (starved of CPU), the caller closes the next ones itself: they
+/// never pile up towards the descriptor limit.
 final class DescriptorCloser: Sendable {
+    /// The most descriptors waiting to be closed before callers close them themselves.
+    let maximumWaiting: Int
+
     private struct Pending {
         var descriptors: [Int32] = []
         var isDrainScheduled = false
@@ -19,15 +24,26 @@ final class DescriptorCloser: Sendable {
     private let pending = Mutex(Pending())
     private let thread = DispatchQueue(label: "countdownd.descriptor-closer")
 
+    init(maximumWaiting: Int = 4096) {
+        self.maximumWaiting = maximumWaiting
+    }
+
     /// Closes `descriptor` soon, on the closer's thread. It must be out of the poller already.
     func close(_ descriptor: Int32) {
-        let schedule = pending.withLock { state in
+        enum Action { case scheduleDrain, nothing, closeHere }
+        let action = pending.withLock { state -> Action in
+            guard state.descriptors.count < maximumWaiting else { return .closeHere }
             state.descriptors.append(descriptor)
             defer { state.isDrainScheduled = true }
-            return !state.isDrainScheduled
+            return state.isDrainScheduled ? .nothing : .scheduleDrain
         }
-        if schedule {
+        switch action {
+        case .scheduleDrain:
             thread.async { self.drain() }
+        case .nothing:
+            break
+        case .closeHere:
+            Self.release(descriptor)
         }
     }
 
@@ -47,10 +63,14 @@ final class DescriptorCloser: Sendable {
             }
             guard !taken.isEmpty else { return }
             for descriptor in taken {
-                // Ignored on purpose: the descriptor is released either way (Linux closes it even
-                // when close reports EINTR or EIO), and a socket has no unwritten data to report.
-                _ = Glibc.close(descriptor)
+                Self.release(descriptor)
             }
         }
+    }
+
+    private static func release(_ descriptor: Int32) {
+        // Ignored on purpose: the descriptor is released either way (Linux closes it even when
+        // close reports EINTR or EIO), and a socket has no unwritten data to report.
+        _ = Glibc.close(descriptor)
     }
 }
