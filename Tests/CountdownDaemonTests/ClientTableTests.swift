@@ -26,10 +26,8 @@ struct ClientTableTests {
     func backpressure() throws {
         let harness = try TableHarness { $0.readPauseThreshold = 1024 }
         defer { harness.finish() }
-        let client = try harness.connect()
+        let (client, connection) = try harness.greetedClient()
         defer { close(client) }
-        _ = harness.readLines(client, count: 1)
-        let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             harness.clients.touch(connection, batch: harness.batchNumber)
             connection.output.append(Array(repeating: UInt8(ascii: "x"), count: 2047) + [UInt8(ascii: "\n")])
@@ -47,10 +45,8 @@ struct ClientTableTests {
     func repliesInRequestOrder() throws {
         let harness = try TableHarness()
         defer { harness.finish() }
-        let client = try harness.connect()
+        let (client, connection) = try harness.greetedClient()
         defer { close(client) }
-        _ = harness.readLines(client, count: 1)
-        let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             let batch = harness.batchNumber
             let first = harness.clients.hold(connection, changing: "a")
@@ -120,10 +116,8 @@ struct ClientTableTests {
     func stopReadingTellsThePollerAtTheFlush() throws {
         let harness = try TableHarness()
         defer { harness.finish() }
-        let client = try harness.connect()
+        let (client, connection) = try harness.greetedClient()
         defer { close(client) }
-        _ = harness.readLines(client, count: 1)
-        let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             harness.clients.touch(connection, batch: harness.batchNumber)
             connection.output.append(Array("OK bye\n".utf8))
@@ -134,10 +128,8 @@ struct ClientTableTests {
         }
         #expect(harness.readLines(client, count: 2) == ["OK bye"], "the reply, then the end")
 
-        let stuck = try harness.connect()
+        let (stuck, held) = try harness.greetedClient()
         defer { close(stuck) }
-        _ = harness.readLines(stuck, count: 1)
-        let held = try #require(harness.newestConnection)
         harness.queue.sync {
             harness.clients.touch(held, batch: harness.batchNumber)
             // More than a Unix socket's buffer takes, from a client that never reads.
@@ -147,6 +139,29 @@ struct ClientTableTests {
             #expect(!held.isClosed, "output is still to be written")
             #expect(held.watchedFor == [.writable], "watched for room only: its input is no longer read")
         }
+    }
+
+    @Test("a socket found full is not written to again until the poller reports room; then all that was queued meanwhile arrives, in order")
+    func writesWaitForRoom() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let (client, connection) = try harness.greetedClient()
+        defer { close(client) }
+        let padding = String(repeating: "x", count: 1000)
+        let lines = (0..<6000).map { "EVENT \($0) tick n\($0) \(padding)" }
+        harness.queue.sync {
+            harness.clients.touch(connection, batch: harness.batchNumber)
+            for line in lines[..<5000] { connection.output.append(Array((line + "\n").utf8)) }
+            harness.clients.flushTouched()
+            #expect(!connection.mayHaveRoom, "5 MB is more than the socket takes")
+            let waiting = connection.output.byteCount
+            harness.clients.touch(connection, batch: harness.batchNumber)
+            for line in lines[5000...] { connection.output.append(Array((line + "\n").utf8)) }
+            harness.clients.flushTouched()
+            #expect(connection.output.byteCount == waiting + lines[5000...].reduce(0) { $0 + $1.utf8.count + 1 }, "no write until room is reported")
+        }
+        // The client reads: the poller reports room, and the rest follows.
+        #expect(harness.readLines(client, count: lines.count) == lines)
     }
 
     @Test("the closer closes every descriptor handed to it, bursts and single ones alike: each peer then reads the end")
@@ -185,6 +200,46 @@ struct ClientTableTests {
 
     func event(_ sequence: UInt64, _ kind: EventKind, _ name: String, remaining: Int64 = 5000) -> CountdownEvent {
         CountdownEvent(sequence: sequence, kind: kind, name: name, remainingMilliseconds: remaining, totalMilliseconds: 5000)
+    }
+
+    @Test("subscribers that follow everything share one stream per delivery: each gets every line in order; one held behind gets the lifecycle lines alone; one with some kinds is served event by event")
+    func sharedStreams() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        var clients: [Int32] = []
+        defer { for client in clients { close(client) } }
+        for _ in 0..<4 {
+            let client = try harness.connect()
+            clients.append(client)
+            _ = harness.readLines(client, count: 1)
+        }
+        #expect(harness.waitOnQueue { harness.clients.count == 4 })
+        let events = [
+            event(1, .started, "tea"), event(2, .tick, "tea", remaining: 4000), event(3, .done, "tea", remaining: 0),
+        ] + (0..<30).map { event(UInt64(4 + $0), .tick, "n\($0)", remaining: 3000) }
+        let lines = events.map { event in
+            var line: [UInt8] = []
+            WireEncoder.appendEvent(event, to: &line)
+            return String(decoding: line.dropLast(), as: UTF8.self)
+        }
+        harness.queue.sync {
+            let connections = harness.clients.connections.values.sorted { $0.id < $1.id }
+            let (first, second, held, someKinds) = (connections[0], connections[1], connections[2], connections[3])
+            let doneAndTicks = EventKindSet([EventKindSet(.done), EventKindSet(.tick)])
+            for connection in [first, second, held] {
+                #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            }
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(someKinds, to: [], kinds: doneAndTicks) }
+            #expect(harness.fanOut.tickGroupMemberCount == 4, "three on the stream and one event by event take ticks")
+            held.areTicksHeld = true  // As the fan-out leaves one found behind.
+            let queued = harness.fanOut.deliver(events, batch: harness.batchNumber)
+            #expect(queued == 2 * events.count + 2 + (events.count - 1), "each line counted once per subscriber it went to")
+            harness.clients.flushTouched()
+        }
+        #expect(harness.readLines(clients[0], count: lines.count) == lines)
+        #expect(harness.readLines(clients[1], count: lines.count) == lines)
+        #expect(harness.readLines(clients[2], count: 2) == [lines[0], lines[2]], "held: started and done, no tick")
+        #expect(harness.readLines(clients[3], count: lines.count - 1) == Array(lines.dropFirst()), "ticks and done, event by event")
     }
 
     @Test("the fan-out sends each subscriber the kinds and names it asked for, in order")

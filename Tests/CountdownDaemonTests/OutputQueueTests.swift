@@ -47,6 +47,43 @@ struct OutputQueueTests {
         return received + pair.readAll()
     }
 
+    @Test("a shared chunk goes out whole and in order, and is never written into: what is appended after it starts a chunk of its own")
+    func sharedChunks() {
+        let pair = SocketPair()
+        var first = OutputQueue(), second = OutputQueue()
+        var scratch: [UInt8] = []
+        let stream = (0..<40).flatMap { line("EVENT \($0) tick tea \($0)000 60000") }
+        let original = stream
+        #expect(stream.count >= OutputQueue.sharedChunkMinimum)
+        first.append(line("OK 1"))
+        first.appendShared(stream)
+        second.appendShared(stream)
+        first.append(line("OK 2"))
+        second.append(line("OK 3"))
+        first.appendShared(line("EVENT 41 done tea 0 60000"))  // Small: copied.
+        #expect(stream == original, "the shared bytes are unchanged")
+        #expect(first.byteCount == line("OK 1").count + stream.count + line("OK 2").count + line("EVENT 41 done tea 0 60000").count)
+        let expected = "OK 1\n" + String(decoding: stream, as: UTF8.self) + "OK 2\nEVENT 41 done tea 0 60000\n"
+        #expect(drain(&first, into: pair, scratch: &scratch) == expected)
+        #expect(drain(&second, into: pair, scratch: &scratch) == String(decoding: stream, as: UTF8.self) + "OK 3\n")
+    }
+
+    @Test("a rollback past a shared chunk leaves what came before it, and the next batch's output follows")
+    func sharedChunkRollback() {
+        let pair = SocketPair()
+        var queue = OutputQueue()
+        var scratch: [UInt8] = []
+        let stream = (0..<40).flatMap { line("EVENT \($0) tick tea \($0)000 60000") }
+        queue.append(line("OK kept"))
+        queue.mark(batch: 7)
+        queue.appendShared(stream)
+        queue.append(line("OK undone"))
+        let rolledBack = queue.rollback(batch: 7)
+        #expect(rolledBack)
+        queue.append(line("OK again"))
+        #expect(drain(&queue, into: pair, scratch: &scratch) == "OK kept\nOK again\n")
+    }
+
     @Test("replies and events go out in order")
     func order() {
         let pair = SocketPair()

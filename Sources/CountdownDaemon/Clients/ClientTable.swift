@@ -347,6 +347,12 @@ final class ClientTable: @unchecked Sendable {
         // One that stopped reading and stays open (output still to write, a reply in progress)
         // tells the poller now; one closed below never needs to.
         defer { if !connection.isClosed { connection.applyDeferredInterest() } }
+        guard connection.mayHaveRoom else {
+            // Its socket was full at the last write and the poller has reported no room since:
+            // a write now could only fail again. What waits is still counted.
+            recordUnsent(connection, connection.output.byteCount)
+            return
+        }
         let outcome = connection.output.write(to: connection.descriptor, scratch: &scratch)
         recordUnsent(connection, connection.output.byteCount)
         switch outcome {

@@ -86,6 +86,10 @@ final class Connection {
     private var token: EventPoller.Token?
     private var wantsInput = false
     private var wantsRoom = false
+    /// Whether a write may take something now: false from a write the full socket refused until
+    /// the poller reports room again. A flush skips the write meanwhile (`ClientTable.flush`): a
+    /// subscriber that never reads costs no failing `send` per batch.
+    private(set) var mayHaveRoom = true
     /// `stopReading` changed the interest and the poller has not been told yet.
     private var interestIsDeferred = false
 
@@ -111,6 +115,7 @@ final class Connection {
                 readable(self)
             }
             if readiness.writable && !isClosed {
+                mayHaveRoom = true
                 writable(self)
             }
         }
@@ -149,8 +154,10 @@ final class Connection {
         updateInterest()
     }
 
-    /// Watches for room to write; the `writable` handler runs when there is.
+    /// Watches for room to write (a write found the socket full); the `writable` handler runs
+    /// when there is.
     func waitUntilWritable() {
+        mayHaveRoom = false
         guard !wantsRoom, !isClosed else { return }
         wantsRoom = true
         updateInterest()

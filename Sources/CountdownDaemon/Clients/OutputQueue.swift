@@ -14,6 +14,9 @@ struct OutputQueue {
     private var headOffset = 0
     /// Chunks removed from the front so far, to turn the mark's absolute index into an array one.
     private var removedChunks = 0
+    /// The last chunk may be shared with other queues (`appendShared`): nothing is appended to
+    /// it, which would copy it whole.
+    private var lastChunkIsShared = false
 
     /// Bytes waiting to be written.
     private(set) var byteCount = 0
@@ -52,6 +55,7 @@ struct OutputQueue {
         let keep = markChunkCount - removedChunks
         guard keep >= head, keep <= chunks.count else { return false }
         chunks.removeSubrange(keep...)
+        lastChunkIsShared = true  // It may be; the next append starts a chunk of its own.
         if keep > 0, chunks[keep - 1].count > markLastChunkLength {
             chunks[keep - 1].removeSubrange(max(markLastChunkLength, head == keep - 1 ? headOffset : 0)...)
         }
@@ -64,13 +68,30 @@ struct OutputQueue {
     mutating func append(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         byteCount += bytes.count
-        if head < chunks.count, chunks[chunks.count - 1].count < 16_384 {
+        if head < chunks.count, !lastChunkIsShared, chunks[chunks.count - 1].count < 16_384 {
             // Appending behind a partly written chunk is safe: written bytes stay at its front.
             chunks[chunks.count - 1].append(contentsOf: bytes)
         } else {
             chunks.append(bytes)
+            lastChunkIsShared = false
         }
     }
+
+    /// Appends bytes that other queues hold too (one delivery's events, for every subscriber that
+    /// follows everything): large enough, they are kept as a chunk of their own, shared and not
+    /// copied; small, they are copied as by `append`.
+    mutating func appendShared(_ bytes: [UInt8]) {
+        guard bytes.count >= Self.sharedChunkMinimum else {
+            append(bytes)
+            return
+        }
+        byteCount += bytes.count
+        chunks.append(bytes)
+        lastChunkIsShared = true
+    }
+
+    /// Below this size a shared chunk is copied instead: a chunk of its own costs more to write.
+    static let sharedChunkMinimum = 512
 
     /// Drops everything not yet sent, except the rest of a line the peer has received only in
     /// part, so that what is appended next starts on a line of its own.
@@ -158,6 +179,7 @@ struct OutputQueue {
 
     private mutating func reset() {
         markedBatch = -1
+        lastChunkIsShared = false
         removedChunks += chunks.count
         chunks.removeAll(keepingCapacity: chunks.capacity <= 4096)
         head = 0

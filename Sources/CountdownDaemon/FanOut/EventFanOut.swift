@@ -16,6 +16,12 @@ import Dispatch
 /// user's own for anyone else; the owner sees its countdowns by plain name, root as `<uid>/<name>`.
 /// So an event is encoded at most twice.
 ///
+/// Subscribers that follow everything with every kind (plain `SUBSCRIBE`, the usual case) share
+/// one stream per delivery: its lines are gathered once (for root, and for each user), and each
+/// such subscriber's queue takes the whole stream as one shared chunk (`OutputQueue.appendShared`),
+/// or only its lifecycle lines while its ticks are held. A hundred of them then cost a hundred
+/// appends per delivery, not a hundred per event, and hold one copy of the bytes between them.
+///
 /// Confined to the daemon's queue.
 final class EventFanOut {
     private let queue: DispatchQueue
@@ -28,9 +34,13 @@ final class EventFanOut {
     /// Lines queued by the `deliver` in progress.
     private var queuedLines = 0
     private let tickHoldThreshold: Int
-    /// Root's connections that follow everything.
+    /// Root's connections that follow everything with every kind: they take the stream.
+    private var allStreamSubscribers: [Int: Connection] = [:]
+    /// Other users' connections that follow everything of theirs with every kind, by uid.
+    private var ownerStreamSubscribers: [UInt32: [Int: Connection]] = [:]
+    /// Root's connections that follow everything with some kinds: delivered event by event.
     private var allSubscribers: [Int: Connection] = [:]
-    /// Other users' connections that follow everything of theirs, by uid.
+    /// Other users' connections that follow everything of theirs with some kinds, by uid.
     private var ownerSubscribers: [UInt32: [Int: Connection]] = [:]
     /// The members of those two that take ticks now (they take the kind, and are not behind):
     /// ticks, by far the most frequent events, are delivered by these alone.
@@ -42,7 +52,9 @@ final class EventFanOut {
     private(set) var heldCount = 0
     /// How many connections ticks to everything (or to a user's everything) are delivered to.
     var tickGroupMemberCount: Int {
-        allTickSubscribers.count + ownerTickSubscribers.values.reduce(0) { $0 + $1.count }
+        let streamed = allStreamSubscribers.values.filter { !$0.areTicksHeld }.count
+            + ownerStreamSubscribers.values.reduce(0) { $0 + $1.values.filter { !$0.areTicksHeld }.count }
+        return allTickSubscribers.count + ownerTickSubscribers.values.reduce(0) { $0 + $1.count } + streamed
     }
     /// Connections that follow some countdowns, by key.
     private var nameSubscribers: [String: [Int: Connection]] = [:]
@@ -113,24 +125,19 @@ final class EventFanOut {
         connection.eventKinds = kinds
         if names.isEmpty {
             if connection.subscription == .all {  // Already: only the kinds changed.
-                updateTickGroup(connection)
+                regroup(connection)
                 return
             }
             unsubscribe(connection)
             connection.eventKinds = kinds
             countSubscriber(connection, 1)
             connection.subscription = .all
-            if connection.peerUID == 0 {
-                allSubscribers[connection.id] = connection
-            } else {
-                ownerSubscribers[connection.peerUID, default: [:]][connection.id] = connection
-            }
             if kinds.includes(.tick) { setTickInterest(of: connection, true) }
-            updateTickGroup(connection)
+            regroup(connection)
             return
         }
         if connection.subscription == .all {  // Already receives everything.
-            updateTickGroup(connection)
+            regroup(connection)
             return
         }
         for name in wanted.subtracting(followed) {
@@ -167,7 +174,7 @@ final class EventFanOut {
         }
         connection.eventKinds = kinds
         guard connection.subscription == .none else {
-            updateTickGroup(connection)
+            regroup(connection)
             return
         }
         connection.subscription = .prefix(prefix)
@@ -180,7 +187,9 @@ final class EventFanOut {
     /// Every connection subscribed to anything, once each.
     var subscribedConnections: [Connection] {
         var seen: [Int: Connection] = allSubscribers
+        seen.merge(allStreamSubscribers) { first, _ in first }
         for group in ownerSubscribers.values { seen.merge(group) { first, _ in first } }
+        for group in ownerStreamSubscribers.values { seen.merge(group) { first, _ in first } }
         for group in nameSubscribers.values { seen.merge(group) { first, _ in first } }
         for group in prefixSubscribers.values { seen.merge(group) { first, _ in first } }
         return Array(seen.values)
@@ -203,11 +212,7 @@ final class EventFanOut {
         case .none:
             return
         case .all:
-            allSubscribers[connection.id] = nil
-            ownerSubscribers[connection.peerUID]?[connection.id] = nil
-            if ownerSubscribers[connection.peerUID]?.isEmpty == true {
-                ownerSubscribers[connection.peerUID] = nil
-            }
+            break  // Out of its groups below (`regroup`), once it follows nothing.
         case .names(let names):
             for name in names {
                 nameSubscribers[name]?[connection.id] = nil
@@ -230,22 +235,37 @@ final class EventFanOut {
             connection.areTicksHeld = false
             heldCount -= 1
         }
-        updateTickGroup(connection)
+        regroup(connection)
     }
 
-    /// Puts a connection in the tick groups, or takes it out, as it now qualifies: it follows
-    /// everything, takes ticks, and is not held.
-    private func updateTickGroup(_ connection: Connection) {
-        let takesTicks = connection.subscription == .all && connection.eventKinds.includes(.tick)
-            && !connection.areTicksHeld
+    /// Puts a connection that follows everything in the groups it qualifies for now, and takes
+    /// it out of the others: the stream (every kind), or event by event (some kinds), and then
+    /// the tick group too while it takes ticks and is not held. One that follows something else
+    /// (or nothing) is in none of them.
+    private func regroup(_ connection: Connection) {
+        let followsAll = connection.subscription == .all
+        let streamed = followsAll && connection.eventKinds == .all
+        let eventByEvent = followsAll && !streamed
+        let ticks = eventByEvent && connection.eventKinds.includes(.tick) && !connection.areTicksHeld
+        let id = connection.id
         if connection.peerUID == 0 {
-            allTickSubscribers[connection.id] = takesTicks ? connection : nil
-        } else if takesTicks {
-            ownerTickSubscribers[connection.peerUID, default: [:]][connection.id] = connection
-        } else if ownerTickSubscribers[connection.peerUID]?.removeValue(forKey: connection.id) != nil,
-            ownerTickSubscribers[connection.peerUID]?.isEmpty == true
-        {
-            ownerTickSubscribers[connection.peerUID] = nil
+            allStreamSubscribers[id] = streamed ? connection : nil
+            allSubscribers[id] = eventByEvent ? connection : nil
+            allTickSubscribers[id] = ticks ? connection : nil
+        } else {
+            Self.place(connection, streamed, in: &ownerStreamSubscribers)
+            Self.place(connection, eventByEvent, in: &ownerSubscribers)
+            Self.place(connection, ticks, in: &ownerTickSubscribers)
+        }
+    }
+
+    /// Puts `connection` in its uid's group (`member`), or takes it out, dropping an emptied group.
+    private static func place(_ connection: Connection, _ member: Bool, in groups: inout [UInt32: [Int: Connection]]) {
+        let uid = connection.peerUID
+        if member {
+            groups[uid, default: [:]][connection.id] = connection
+        } else if groups[uid]?.removeValue(forKey: connection.id) != nil, groups[uid]?.isEmpty == true {
+            groups[uid] = nil
         }
     }
 
@@ -256,7 +276,7 @@ final class EventFanOut {
         guard connection.areTicksHeld else { return }
         connection.areTicksHeld = false
         heldCount -= 1
-        updateTickGroup(connection)
+        regroup(connection)
     }
 
     /// Root's connections that follow everything and take ticks: while there is one, every
@@ -296,6 +316,9 @@ final class EventFanOut {
     func deliver(_ events: [CountdownEvent], batch: Int) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
         queuedLines = 0
+        var rootStream = EventStream()
+        var ownerStreams: [UInt32: EventStream] = [:]
+        let streamsToRoot = !allStreamSubscribers.isEmpty
         for event in events {
             let isTick = event.kind == .tick
             let everyone = isTick ? allTickSubscribers : allSubscribers
@@ -304,7 +327,8 @@ final class EventFanOut {
             let owners = isTick ? ownerTickSubscribers : ownerSubscribers
             let byOwner = owners.isEmpty || event.owner == 0 ? nil : owners[event.owner]
             let byPrefix = prefixSubscribers.isEmpty ? [] : prefixGroups(matching: event.name)
-            if everyone.isEmpty && byName == nil && byOwner == nil && byPrefix.isEmpty { continue }
+            let streamsToOwner = event.owner != 0 && !ownerStreamSubscribers.isEmpty && ownerStreamSubscribers[event.owner] != nil
+            if everyone.isEmpty && byName == nil && byOwner == nil && byPrefix.isEmpty && !streamsToRoot && !streamsToOwner { continue }
             eventBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendEvent(event, to: &eventBuffer)
             // Root's own countdowns read the same either way.
@@ -313,6 +337,8 @@ final class EventFanOut {
                 ownerEventBuffer.removeAll(keepingCapacity: true)
                 WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
             }
+            if streamsToRoot { rootStream.add(eventBuffer, isTick: isTick) }
+            if streamsToOwner { ownerStreams[event.owner, default: EventStream()].add(ownerEventBuffer, isTick: isTick) }
             for connection in everyone.values {
                 append(eventBuffer, kind: event.kind, to: connection, batch: batch)
             }
@@ -335,7 +361,58 @@ final class EventFanOut {
             }
             if !fallenBehind.isEmpty { holdFallenBehind() }
         }
+        // The streams go last: a subscriber is in one group only, so its lines keep their order.
+        if streamsToRoot {
+            for connection in allStreamSubscribers.values {
+                append(rootStream, to: connection, batch: batch)
+            }
+        }
+        for (uid, stream) in ownerStreams {
+            for connection in ownerStreamSubscribers[uid]?.values ?? [:].values {
+                append(stream, to: connection, batch: batch)
+            }
+        }
         return queuedLines
+    }
+
+    /// One delivery's lines for the subscribers that follow everything with every kind: all of
+    /// them, and the lifecycle ones alone (for a subscriber whose ticks are held).
+    private struct EventStream {
+        var all: [UInt8] = []
+        var allLines = 0
+        var lifecycle: [UInt8] = []
+        var lifecycleLines = 0
+
+        mutating func add(_ line: [UInt8], isTick: Bool) {
+            all.append(contentsOf: line)
+            allLines += 1
+            if !isTick {
+                lifecycle.append(contentsOf: line)
+                lifecycleLines += 1
+            }
+        }
+
+        var hasTicks: Bool { allLines > lifecycleLines }
+    }
+
+    /// Queues a stream on a subscriber, by the same rules as `append(_:kind:to:batch:)` event by
+    /// event: its ticks only while it is not behind (nor would be past half the hard limit with
+    /// them), every lifecycle line up to the hard limit.
+    private func append(_ stream: EventStream, to connection: Connection, batch: Int) {
+        guard !connection.isClosing else { return }
+        if stream.hasTicks && !connection.areTicksHeld
+            && (connection.unsentAfterLastWrite >= tickHoldThreshold || connection.output.byteCount + stream.all.count >= outputHardLimit / 2) {
+            connection.areTicksHeld = true
+            heldCount += 1
+        }
+        let (bytes, lines) = connection.areTicksHeld ? (stream.lifecycle, stream.lifecycleLines) : (stream.all, stream.allLines)
+        guard lines > 0 else { return }
+        clients.touch(connection, batch: batch)
+        connection.output.appendShared(bytes)
+        queuedLines += lines
+        if connection.output.byteCount > outputHardLimit {
+            clients.overflow(connection)
+        }
     }
 
     /// The prefix subscribers whose prefix starts `key`: one lookup per prefix length.
@@ -375,7 +452,7 @@ final class EventFanOut {
     /// walked).
     private func holdFallenBehind() {
         for connection in fallenBehind {
-            updateTickGroup(connection)
+            regroup(connection)
         }
         fallenBehind.removeAll(keepingCapacity: true)
     }

@@ -109,5 +109,22 @@ final class TableHarness: @unchecked Sendable {
     var newestConnection: Connection? {
         queue.sync { clients.connections.values.max { $0.id < $1.id } }
     }
+
+    /// A new client, its greeting read, and its connection in the table. The caller closes it.
+    func greetedClient() throws -> (client: Int32, connection: Connection) {
+        let client = try connect()
+        _ = readLines(client, count: 1)
+        guard let connection = newestConnection else {
+            close(client)
+            throw HarnessError.noConnection
+        }
+        return (client, connection)
+    }
+
+    enum HarnessError: Error, CustomStringConvertible {
+        case noConnection
+
+        var description: String { "the client's greeting came, yet the table holds no connection" }
+    }
 }
 
