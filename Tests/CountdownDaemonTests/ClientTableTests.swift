@@ -164,6 +164,28 @@ struct ClientTableTests {
         #expect(harness.readLines(client, count: lines.count) == lines)
     }
 
+    @Test("at the connection limit a hung-up client's descriptor is closed at once, not handed to the closer: descriptors waiting there never take an accept's")
+    func closesInlineAtTheLimit() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let (first, firstConnection) = try harness.greetedClient()
+        defer { close(first) }
+        let (second, secondConnection) = try harness.greetedClient()
+        defer { close(second) }
+        harness.queue.sync {
+            // As a tight descriptor limit leaves it: room for these two clients and no more.
+            harness.clients.connectionLimit = 1
+            harness.clients.close(firstConnection)
+            var byte: UInt8 = 0
+            #expect(recv(first, &byte, 1, Int32(MSG_DONTWAIT)) == 0, "closed before close(_:) returned")
+            harness.clients.connectionLimit = 10
+            harness.clients.close(secondConnection)
+        }
+        harness.clients.waitUntilDescriptorsClosed()
+        var byte: UInt8 = 0
+        #expect(recv(second, &byte, 1, Int32(MSG_DONTWAIT)) == 0, "closed by the closer")
+    }
+
     @Test("the closer closes every descriptor handed to it, bursts and single ones alike: each peer then reads the end")
     func closerClosesEverything() throws {
         let closer = DescriptorCloser()
@@ -178,6 +200,7 @@ struct ClientTableTests {
             }
         }
         closer.waitUntilClosed()
+        #expect(closer.outstanding == 0, "every descriptor handed over is counted until it is closed")
         var ended = 0
         for peer in peers {
             var byte: UInt8 = 0
@@ -240,6 +263,26 @@ struct ClientTableTests {
         #expect(harness.readLines(clients[1], count: lines.count) == lines)
         #expect(harness.readLines(clients[2], count: 2) == [lines[0], lines[2]], "held: started and done, no tick")
         #expect(harness.readLines(clients[3], count: lines.count - 1) == Array(lines.dropFirst()), "ticks and done, event by event")
+    }
+
+    @Test("a delivery whose ticks would pass half the hard limit: a subscriber on the stream takes them up to there, as one served event by event does, then is held")
+    func streamTicksUpToHalfTheLimit() throws {
+        let harness = try TableHarness { $0.outputHardLimit = 64 * 1024 }
+        defer { harness.finish() }
+        let (plain, plainConnection) = try harness.greetedClient()
+        defer { close(plain) }
+        let (byKind, byKindConnection) = try harness.greetedClient()
+        defer { close(byKind) }
+        let ticks = (0..<2000).map { event(UInt64($0 + 1), .tick, "n\($0)", remaining: 3000) }  // About 80 KB.
+        harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(plainConnection, to: [], kinds: .all) }
+            let allButSnapshots = EventKindSet(EventKind.allCases.filter { $0 != .snapshot }.map { EventKindSet($0) })
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(byKindConnection, to: [], kinds: allButSnapshots) }
+            harness.fanOut.deliver(ticks, batch: harness.batchNumber)
+            #expect(plainConnection.areTicksHeld && byKindConnection.areTicksHeld, "both held once past half the limit")
+            #expect(plainConnection.output.byteCount >= 32 * 1024 - 100, "ticks up to half the limit: \(plainConnection.output.byteCount) bytes")
+            #expect(plainConnection.output.byteCount == byKindConnection.output.byteCount, "the same ticks as event by event")
+        }
     }
 
     @Test("the fan-out sends each subscriber the kinds and names it asked for, in order")

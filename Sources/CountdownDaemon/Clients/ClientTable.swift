@@ -99,6 +99,10 @@ final class ClientTable: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let listener else { return }
         for _ in 0..<Self.acceptsPerBatch {
+            if connections.count + closer.outstanding >= connectionLimit, closer.outstanding > 0 {
+                // The descriptors the closer still holds are the ones this accept needs: a moment.
+                closer.waitUntilClosed()
+            }
             switch listener.acceptOne() {
             case .accepted(let descriptor):
                 accept(descriptor, poller: poller, batch: batch, readable: readable)
@@ -429,7 +433,10 @@ final class ClientTable: @unchecked Sendable {
         connection.touchedInBatch = -1
         carried[connection.id] = nil
         listings[connection.id] = nil
-        connection.close(on: closer)
+        // Off the queue only while clients and descriptors not yet closed fit the connection
+        // limit together: that limit is what the descriptor limit leaves room for, so a
+        // descriptor waiting for the closer never takes an accept's (nor the daemon's own files').
+        connection.close(on: connections.count + closer.outstanding < connectionLimit ? closer : nil)
     }
 
     /// Disconnects a connection that fell too far behind: its unsent output is dropped (except

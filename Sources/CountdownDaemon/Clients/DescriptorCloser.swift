@@ -19,6 +19,8 @@ final class DescriptorCloser: Sendable {
     private struct Pending {
         var descriptors: [Int32] = []
         var isDrainScheduled = false
+        /// Handed over and not closed yet: waiting, or being closed by a drain.
+        var outstanding = 0
     }
 
     private let pending = Mutex(Pending())
@@ -34,6 +36,7 @@ final class DescriptorCloser: Sendable {
         let action = pending.withLock { state -> Action in
             guard state.descriptors.count < maximumWaiting else { return .closeHere }
             state.descriptors.append(descriptor)
+            state.outstanding += 1
             defer { state.isDrainScheduled = true }
             return state.isDrainScheduled ? .nothing : .scheduleDrain
         }
@@ -53,6 +56,11 @@ final class DescriptorCloser: Sendable {
         thread.sync {}
     }
 
+    /// Descriptors handed over and still open: they count against the descriptor limit.
+    var outstanding: Int {
+        pending.withLock { $0.outstanding }
+    }
+
     private func drain() {
         while true {
             let taken = pending.withLock { state in
@@ -65,6 +73,7 @@ final class DescriptorCloser: Sendable {
             for descriptor in taken {
                 Self.release(descriptor)
             }
+            pending.withLock { $0.outstanding -= taken.count }
         }
     }
 

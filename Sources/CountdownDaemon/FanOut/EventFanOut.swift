@@ -319,6 +319,10 @@ final class EventFanOut {
         var rootStream = EventStream()
         var ownerStreams: [UInt32: EventStream] = [:]
         let streamsToRoot = !allStreamSubscribers.isEmpty
+        // A tick is gathered only for a stream someone takes ticks from: one whose subscribers
+        // are all held costs nothing per tick, as the tick groups cost nothing for theirs.
+        let streamsTicksToRoot = streamsToRoot && allStreamSubscribers.values.contains { !$0.areTicksHeld }
+        var ownerStreamTakesTicks: [UInt32: Bool] = [:]
         for event in events {
             let isTick = event.kind == .tick
             let everyone = isTick ? allTickSubscribers : allSubscribers
@@ -327,8 +331,19 @@ final class EventFanOut {
             let owners = isTick ? ownerTickSubscribers : ownerSubscribers
             let byOwner = owners.isEmpty || event.owner == 0 ? nil : owners[event.owner]
             let byPrefix = prefixSubscribers.isEmpty ? [] : prefixGroups(matching: event.name)
-            let streamsToOwner = event.owner != 0 && !ownerStreamSubscribers.isEmpty && ownerStreamSubscribers[event.owner] != nil
-            if everyone.isEmpty && byName == nil && byOwner == nil && byPrefix.isEmpty && !streamsToRoot && !streamsToOwner { continue }
+            var streamsToOwner = false
+            if event.owner != 0, !ownerStreamSubscribers.isEmpty, let group = ownerStreamSubscribers[event.owner] {
+                if isTick {
+                    if ownerStreamTakesTicks[event.owner] == nil {
+                        ownerStreamTakesTicks[event.owner] = group.values.contains { !$0.areTicksHeld }
+                    }
+                    streamsToOwner = ownerStreamTakesTicks[event.owner] == true
+                } else {
+                    streamsToOwner = true
+                }
+            }
+            let streamsThisToRoot = isTick ? streamsTicksToRoot : streamsToRoot
+            if everyone.isEmpty && byName == nil && byOwner == nil && byPrefix.isEmpty && !streamsThisToRoot && !streamsToOwner { continue }
             eventBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendEvent(event, to: &eventBuffer)
             // Root's own countdowns read the same either way.
@@ -337,7 +352,7 @@ final class EventFanOut {
                 ownerEventBuffer.removeAll(keepingCapacity: true)
                 WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
             }
-            if streamsToRoot { rootStream.add(eventBuffer, isTick: isTick) }
+            if streamsThisToRoot { rootStream.add(eventBuffer, isTick: isTick) }
             if streamsToOwner { ownerStreams[event.owner, default: EventStream()].add(ownerEventBuffer, isTick: isTick) }
             for connection in everyone.values {
                 append(eventBuffer, kind: event.kind, to: connection, batch: batch)
@@ -379,13 +394,16 @@ final class EventFanOut {
     /// them, and the lifecycle ones alone (for a subscriber whose ticks are held).
     private struct EventStream {
         var all: [UInt8] = []
-        var allLines = 0
+        var allLines: Int { lineEnds.count }
         var lifecycle: [UInt8] = []
         var lifecycleLines = 0
+        /// Where each line of `all` ends, and whether it is a tick: for a subscriber that takes
+        /// the stream line by line (`appendLineByLine`).
+        var lineEnds: [(end: Int, isTick: Bool)] = []
 
         mutating func add(_ line: [UInt8], isTick: Bool) {
             all.append(contentsOf: line)
-            allLines += 1
+            lineEnds.append((all.count, isTick))
             if !isTick {
                 lifecycle.append(contentsOf: line)
                 lifecycleLines += 1
@@ -400,10 +418,16 @@ final class EventFanOut {
     /// them), every lifecycle line up to the hard limit.
     private func append(_ stream: EventStream, to connection: Connection, batch: Int) {
         guard !connection.isClosing else { return }
-        if stream.hasTicks && !connection.areTicksHeld
-            && (connection.unsentAfterLastWrite >= tickHoldThreshold || connection.output.byteCount + stream.all.count >= outputHardLimit / 2) {
-            connection.areTicksHeld = true
-            heldCount += 1
+        if stream.hasTicks && !connection.areTicksHeld {
+            if connection.unsentAfterLastWrite >= tickHoldThreshold {
+                connection.areTicksHeld = true
+                heldCount += 1
+            } else if connection.output.byteCount + stream.all.count >= outputHardLimit / 2 {
+                // Its ticks would pass half the hard limit: it takes them up to there, as event by
+                // event, not none of them.
+                appendLineByLine(stream, to: connection, batch: batch)
+                return
+            }
         }
         let (bytes, lines) = connection.areTicksHeld ? (stream.lifecycle, stream.lifecycleLines) : (stream.all, stream.allLines)
         guard lines > 0 else { return }
@@ -412,6 +436,30 @@ final class EventFanOut {
         queuedLines += lines
         if connection.output.byteCount > outputHardLimit {
             clients.overflow(connection)
+        }
+    }
+
+    /// Queues a stream line by line, by `append(_:kind:to:batch:)`'s rules: ticks until half the
+    /// hard limit (then it is held), every lifecycle line up to the hard limit.
+    private func appendLineByLine(_ stream: EventStream, to connection: Connection, batch: Int) {
+        var start = 0
+        for (end, isTick) in stream.lineEnds {
+            defer { start = end }
+            guard !connection.isClosing else { return }
+            if isTick {
+                if connection.areTicksHeld { continue }
+                if connection.output.byteCount >= outputHardLimit / 2 {
+                    connection.areTicksHeld = true
+                    heldCount += 1
+                    continue
+                }
+            }
+            clients.touch(connection, batch: batch)
+            connection.output.append(Array(stream.all[start..<end]))
+            queuedLines += 1
+            if connection.output.byteCount > outputHardLimit {
+                clients.overflow(connection)
+            }
         }
     }
 
