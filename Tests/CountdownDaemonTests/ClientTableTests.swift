@@ -285,6 +285,29 @@ struct ClientTableTests {
         }
     }
 
+    @Test("a subscriber on the stream found behind during a delivery is held there and takes that delivery's lifecycle lines alone")
+    func streamHeldDuringDelivery() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let (client, connection) = try harness.greetedClient()
+        defer { close(client) }
+        let events = [event(1, .started, "tea"), event(2, .tick, "tea", remaining: 4000), event(3, .done, "tea", remaining: 0)]
+        let lines = events.map { event in
+            var line: [UInt8] = []
+            WireEncoder.appendEvent(event, to: &line)
+            return String(decoding: line.dropLast(), as: UTF8.self)
+        }
+        harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            connection.unsentAfterLastWrite = 1 << 20  // As its last write left it: far behind.
+            #expect(harness.fanOut.deliver(events, batch: harness.batchNumber) == 2)
+            #expect(connection.areTicksHeld && harness.fanOut.heldCount == 1)
+            connection.unsentAfterLastWrite = 0
+            harness.clients.flushTouched()
+        }
+        #expect(harness.readLines(client, count: 2) == [lines[0], lines[2]])
+    }
+
     @Test("the fan-out sends each subscriber the kinds and names it asked for, in order")
     func kindsAndNames() throws {
         let harness = try TableHarness()

@@ -316,9 +316,10 @@ final class EventFanOut {
     func deliver(_ events: [CountdownEvent], batch: Int) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
         queuedLines = 0
-        var rootStream = EventStream()
-        var ownerStreams: [UInt32: EventStream] = [:]
         let streamsToRoot = !allStreamSubscribers.isEmpty
+        // The lifecycle lines apart only where a subscriber on the stream is held.
+        var rootStream = EventStream(keepsLifecycle: streamsToRoot && allStreamSubscribers.values.contains { $0.areTicksHeld })
+        var ownerStreams: [UInt32: EventStream] = [:]
         // A tick is gathered only for a stream someone takes ticks from: one whose subscribers
         // are all held costs nothing per tick, as the tick groups cost nothing for theirs.
         let streamsTicksToRoot = streamsToRoot && allStreamSubscribers.values.contains { !$0.areTicksHeld }
@@ -353,7 +354,13 @@ final class EventFanOut {
                 WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
             }
             if streamsThisToRoot { rootStream.add(eventBuffer, isTick: isTick) }
-            if streamsToOwner { ownerStreams[event.owner, default: EventStream()].add(ownerEventBuffer, isTick: isTick) }
+            if streamsToOwner {
+                if ownerStreams[event.owner] == nil {
+                    let held = ownerStreamSubscribers[event.owner]?.values.contains { $0.areTicksHeld } ?? false
+                    ownerStreams[event.owner] = EventStream(keepsLifecycle: held)
+                }
+                ownerStreams[event.owner]?.add(ownerEventBuffer, isTick: isTick)
+            }
             for connection in everyone.values {
                 append(eventBuffer, kind: event.kind, to: connection, batch: batch)
             }
@@ -393,6 +400,8 @@ final class EventFanOut {
     /// One delivery's lines for the subscribers that follow everything with every kind: all of
     /// them, and the lifecycle ones alone (for a subscriber whose ticks are held).
     private struct EventStream {
+        /// Whether `lifecycle` is kept: only when a subscriber on the stream is held already.
+        let keepsLifecycle: Bool
         var all: [UInt8] = []
         var allLines: Int { lineEnds.count }
         var lifecycle: [UInt8] = []
@@ -405,8 +414,8 @@ final class EventFanOut {
             all.append(contentsOf: line)
             lineEnds.append((all.count, isTick))
             if !isTick {
-                lifecycle.append(contentsOf: line)
                 lifecycleLines += 1
+                if keepsLifecycle { lifecycle.append(contentsOf: line) }
             }
         }
 
@@ -429,7 +438,14 @@ final class EventFanOut {
                 return
             }
         }
-        let (bytes, lines) = connection.areTicksHeld ? (stream.lifecycle, stream.lifecycleLines) : (stream.all, stream.allLines)
+        // Every line, unless it is held and the stream has ticks.
+        let takesAll = !connection.areTicksHeld || !stream.hasTicks
+        if !takesAll && !stream.keepsLifecycle {
+            // Held just now: its lifecycle lines are picked out of the stream.
+            appendLineByLine(stream, to: connection, batch: batch)
+            return
+        }
+        let (bytes, lines) = takesAll ? (stream.all, stream.allLines) : (stream.lifecycle, stream.lifecycleLines)
         guard lines > 0 else { return }
         clients.touch(connection, batch: batch)
         connection.output.appendShared(bytes)
