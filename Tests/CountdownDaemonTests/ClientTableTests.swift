@@ -257,12 +257,17 @@ struct ClientTableTests {
             held.areTicksHeld = true  // As the fan-out leaves one found behind.
             let queued = harness.fanOut.deliver(events, batch: harness.batchNumber)
             #expect(queued == 2 * events.count + 2 + (events.count - 1), "each line counted once per subscriber it went to")
+            // A second, small delivery before anything is written: the first's shared lines stay as they were.
+            harness.fanOut.deliver([event(40, .tick, "tea", remaining: 3000)], batch: harness.batchNumber)
             harness.clients.flushTouched()
         }
-        #expect(harness.readLines(clients[0], count: lines.count) == lines)
-        #expect(harness.readLines(clients[1], count: lines.count) == lines)
+        var last: [UInt8] = []
+        WireEncoder.appendEvent(event(40, .tick, "tea", remaining: 3000), to: &last)
+        let lastLine = String(decoding: last.dropLast(), as: UTF8.self)
+        #expect(harness.readLines(clients[0], count: lines.count + 1) == lines + [lastLine])
+        #expect(harness.readLines(clients[1], count: lines.count + 1) == lines + [lastLine])
         #expect(harness.readLines(clients[2], count: 2) == [lines[0], lines[2]], "held: started and done, no tick")
-        #expect(harness.readLines(clients[3], count: lines.count - 1) == Array(lines.dropFirst()), "ticks and done, event by event")
+        #expect(harness.readLines(clients[3], count: lines.count) == Array(lines.dropFirst()) + [lastLine], "ticks and done, event by event")
     }
 
     @Test("a delivery whose ticks would pass half the hard limit: a subscriber on the stream takes them up to there, as one served event by event does, then is held")

@@ -317,8 +317,9 @@ final class EventFanOut {
         dispatchPrecondition(condition: .onQueue(queue))
         queuedLines = 0
         let streamsToRoot = !allStreamSubscribers.isEmpty
-        // The lifecycle lines apart only where a subscriber on the stream is held.
-        var rootStream = EventStream(keepsLifecycle: streamsToRoot && allStreamSubscribers.values.contains { $0.areTicksHeld })
+        // The lifecycle lines apart only where a subscriber on the stream is held. Its buffers
+        // are reused from the last delivery unless a queue still shares them.
+        rootStream.reset(keepsLifecycle: streamsToRoot && allStreamSubscribers.values.contains { $0.areTicksHeld })
         var ownerStreams: [UInt32: EventStream] = [:]
         // A tick is gathered only for a stream someone takes ticks from: one whose subscribers
         // are all held costs nothing per tick, as the tick groups cost nothing for theirs.
@@ -401,7 +402,7 @@ final class EventFanOut {
     /// them, and the lifecycle ones alone (for a subscriber whose ticks are held).
     private struct EventStream {
         /// Whether `lifecycle` is kept: only when a subscriber on the stream is held already.
-        let keepsLifecycle: Bool
+        var keepsLifecycle: Bool
         var all: [UInt8] = []
         var allLines: Int { lineEnds.count }
         var lifecycle: [UInt8] = []
@@ -420,7 +421,19 @@ final class EventFanOut {
         }
 
         var hasTicks: Bool { allLines > lifecycleLines }
+
+        /// Empties it for the next delivery, keeping the buffers a queue does not share.
+        mutating func reset(keepsLifecycle: Bool) {
+            self.keepsLifecycle = keepsLifecycle
+            all.removeAll(keepingCapacity: true)
+            lifecycle.removeAll(keepingCapacity: true)
+            lifecycleLines = 0
+            lineEnds.removeAll(keepingCapacity: true)
+        }
     }
+
+    /// Root's stream, kept between deliveries so that a small one allocates nothing.
+    private var rootStream = EventStream(keepsLifecycle: false)
 
     /// Queues a stream on a subscriber, by the same rules as `append(_:kind:to:batch:)` event by
     /// event: its ticks only while it is not behind (nor would be past half the hard limit with
