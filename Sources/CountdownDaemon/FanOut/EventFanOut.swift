@@ -354,13 +354,13 @@ final class EventFanOut {
                 ownerEventBuffer.removeAll(keepingCapacity: true)
                 WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
             }
-            if streamsThisToRoot { rootStream.add(eventBuffer, isTick: isTick) }
+            if streamsThisToRoot { rootStream.add(eventBuffer, kind: event.kind) }
             if streamsToOwner {
                 if ownerStreams[event.owner] == nil {
                     let held = ownerStreamSubscribers[event.owner]?.values.contains { $0.areTicksHeld } ?? false
                     ownerStreams[event.owner] = EventStream(keepsLifecycle: held)
                 }
-                ownerStreams[event.owner]?.add(ownerEventBuffer, isTick: isTick)
+                ownerStreams[event.owner]?.add(ownerEventBuffer, kind: event.kind)
             }
             for connection in everyone.values {
                 append(eventBuffer, kind: event.kind, to: connection, batch: batch)
@@ -407,14 +407,14 @@ final class EventFanOut {
         var allLines: Int { lineEnds.count }
         var lifecycle: [UInt8] = []
         var lifecycleLines = 0
-        /// Where each line of `all` ends, and whether it is a tick: for a subscriber that takes
-        /// the stream line by line (`appendLineByLine`).
-        var lineEnds: [(end: Int, isTick: Bool)] = []
+        /// Where each line of `all` ends, and its event's kind: for a subscriber that takes the
+        /// stream line by line (`appendLineByLine`).
+        var lineEnds: [(end: Int, kind: EventKind)] = []
 
-        mutating func add(_ line: [UInt8], isTick: Bool) {
+        mutating func add(_ line: [UInt8], kind: EventKind) {
             all.append(contentsOf: line)
-            lineEnds.append((all.count, isTick))
-            if !isTick {
+            lineEnds.append((all.count, kind))
+            if kind != .tick {
                 lifecycleLines += 1
                 if keepsLifecycle { lifecycle.append(contentsOf: line) }
             }
@@ -442,8 +442,7 @@ final class EventFanOut {
         guard !connection.isClosing else { return }
         if stream.hasTicks && !connection.areTicksHeld {
             if connection.unsentAfterLastWrite >= tickHoldThreshold {
-                connection.areTicksHeld = true
-                heldCount += 1
+                holdTicks(of: connection)
             } else if connection.output.byteCount + stream.all.count >= outputHardLimit / 2 {
                 // Its ticks would pass half the hard limit: it takes them up to there, as event by
                 // event, not none of them.
@@ -468,28 +467,21 @@ final class EventFanOut {
         }
     }
 
-    /// Queues a stream line by line, by `append(_:kind:to:batch:)`'s rules: ticks until half the
-    /// hard limit (then it is held), every lifecycle line up to the hard limit.
+    /// Queues a stream line by line, each by `append(_:kind:to:batch:)` as event by event: ticks
+    /// until half the hard limit (then it is held), every lifecycle line up to the hard limit.
     private func appendLineByLine(_ stream: EventStream, to connection: Connection, batch: Int) {
         var start = 0
-        for (end, isTick) in stream.lineEnds {
-            defer { start = end }
-            guard !connection.isClosing else { return }
-            if isTick {
-                if connection.areTicksHeld { continue }
-                if connection.output.byteCount >= outputHardLimit / 2 {
-                    connection.areTicksHeld = true
-                    heldCount += 1
-                    continue
-                }
-            }
-            clients.touch(connection, batch: batch)
-            connection.output.append(Array(stream.all[start..<end]))
-            queuedLines += 1
-            if connection.output.byteCount > outputHardLimit {
-                clients.overflow(connection)
-            }
+        for (end, kind) in stream.lineEnds {
+            append(Array(stream.all[start..<end]), kind: kind, to: connection, batch: batch)
+            start = end
         }
+        if !fallenBehind.isEmpty { holdFallenBehind() }
+    }
+
+    /// Sends a subscriber no ticks until its output drains (`outputDrained`).
+    private func holdTicks(of connection: Connection) {
+        connection.areTicksHeld = true
+        heldCount += 1
     }
 
     /// The prefix subscribers whose prefix starts `key`: one lookup per prefix length.
@@ -511,8 +503,7 @@ final class EventFanOut {
             // Half the hard limit in one batch is too much all the same: ticks never get a
             // subscriber disconnected.
             if connection.unsentAfterLastWrite >= tickHoldThreshold || connection.output.byteCount >= outputHardLimit / 2 {
-                connection.areTicksHeld = true
-                heldCount += 1
+                holdTicks(of: connection)
                 fallenBehind.append(connection)  // Out of the groups once this event is delivered.
                 return
             }
