@@ -59,12 +59,12 @@ extension Daemon {
     /// compacted away were never announced): each gets `RESYNC <seq>`, then snapshots of what it
     /// follows (by name: finished ones too, so a waiter learns of a `done` it missed).
     private func announceResync(now: Instant, clock: WallClockMapping) {
-        for connection in fanOut.subscribedConnections where !connection.isClosing {
+        for (connection, following, kinds) in fanOut.subscriptions where !connection.isClosing {
             let viewer = connection.peerUID
             replyBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendResync(sequence: engine.lastSequence, to: &replyBuffer)
-            if connection.eventKinds.includes(.snapshot) {
-                switch connection.subscription {
+            if kinds.includes(.snapshot) {
+                switch following {
                 case .all where connection.listing == nil:
                     beginActiveSnapshots(on: connection, clock: clock, now: now)
                 case .prefix(let keyPrefix) where connection.listing == nil:

@@ -283,7 +283,7 @@ extension Daemon {
             } else {
                 try fanOut.subscribe(connection, to: keys, kinds: kinds)
             }
-            let following = connection.subscription == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
+            let following = fanOut.subscription(of: connection) == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
             let only = kinds == .all ? "" : " events \(kinds.description)"
             WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)\(only)", to: &replyBuffer)
             if let replay {

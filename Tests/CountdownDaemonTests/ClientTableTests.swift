@@ -254,7 +254,7 @@ struct ClientTableTests {
             }
             #expect(throws: Never.self) { try harness.fanOut.subscribe(someKinds, to: [], kinds: doneAndTicks) }
             #expect(harness.fanOut.tickGroupMemberCount == 4, "three on the stream and one event by event take ticks")
-            held.areTicksHeld = true  // As the fan-out leaves one found behind.
+            harness.fanOut.holdTicks(of: held)  // As a delivery leaves one found behind.
             let queued = harness.fanOut.deliver(events, batch: harness.batchNumber)
             #expect(queued == 2 * events.count + 2 + (events.count - 1), "each line counted once per subscriber it went to")
             // A second, small delivery before anything is written: the first's shared lines stay as they were.
@@ -284,7 +284,7 @@ struct ClientTableTests {
             let allButSnapshots = EventKindSet(EventKind.allCases.filter { $0 != .snapshot }.map { EventKindSet($0) })
             #expect(throws: Never.self) { try harness.fanOut.subscribe(byKindConnection, to: [], kinds: allButSnapshots) }
             harness.fanOut.deliver(ticks, batch: harness.batchNumber)
-            #expect(plainConnection.areTicksHeld && byKindConnection.areTicksHeld, "both held once past half the limit")
+            #expect(harness.fanOut.areTicksHeld(of: plainConnection) && harness.fanOut.areTicksHeld(of: byKindConnection), "both held once past half the limit")
             #expect(plainConnection.output.byteCount >= 32 * 1024 - 100, "ticks up to half the limit: \(plainConnection.output.byteCount) bytes")
             #expect(plainConnection.output.byteCount == byKindConnection.output.byteCount, "the same ticks as event by event")
         }
@@ -306,7 +306,7 @@ struct ClientTableTests {
             #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
             connection.unsentAfterLastWrite = 1 << 20  // As its last write left it: far behind.
             #expect(harness.fanOut.deliver(events, batch: harness.batchNumber) == 2)
-            #expect(connection.areTicksHeld && harness.fanOut.heldCount == 1)
+            #expect(harness.fanOut.areTicksHeld(of: connection) && harness.fanOut.heldCount == 1)
             connection.unsentAfterLastWrite = 0
             harness.clients.flushTouched()
         }
@@ -397,7 +397,7 @@ struct ClientTableTests {
                 second -= 1
             }
             #expect(connection.output.byteCount < 4096 + 100, "no tick is queued past the threshold: \(connection.output.byteCount) bytes wait")
-            #expect(connection.areTicksHeld && harness.fanOut.heldCount == 1, "held")
+            #expect(harness.fanOut.areTicksHeld(of: connection) && harness.fanOut.heldCount == 1, "held")
             #expect(harness.fanOut.tickGroupMemberCount == 0, "out of the group ticks are delivered to: it costs nothing per tick")
             #expect(harness.fanOut.subscriberCount == 1, "ticks alone never overflow")
             // Lifecycle events are kept, each one, until the hard limit.
@@ -438,7 +438,7 @@ struct ClientTableTests {
         }
         let lines = harness.readLines(reader, count: 10_000)
         #expect(lines.count == 10_000 && lines.last == "EVENT 1 tick c9999 1000 5000")
-        #expect(harness.waitOnQueue { !connection.areTicksHeld && connection.output.isEmpty })
+        #expect(harness.waitOnQueue { !harness.fanOut.areTicksHeld(of: connection) && connection.output.isEmpty })
     }
 
     @Test("ticks alone never get a subscriber disconnected: a burst past half the hard limit in one batch holds it instead")
@@ -455,7 +455,7 @@ struct ClientTableTests {
         harness.queue.sync {
             #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
             harness.fanOut.deliver((0..<20_000).map { event(1, .tick, "c\($0)", remaining: 1000) }, batch: harness.batchNumber)
-            #expect(connection.areTicksHeld, "held once half the hard limit is queued")
+            #expect(harness.fanOut.areTicksHeld(of: connection), "held once half the hard limit is queued")
             #expect(connection.output.byteCount <= 128 * 1024 + 100)
             #expect(harness.fanOut.subscriberCount == 1, "not disconnected")
             harness.clients.flushTouched()
@@ -474,12 +474,12 @@ struct ClientTableTests {
         harness.queue.sync {
             #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
             // Ticks until it is held: the socket's buffer fills, then the threshold is passed.
-            while !connection.areTicksHeld && sequence < 1_000_000 {
+            while !harness.fanOut.areTicksHeld(of: connection) && sequence < 1_000_000 {
                 harness.fanOut.deliver([event(sequence, .tick, "tea", remaining: Int64(sequence))], batch: harness.batchNumber)
                 harness.clients.flushTouched()
                 sequence += 1
             }
-            #expect(connection.areTicksHeld)
+            #expect(harness.fanOut.areTicksHeld(of: connection))
             harness.fanOut.deliver([event(sequence, .tick, "tea", remaining: 7), event(sequence + 1, .started, "egg")], batch: harness.batchNumber)
             harness.clients.flushTouched()
         }
@@ -493,7 +493,7 @@ struct ClientTableTests {
                 guard got > 0 else { break }
                 text += String(decoding: buffer[0..<got], as: UTF8.self)
             }
-            return !connection.areTicksHeld
+            return !harness.fanOut.areTicksHeld(of: connection)
         }, "ticks resume once its output drained")
         // All of it was sent, so the rest is in the socket's buffer now.
         while true {

@@ -307,6 +307,33 @@ final class ClientTable: @unchecked Sendable {
         touched[connection.id] = connection
     }
 
+    /// How far behind a subscriber is, for the fan-out's rules: the bytes its socket did not take
+    /// at the last write (`unsent`, before this batch), and the bytes queued now (`queued`).
+    /// `nil` once it stopped taking output (closing or closed).
+    func backlog(of connection: Connection) -> (unsent: Int, queued: Int)? {
+        connection.isClosing ? nil : (connection.unsentAfterLastWrite, connection.output.byteCount)
+    }
+
+    /// Queues one event line on a subscriber as output of `batch`; past the hard output limit
+    /// (`--output-limit`) the client gets `ERR overflow` instead, and is disconnected.
+    func queueEvent(_ line: [UInt8], on connection: Connection, batch: Int) {
+        touch(connection, batch: batch)
+        connection.output.append(line)
+        if connection.output.byteCount > configuration.outputHardLimit {
+            overflow(connection)
+        }
+    }
+
+    /// Queues a delivery's stream of event lines on a subscriber, sharing the bytes with every
+    /// other queue that takes them (`OutputQueue.appendShared`); the hard limit as `queueEvent`.
+    func queueSharedEvents(_ bytes: [UInt8], on connection: Connection, batch: Int) {
+        touch(connection, batch: batch)
+        connection.output.appendShared(bytes)
+        if connection.output.byteCount > configuration.outputHardLimit {
+            overflow(connection)
+        }
+    }
+
     /// Takes back every connection's output of `batch`.
     /// - Returns: the ids of the connections whose output was taken back (not those replaced
     ///   meanwhile by an overflow notice).

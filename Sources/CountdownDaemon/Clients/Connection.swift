@@ -1,18 +1,6 @@
 import CountdownCore
 import Glibc
 
-/// What a connection has subscribed to.
-enum Subscription: Equatable {
-    /// Nothing: request/reply only.
-    case none
-    /// Every countdown, present and future.
-    case all
-    /// The named countdowns.
-    case names(Set<String>)
-    /// Every countdown, present and future, whose key starts with this.
-    case prefix(String)
-}
-
 /// One client connection. Every property is owned by the daemon's queue.
 ///
 /// Descriptor life: registered with the poller at accept, watched for input while requests are
@@ -37,12 +25,6 @@ final class Connection {
     /// (`ClientTable.touch`), or -1 once it was taken out: events touch a subscriber once per
     /// line, and only the first of a batch need reach the table's set.
     var touchedInBatch = -1
-    /// What this connection receives events for.
-    var subscription = Subscription.none
-    /// Which kinds of events it receives (`SUBSCRIBE … EVENTS`).
-    var eventKinds = EventKindSet.all
-    /// It is sent no ticks for now: it fell behind (`EventFanOut`), until its output drains.
-    var areTicksHeld = false
     /// Bytes the socket did not take when its output was last written: how far behind the client
     /// was before the current batch (what the batch itself queues does not count).
     var unsentAfterLastWrite = 0

@@ -1,9 +1,14 @@
 import CountdownCore
 import Dispatch
 
-/// The event fan-out: who follows what (everything, or some names), and delivery: each event is
-/// encoded once into a reused buffer and the same bytes are appended to every matching
-/// subscriber's output queue.
+/// The event fan-out: who follows what (everything, a prefix, or some names), and delivery: each
+/// event is encoded once into a reused buffer and the same bytes are queued on every matching
+/// subscriber's connection.
+///
+/// Subscriptions live here: each subscribed connection has a `Subscriber` record, which this
+/// alone changes. The connections' output belongs to the client table: the fan-out decides who
+/// gets which line, and queues it through `ClientTable.queueEvent` (which enforces the hard
+/// limit) after reading how far behind the client is (`ClientTable.backlog`).
 ///
 /// What a subscriber costs is bounded by what it reads. Ticks are derived data: once a
 /// subscriber had `tickHoldThreshold` bytes left unsent when its output was last written, it is
@@ -34,20 +39,22 @@ final class EventFanOut {
     /// Lines queued by the `deliver` in progress.
     private var queuedLines = 0
     private let tickHoldThreshold: Int
-    /// Root's connections that follow everything with every kind: they take the stream.
-    private var allStreamSubscribers: [Int: Connection] = [:]
-    /// Other users' connections that follow everything of theirs with every kind, by uid.
-    private var ownerStreamSubscribers: [UInt32: [Int: Connection]] = [:]
-    /// Root's connections that follow everything with some kinds: delivered event by event.
-    private var allSubscribers: [Int: Connection] = [:]
-    /// Other users' connections that follow everything of theirs with some kinds, by uid.
-    private var ownerSubscribers: [UInt32: [Int: Connection]] = [:]
+    /// Every connection that follows something (or chose its kinds), by connection id.
+    private var subscribers: [Int: Subscriber] = [:]
+    /// Root's subscribers that follow everything with every kind: they take the stream.
+    private var allStreamSubscribers: [Int: Subscriber] = [:]
+    /// Other users' subscribers that follow everything of theirs with every kind, by uid.
+    private var ownerStreamSubscribers: [UInt32: [Int: Subscriber]] = [:]
+    /// Root's subscribers that follow everything with some kinds: delivered event by event.
+    private var allSubscribers: [Int: Subscriber] = [:]
+    /// Other users' subscribers that follow everything of theirs with some kinds, by uid.
+    private var ownerSubscribers: [UInt32: [Int: Subscriber]] = [:]
     /// The members of those two that take ticks now (they take the kind, and are not behind):
     /// ticks, by far the most frequent events, are delivered by these alone.
-    private var allTickSubscribers: [Int: Connection] = [:]
-    private var ownerTickSubscribers: [UInt32: [Int: Connection]] = [:]
+    private var allTickSubscribers: [Int: Subscriber] = [:]
+    private var ownerTickSubscribers: [UInt32: [Int: Subscriber]] = [:]
     /// Subscribers found behind during a delivery, held once it ends.
-    private var fallenBehind: [Connection] = []
+    private var fallenBehind: [Subscriber] = []
     /// Subscribers sent no ticks for being behind, now.
     private(set) var heldCount = 0
     /// How many connections ticks to everything (or to a user's everything) are delivered to.
@@ -56,17 +63,17 @@ final class EventFanOut {
             + ownerStreamSubscribers.values.reduce(0) { $0 + $1.values.filter { !$0.areTicksHeld }.count }
         return allTickSubscribers.count + ownerTickSubscribers.values.reduce(0) { $0 + $1.count } + streamed
     }
-    /// Connections that follow some countdowns, by key.
-    private var nameSubscribers: [String: [Int: Connection]] = [:]
-    /// Connections that follow every countdown whose key starts with a prefix, by that prefix.
-    private var prefixSubscribers: [String: [Int: Connection]] = [:]
+    /// Subscribers that follow some countdowns, by key.
+    private var nameSubscribers: [String: [Int: Subscriber]] = [:]
+    /// Subscribers that follow every countdown whose key starts with a prefix, by that prefix.
+    private var prefixSubscribers: [String: [Int: Subscriber]] = [:]
     /// How many of those prefixes have each length (in bytes): an event's key is looked up once
     /// per length, never compared with every prefix.
     private var prefixLengths: [Int: Int] = [:]
     /// Reused for each event's bytes: as root sees it (the key), and as its owner does.
     private var eventBuffer: [UInt8] = []
     private var ownerEventBuffer: [UInt8] = []
-    /// Connections subscribed to anything (all, or some names).
+    /// Connections subscribed to anything (all, a prefix, or some names).
     private(set) var subscriberCount = 0
     /// The same, by uid (absent: none), for a user's `STATS`.
     private var subscribersByUID: [UInt32: Int] = [:]
@@ -76,10 +83,10 @@ final class EventFanOut {
         subscribersByUID[uid] ?? 0
     }
 
-    private func countSubscriber(_ connection: Connection, _ delta: Int) {
+    private func countSubscriber(_ subscriber: Subscriber, _ delta: Int) {
         subscriberCount += delta
-        subscribersByUID[connection.peerUID, default: 0] += delta
-        if subscribersByUID[connection.peerUID] == 0 { subscribersByUID[connection.peerUID] = nil }
+        subscribersByUID[subscriber.uid, default: 0] += delta
+        if subscribersByUID[subscriber.uid] == 0 { subscribersByUID[subscriber.uid] = nil }
     }
 
     /// Who wants ticks, as the engine learns it: every countdown (root follows all), a user's
@@ -99,6 +106,25 @@ final class EventFanOut {
         tickHoldThreshold = configuration.tickHoldThreshold
     }
 
+    // MARK: - Subscriptions
+
+    /// The connection's record, made on its first `SUBSCRIBE`.
+    private func subscriber(of connection: Connection) -> Subscriber {
+        if let existing = subscribers[connection.id] { return existing }
+        let made = Subscriber(connection)
+        subscribers[connection.id] = made
+        return made
+    }
+
+    /// What a connection follows (`.none` if it never subscribed).
+    func subscription(of connection: Connection) -> Subscription {
+        subscribers[connection.id]?.subscription ?? .none
+    }
+
+    /// Whether a connection is sent no ticks for now, for being behind.
+    func areTicksHeld(of connection: Connection) -> Bool {
+        subscribers[connection.id]?.areTicksHeld ?? false
+    }
 
     /// Adds names to a connection's subscription (no names subscribes it to everything) and sets
     /// the kinds of events it receives, for all it follows. Only a subscriber that takes ticks
@@ -106,48 +132,49 @@ final class EventFanOut {
     /// - Throws: `limit` when the connection would follow more names than allowed.
     func subscribe(_ connection: Connection, to names: [String], kinds: EventKindSet) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        if case .prefix = connection.subscription {
+        let subscriber = subscriber(of: connection)
+        if case .prefix = subscriber.subscription {
             throw ProtocolError(.badRequest, "this connection follows a prefix; follow \(names.isEmpty ? "everything" : "names") on another connection")
         }
         var followed: Set<String> = []
-        if case .names(let existing) = connection.subscription { followed = existing }
+        if case .names(let existing) = subscriber.subscription { followed = existing }
         let wanted = followed.union(names)
-        if !names.isEmpty && connection.subscription != .all && wanted.count > maximumNamesPerConnection {
+        if !names.isEmpty && subscriber.subscription != .all && wanted.count > maximumNamesPerConnection {
             throw ProtocolError(
                 .limit,
                 "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all"
             )
         }
         // New kinds apply to what it already follows too: its ticks start or stop there.
-        if connection.eventKinds.includes(.tick) != kinds.includes(.tick) {
-            setTickInterest(of: connection, kinds.includes(.tick))
+        if subscriber.eventKinds.includes(.tick) != kinds.includes(.tick) {
+            setTickInterest(of: subscriber, kinds.includes(.tick))
         }
-        connection.eventKinds = kinds
+        subscriber.eventKinds = kinds
         if names.isEmpty {
-            if connection.subscription == .all {  // Already: only the kinds changed.
-                regroup(connection)
+            if subscriber.subscription == .all {  // Already: only the kinds changed.
+                regroup(subscriber)
                 return
             }
-            unsubscribe(connection)
-            connection.eventKinds = kinds
-            countSubscriber(connection, 1)
-            connection.subscription = .all
-            if kinds.includes(.tick) { setTickInterest(of: connection, true) }
-            regroup(connection)
+            stopFollowing(subscriber)
+            subscriber.eventKinds = kinds
+            countSubscriber(subscriber, 1)
+            subscriber.subscription = .all
+            if kinds.includes(.tick) { setTickInterest(of: subscriber, true) }
+            regroup(subscriber)
             return
         }
-        if connection.subscription == .all {  // Already receives everything.
-            regroup(connection)
+        if subscriber.subscription == .all {  // Already receives everything.
+            regroup(subscriber)
             return
         }
         for name in wanted.subtracting(followed) {
-            nameSubscribers[name, default: [:]][connection.id] = connection
+            nameSubscribers[name, default: [:]][subscriber.id] = subscriber
             if kinds.includes(.tick) { tickInterest.key(name, true) }
         }
-        if connection.subscription == .none {
-            countSubscriber(connection, 1)
+        if subscriber.subscription == .none {
+            countSubscriber(subscriber, 1)
         }
-        connection.subscription = .names(wanted)
+        subscriber.subscription = .names(wanted)
     }
 
     /// Adds a key prefix to a connection's subscription: every countdown whose key starts with
@@ -156,115 +183,116 @@ final class EventFanOut {
     /// - Throws: `bad-request` on a connection that follows names or another prefix.
     func subscribe(_ connection: Connection, toPrefix prefix: String, kinds: EventKindSet) throws(ProtocolError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        switch connection.subscription {
+        let subscriber = subscriber(of: connection)
+        switch subscriber.subscription {
         case .all:
             throw ProtocolError(.badRequest, "this connection follows everything; follow a prefix on another connection")
         case .names:
             throw ProtocolError(.badRequest, "this connection follows names; follow a prefix on another connection")
         case .prefix(let other) where other != prefix:
             // One prefix per connection: its snapshots (and a cluster's resync) are one listing.
-            let shown = CountdownAddress.display(other, owner: connection.peerUID, to: connection.peerUID)
+            let shown = CountdownAddress.display(other, owner: subscriber.uid, to: subscriber.uid)
             throw ProtocolError(.badRequest, "this connection follows the prefix '\(shown)' already; follow another on a connection of its own")
         case .prefix, .none:
             break
         }
         // New kinds apply to what it already follows: its ticks start or stop there.
-        if connection.eventKinds.includes(.tick) != kinds.includes(.tick) {
-            setTickInterest(of: connection, kinds.includes(.tick))  // Nothing while it follows nothing.
+        if subscriber.eventKinds.includes(.tick) != kinds.includes(.tick) {
+            setTickInterest(of: subscriber, kinds.includes(.tick))  // Nothing while it follows nothing.
         }
-        connection.eventKinds = kinds
-        guard connection.subscription == .none else {
-            regroup(connection)
+        subscriber.eventKinds = kinds
+        guard subscriber.subscription == .none else {
+            regroup(subscriber)
             return
         }
-        connection.subscription = .prefix(prefix)
-        countSubscriber(connection, 1)
-        if kinds.includes(.tick) { setTickInterest(of: connection, true) }
+        subscriber.subscription = .prefix(prefix)
+        countSubscriber(subscriber, 1)
+        if kinds.includes(.tick) { setTickInterest(of: subscriber, true) }
         if prefixSubscribers[prefix] == nil { prefixLengths[prefix.utf8.count, default: 0] += 1 }
-        prefixSubscribers[prefix, default: [:]][connection.id] = connection
+        prefixSubscribers[prefix, default: [:]][subscriber.id] = subscriber
     }
 
-    /// Every connection subscribed to anything, once each.
-    var subscribedConnections: [Connection] {
-        var seen: [Int: Connection] = allSubscribers
-        seen.merge(allStreamSubscribers) { first, _ in first }
-        for group in ownerSubscribers.values { seen.merge(group) { first, _ in first } }
-        for group in ownerStreamSubscribers.values { seen.merge(group) { first, _ in first } }
-        for group in nameSubscribers.values { seen.merge(group) { first, _ in first } }
-        for group in prefixSubscribers.values { seen.merge(group) { first, _ in first } }
-        return Array(seen.values)
+    /// Every connection subscribed to anything, with what it follows and the kinds it takes.
+    var subscriptions: [(connection: Connection, following: Subscription, kinds: EventKindSet)] {
+        subscribers.values.filter { $0.subscription != .none }.map { ($0.connection, $0.subscription, $0.eventKinds) }
     }
 
     /// How many names or prefixes a connection follows (0 when it follows all or none).
     func subscriptionCount(_ connection: Connection) -> Int {
-        switch connection.subscription {
+        switch subscription(of: connection) {
         case .names(let names): names.count
         case .prefix: 1
         case .none, .all: 0
         }
     }
 
-    /// Stops all events to a connection.
+    /// Stops all events to a connection, and forgets it.
     func unsubscribe(_ connection: Connection) {
-        guard connection.subscription != .none else { return }
-        if connection.eventKinds.includes(.tick) { setTickInterest(of: connection, false) }
-        switch connection.subscription {
+        guard let subscriber = subscribers.removeValue(forKey: connection.id) else { return }
+        stopFollowing(subscriber)
+    }
+
+    /// Takes a subscriber out of everything it follows; its record stays (kinds back to all).
+    private func stopFollowing(_ subscriber: Subscriber) {
+        guard subscriber.subscription != .none else { return }
+        if subscriber.eventKinds.includes(.tick) { setTickInterest(of: subscriber, false) }
+        switch subscriber.subscription {
         case .none:
             return
         case .all:
             break  // Out of its groups below (`regroup`), once it follows nothing.
         case .names(let names):
             for name in names {
-                nameSubscribers[name]?[connection.id] = nil
+                nameSubscribers[name]?[subscriber.id] = nil
                 if nameSubscribers[name]?.isEmpty == true {
                     nameSubscribers[name] = nil
                 }
             }
         case .prefix(let prefix):
-            prefixSubscribers[prefix]?[connection.id] = nil
+            prefixSubscribers[prefix]?[subscriber.id] = nil
             if prefixSubscribers[prefix]?.isEmpty == true {
                 prefixSubscribers[prefix] = nil
                 prefixLengths[prefix.utf8.count, default: 1] -= 1
                 if prefixLengths[prefix.utf8.count] == 0 { prefixLengths[prefix.utf8.count] = nil }
             }
         }
-        connection.subscription = .none
-        connection.eventKinds = .all
-        countSubscriber(connection, -1)
-        if connection.areTicksHeld {
-            connection.areTicksHeld = false
+        subscriber.subscription = .none
+        subscriber.eventKinds = .all
+        countSubscriber(subscriber, -1)
+        if subscriber.areTicksHeld {
+            subscriber.areTicksHeld = false
             heldCount -= 1
         }
-        regroup(connection)
+        regroup(subscriber)
     }
 
-    /// Puts a connection that follows everything in the groups it qualifies for now, and takes
+    /// Puts a subscriber that follows everything in the groups it qualifies for now, and takes
     /// it out of the others: the stream (every kind), or event by event (some kinds), and then
     /// the tick group too while it takes ticks and is not held. One that follows something else
     /// (or nothing) is in none of them.
-    private func regroup(_ connection: Connection) {
-        let followsAll = connection.subscription == .all
-        let streamed = followsAll && connection.eventKinds == .all
+    private func regroup(_ subscriber: Subscriber) {
+        let followsAll = subscriber.subscription == .all
+        let streamed = followsAll && subscriber.eventKinds == .all
         let eventByEvent = followsAll && !streamed
-        let ticks = eventByEvent && connection.eventKinds.includes(.tick) && !connection.areTicksHeld
-        let id = connection.id
-        if connection.peerUID == 0 {
-            allStreamSubscribers[id] = streamed ? connection : nil
-            allSubscribers[id] = eventByEvent ? connection : nil
-            allTickSubscribers[id] = ticks ? connection : nil
+        let ticks = eventByEvent && subscriber.eventKinds.includes(.tick) && !subscriber.areTicksHeld
+        let id = subscriber.id
+        if subscriber.uid == 0 {
+            allStreamSubscribers[id] = streamed ? subscriber : nil
+            allSubscribers[id] = eventByEvent ? subscriber : nil
+            allTickSubscribers[id] = ticks ? subscriber : nil
         } else {
-            Self.place(connection, streamed, in: &ownerStreamSubscribers)
-            Self.place(connection, eventByEvent, in: &ownerSubscribers)
-            Self.place(connection, ticks, in: &ownerTickSubscribers)
+            Self.place(subscriber, streamed, in: &ownerStreamSubscribers)
+            Self.place(subscriber, eventByEvent, in: &ownerSubscribers)
+            Self.place(subscriber, ticks, in: &ownerTickSubscribers)
         }
     }
 
-    /// Puts `connection` in its uid's group (`member`), or takes it out, dropping an emptied group.
-    private static func place(_ connection: Connection, _ member: Bool, in groups: inout [UInt32: [Int: Connection]]) {
-        let uid = connection.peerUID
+    /// Puts `subscriber` in its uid's group (`member`), or takes it out, dropping an emptied group.
+    private static func place(_ subscriber: Subscriber, _ member: Bool, in groups: inout [UInt32: [Int: Subscriber]]) {
+        let uid = subscriber.uid
         if member {
-            groups[uid, default: [:]][connection.id] = connection
-        } else if groups[uid]?.removeValue(forKey: connection.id) != nil, groups[uid]?.isEmpty == true {
+            groups[uid, default: [:]][subscriber.id] = subscriber
+        } else if groups[uid]?.removeValue(forKey: subscriber.id) != nil, groups[uid]?.isEmpty == true {
             groups[uid] = nil
         }
     }
@@ -273,24 +301,24 @@ final class EventFanOut {
     /// tick of each countdown it follows brings it up to date.
     func outputDrained(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard connection.areTicksHeld else { return }
-        connection.areTicksHeld = false
+        guard let subscriber = subscribers[connection.id], subscriber.areTicksHeld else { return }
+        subscriber.areTicksHeld = false
         heldCount -= 1
-        regroup(connection)
+        regroup(subscriber)
     }
 
     /// Root's connections that follow everything and take ticks: while there is one, every
     /// countdown ticks.
     private var tickingAllSubscribers = 0
 
-    /// Tells the engine that what `connection` follows is (or is no longer) watched for ticks.
-    /// A connection holds tick interest while it follows something and takes ticks; this is
+    /// Tells the engine that what `subscriber` follows is (or is no longer) watched for ticks.
+    /// A subscriber holds tick interest while it follows something and takes ticks; this is
     /// called exactly when that starts or stops, so the engine's counts stay balanced.
-    private func setTickInterest(of connection: Connection, _ on: Bool) {
-        switch connection.subscription {
+    private func setTickInterest(of subscriber: Subscriber, _ on: Bool) {
+        switch subscriber.subscription {
         case .none:
             return
-        case .prefix(let keyPrefix) where connection.peerUID == 0:
+        case .prefix(let keyPrefix) where subscriber.uid == 0:
             // Root's prefix of one other user's keys makes that user's tick; else everything does.
             if let owner = CountdownAddress.onlyOwner(ofKeysStartingWith: keyPrefix), owner != 0 {
                 tickInterest.owner(owner, on)
@@ -298,17 +326,19 @@ final class EventFanOut {
                 tickingAllSubscribers += on ? 1 : -1
                 tickInterest.everything(tickingAllSubscribers > 0)
             }
-        case .all where connection.peerUID == 0:
+        case .all where subscriber.uid == 0:
             tickingAllSubscribers += on ? 1 : -1
             tickInterest.everything(tickingAllSubscribers > 0)
         case .all, .prefix:
-            tickInterest.owner(connection.peerUID, on)
+            tickInterest.owner(subscriber.uid, on)
         case .names(let names):
             for name in names {
                 tickInterest.key(name, on)
             }
         }
     }
+
+    // MARK: - Delivery
 
     /// Queues each event on every subscriber that follows it, as output of `batch`.
     /// - Returns: how many lines were queued (the work the events caused).
@@ -362,37 +392,37 @@ final class EventFanOut {
                 }
                 ownerStreams[event.owner]?.add(ownerEventBuffer, kind: event.kind)
             }
-            for connection in everyone.values {
-                append(eventBuffer, kind: event.kind, to: connection, batch: batch)
+            for subscriber in everyone.values {
+                append(eventBuffer, kind: event.kind, to: subscriber, batch: batch)
             }
             if let byOwner {
-                for connection in byOwner.values {
-                    append(ownerEventBuffer, kind: event.kind, to: connection, batch: batch)
+                for subscriber in byOwner.values {
+                    append(ownerEventBuffer, kind: event.kind, to: subscriber, batch: batch)
                 }
             }
             if let byName {
-                for connection in byName.values {
-                    let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
-                    append(line, kind: event.kind, to: connection, batch: batch)
+                for subscriber in byName.values {
+                    let line = separateOwnerLine && subscriber.uid == event.owner ? ownerEventBuffer : eventBuffer
+                    append(line, kind: event.kind, to: subscriber, batch: batch)
                 }
             }
             for group in byPrefix {
-                for connection in group.values {
-                    let line = separateOwnerLine && connection.peerUID == event.owner ? ownerEventBuffer : eventBuffer
-                    append(line, kind: event.kind, to: connection, batch: batch)
+                for subscriber in group.values {
+                    let line = separateOwnerLine && subscriber.uid == event.owner ? ownerEventBuffer : eventBuffer
+                    append(line, kind: event.kind, to: subscriber, batch: batch)
                 }
             }
             if !fallenBehind.isEmpty { holdFallenBehind() }
         }
         // The streams go last: a subscriber is in one group only, so its lines keep their order.
         if streamsToRoot {
-            for connection in allStreamSubscribers.values {
-                append(rootStream, to: connection, batch: batch)
+            for subscriber in allStreamSubscribers.values {
+                append(rootStream, to: subscriber, batch: batch)
             }
         }
         for (uid, stream) in ownerStreams {
-            for connection in ownerStreamSubscribers[uid]?.values ?? [:].values {
-                append(stream, to: connection, batch: batch)
+            for subscriber in ownerStreamSubscribers[uid]?.values ?? [:].values {
+                append(stream, to: subscriber, batch: batch)
             }
         }
         return queuedLines
@@ -438,55 +468,60 @@ final class EventFanOut {
     /// Queues a stream on a subscriber, by the same rules as `append(_:kind:to:batch:)` event by
     /// event: its ticks only while it is not behind (nor would be past half the hard limit with
     /// them), every lifecycle line up to the hard limit.
-    private func append(_ stream: EventStream, to connection: Connection, batch: Int) {
-        guard !connection.isClosing else { return }
-        if stream.hasTicks && !connection.areTicksHeld {
-            if connection.unsentAfterLastWrite >= tickHoldThreshold {
-                holdTicks(of: connection)
-            } else if connection.output.byteCount + stream.all.count >= outputHardLimit / 2 {
+    private func append(_ stream: EventStream, to subscriber: Subscriber, batch: Int) {
+        guard let backlog = clients.backlog(of: subscriber.connection) else { return }
+        if stream.hasTicks && !subscriber.areTicksHeld {
+            if backlog.unsent >= tickHoldThreshold {
+                holdTicks(of: subscriber)
+            } else if backlog.queued + stream.all.count >= outputHardLimit / 2 {
                 // Its ticks would pass half the hard limit: it takes them up to there, as event by
                 // event, not none of them.
-                appendLineByLine(stream, to: connection, batch: batch)
+                appendLineByLine(stream, to: subscriber, batch: batch)
                 return
             }
         }
         // Every line, unless it is held and the stream has ticks.
-        let takesAll = !connection.areTicksHeld || !stream.hasTicks
+        let takesAll = !subscriber.areTicksHeld || !stream.hasTicks
         if !takesAll && !stream.keepsLifecycle {
             // Held just now: its lifecycle lines are picked out of the stream.
-            appendLineByLine(stream, to: connection, batch: batch)
+            appendLineByLine(stream, to: subscriber, batch: batch)
             return
         }
         let (bytes, lines) = takesAll ? (stream.all, stream.allLines) : (stream.lifecycle, stream.lifecycleLines)
         guard lines > 0 else { return }
-        clients.touch(connection, batch: batch)
-        connection.output.appendShared(bytes)
+        clients.queueSharedEvents(bytes, on: subscriber.connection, batch: batch)
         queuedLines += lines
-        if connection.output.byteCount > outputHardLimit {
-            clients.overflow(connection)
-        }
     }
 
     /// Queues a stream line by line, each by `append(_:kind:to:batch:)` as event by event: ticks
     /// until half the hard limit (then it is held), every lifecycle line up to the hard limit.
-    private func appendLineByLine(_ stream: EventStream, to connection: Connection, batch: Int) {
+    private func appendLineByLine(_ stream: EventStream, to subscriber: Subscriber, batch: Int) {
         var start = 0
         for (end, kind) in stream.lineEnds {
-            append(Array(stream.all[start..<end]), kind: kind, to: connection, batch: batch)
+            append(Array(stream.all[start..<end]), kind: kind, to: subscriber, batch: batch)
             start = end
         }
         if !fallenBehind.isEmpty { holdFallenBehind() }
     }
 
+    /// Sends a subscribed connection no ticks until its output drains (`outputDrained`), as a
+    /// delivery does with one it finds behind.
+    func holdTicks(of connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let subscriber = subscribers[connection.id], !subscriber.areTicksHeld else { return }
+        holdTicks(of: subscriber)
+        regroup(subscriber)
+    }
+
     /// Sends a subscriber no ticks until its output drains (`outputDrained`).
-    private func holdTicks(of connection: Connection) {
-        connection.areTicksHeld = true
+    private func holdTicks(of subscriber: Subscriber) {
+        subscriber.areTicksHeld = true
         heldCount += 1
     }
 
     /// The prefix subscribers whose prefix starts `key`: one lookup per prefix length.
-    private func prefixGroups(matching key: String) -> [[Int: Connection]] {
-        var groups: [[Int: Connection]] = []
+    private func prefixGroups(matching key: String) -> [[Int: Subscriber]] {
+        var groups: [[Int: Subscriber]] = []
         let bytes = key.utf8
         for length in prefixLengths.keys where length <= bytes.count {
             if let group = prefixSubscribers[String(Substring(bytes.prefix(length)))] { groups.append(group) }
@@ -494,33 +529,29 @@ final class EventFanOut {
         return groups
     }
 
-    private func append(_ line: [UInt8], kind: EventKind, to connection: Connection, batch: Int) {
-        guard !connection.isClosing, connection.eventKinds.includes(kind) else { return }
+    private func append(_ line: [UInt8], kind: EventKind, to subscriber: Subscriber, batch: Int) {
+        guard subscriber.eventKinds.includes(kind), let backlog = clients.backlog(of: subscriber.connection) else { return }
         if kind == .tick {
-            guard !connection.areTicksHeld else { return }
+            guard !subscriber.areTicksHeld else { return }
             // Behind before this batch, not by what this batch queues: a client that reads keeps
             // up with a burst of a hundred thousand ticks in one batch.
             // Half the hard limit in one batch is too much all the same: ticks never get a
             // subscriber disconnected.
-            if connection.unsentAfterLastWrite >= tickHoldThreshold || connection.output.byteCount >= outputHardLimit / 2 {
-                holdTicks(of: connection)
-                fallenBehind.append(connection)  // Out of the groups once this event is delivered.
+            if backlog.unsent >= tickHoldThreshold || backlog.queued >= outputHardLimit / 2 {
+                holdTicks(of: subscriber)
+                fallenBehind.append(subscriber)  // Out of the groups once this event is delivered.
                 return
             }
         }
-        clients.touch(connection, batch: batch)
-        connection.output.append(line)
+        clients.queueEvent(line, on: subscriber.connection, batch: batch)
         queuedLines += 1
-        if connection.output.byteCount > outputHardLimit {
-            clients.overflow(connection)
-        }
     }
 
     /// Takes the subscribers just found behind out of the tick groups (not while those are being
     /// walked).
     private func holdFallenBehind() {
-        for connection in fallenBehind {
-            regroup(connection)
+        for subscriber in fallenBehind {
+            regroup(subscriber)
         }
         fallenBehind.removeAll(keepingCapacity: true)
     }
