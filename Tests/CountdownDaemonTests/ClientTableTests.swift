@@ -552,6 +552,85 @@ extension ClientTableTests {
     /// Three connections of uid 65534 that read nothing until told to, from a python3 run under
     /// setpriv: it prints `ready`, waits for a line on its stdin, then reads each connection for
     /// a second and prints, per connection, the bytes it got and its last line's first 200 bytes.
+    /// Two clients of uid nobody's: each prints the first `count` lines it receives, after its
+    /// greeting, joined by `|`, once told to read. Everything was written before, so the read
+    /// never waits on the daemon; the timeout only ends a failing run (lines missing) instead of
+    /// hanging it.
+    static let nobodyStreamClients = """
+        import socket, sys
+        path, count = sys.argv[1], int(sys.argv[2])
+        conns = []
+        for _ in range(2):
+            s = socket.socket(socket.AF_UNIX); s.connect(path); conns.append(s)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for s in conns:
+            s.settimeout(60)
+            data = b""
+            while data.count(b"\\n") < count + 1:
+                try:
+                    chunk = s.recv(1 << 16)
+                except socket.timeout:
+                    break
+                if not chunk: break
+                data += chunk
+            print("|".join(l.decode() for l in data.split(b"\\n")[1:count + 1]), flush=True)
+        """
+
+    @Test(
+        "a user's subscribers that follow all of theirs share that user's stream, kept between deliveries: two deliveries before anything is written arrive whole and in order, named as the user writes them, and root's own events do not reach them",
+        .enabled(if: getuid() == 0, "needs root to connect as another uid (setpriv --reuid=nobody)"),
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") && FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"), "needs setpriv and python3")
+    )
+    func ownerStreamsKeptBetweenDeliveries() throws {
+        let harness = try TableHarness(socketMode: 0o666)
+        defer { harness.finish() }
+        func owned(_ sequence: UInt64, _ kind: EventKind, _ name: String, owner: UInt32) -> CountdownEvent {
+            var made = event(sequence, kind, CountdownAddress.key(owner: owner, name: name))
+            made.owner = owner
+            return made
+        }
+        let first = [owned(1, .started, "tea", owner: 65534), owned(2, .tick, "tea", owner: 65534), owned(3, .started, "root-only", owner: 0)]
+            + (0..<20).map { owned(UInt64(4 + $0), .tick, "n\($0)", owner: 65534) }
+        let second = [owned(30, .done, "tea", owner: 65534)]
+        let expected = (first + second).filter { $0.owner == 65534 }.map { event in
+            var line: [UInt8] = []
+            WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &line)
+            return String(decoding: line.dropLast(), as: UTF8.self)
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", Self.nobodyStreamClients, harness.socketPath, "\(expected.count)"]
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        let reader = output.fileHandleForReading
+        func readLine() -> String {
+            var line = Data()
+            while let byte = try? reader.read(upToCount: 1), let first = byte.first, first != 10 { line.append(first) }
+            return String(decoding: line, as: UTF8.self)
+        }
+        try #require(readLine() == "ready")
+        try #require(harness.waitOnQueue { harness.clients.count == 2 })
+        harness.queue.sync {
+            for connection in harness.clients.connections.values {
+                #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            }
+            #expect(harness.fanOut.tickGroupMemberCount == 2, "both on their user's stream")
+            let queued = harness.fanOut.deliver(first, batch: harness.batchNumber)
+            #expect(queued == 2 * (first.count - 1), "root's own event goes to neither")
+            harness.fanOut.deliver(second, batch: harness.batchNumber)
+            harness.clients.flushTouched()
+        }
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        let joined = expected.joined(separator: "|")
+        #expect(readLine() == joined)
+        #expect(readLine() == joined)
+        process.waitUntilExit()
+    }
+
     static let nobodyClients = """
         import socket, sys
         conns = []

@@ -282,6 +282,7 @@ final class EventFanOut {
             allTickSubscribers[id] = ticks ? subscriber : nil
         } else {
             Self.place(subscriber, streamed, in: &ownerStreamSubscribers)
+            if ownerStreamSubscribers[subscriber.uid] == nil { ownerStreams[subscriber.uid] = nil }
             Self.place(subscriber, eventByEvent, in: &ownerSubscribers)
             Self.place(subscriber, ticks, in: &ownerTickSubscribers)
         }
@@ -350,7 +351,6 @@ final class EventFanOut {
         // The lifecycle lines apart only where a subscriber on the stream is held. Its buffers
         // are reused from the last delivery unless a queue still shares them.
         rootStream.reset(keepsLifecycle: streamsToRoot && allStreamSubscribers.values.contains { $0.areTicksHeld })
-        var ownerStreams: [UInt32: EventStream] = [:]
         // A tick is gathered only for a stream someone takes ticks from: one whose subscribers
         // are all held costs nothing per tick, as the tick groups cost nothing for theirs.
         let streamsTicksToRoot = streamsToRoot && allStreamSubscribers.values.contains { !$0.areTicksHeld }
@@ -386,9 +386,12 @@ final class EventFanOut {
             }
             if streamsThisToRoot { rootStream.add(eventBuffer, kind: event.kind) }
             if streamsToOwner {
-                if ownerStreams[event.owner] == nil {
+                if ownerStreams[event.owner]?.isInUse != true {
+                    // This user's first event of the delivery: its stream is emptied for it,
+                    // keeping the buffers from the last delivery.
                     let held = ownerStreamSubscribers[event.owner]?.values.contains { $0.areTicksHeld } ?? false
-                    ownerStreams[event.owner] = EventStream(keepsLifecycle: held)
+                    ownerStreams[event.owner, default: EventStream(keepsLifecycle: held)].reset(keepsLifecycle: held)
+                    ownerStreamsInUse.append(event.owner)
                 }
                 ownerStreams[event.owner]?.add(ownerEventBuffer, kind: event.kind)
             }
@@ -420,11 +423,14 @@ final class EventFanOut {
                 append(rootStream, to: subscriber, batch: batch)
             }
         }
-        for (uid, stream) in ownerStreams {
+        for uid in ownerStreamsInUse {
+            guard let stream = ownerStreams[uid] else { continue }
             for subscriber in ownerStreamSubscribers[uid]?.values ?? [:].values {
                 append(stream, to: subscriber, batch: batch)
             }
+            ownerStreams[uid]?.isInUse = false
         }
+        ownerStreamsInUse.removeAll(keepingCapacity: true)
         return queuedLines
     }
 
@@ -452,9 +458,13 @@ final class EventFanOut {
 
         var hasTicks: Bool { allLines > lifecycleLines }
 
+        /// Whether the delivery in progress has added to it (it was reset for that delivery).
+        var isInUse = false
+
         /// Empties it for the next delivery, keeping the buffers a queue does not share.
         mutating func reset(keepsLifecycle: Bool) {
             self.keepsLifecycle = keepsLifecycle
+            isInUse = true
             all.removeAll(keepingCapacity: true)
             lifecycle.removeAll(keepingCapacity: true)
             lifecycleLines = 0
@@ -464,6 +474,11 @@ final class EventFanOut {
 
     /// Root's stream, kept between deliveries so that a small one allocates nothing.
     private var rootStream = EventStream(keepsLifecycle: false)
+    /// Each user's stream (for the user's subscribers that follow all of theirs with every
+    /// kind), kept as root's is while the user has such a subscriber.
+    private var ownerStreams: [UInt32: EventStream] = [:]
+    /// The users whose streams the delivery in progress has added to, in order.
+    private var ownerStreamsInUse: [UInt32] = []
 
     /// Queues a stream on a subscriber, by the same rules as `append(_:kind:to:batch:)` event by
     /// event: its ticks only while it is not behind (nor would be past half the hard limit with
