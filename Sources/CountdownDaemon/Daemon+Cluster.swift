@@ -59,15 +59,15 @@ extension Daemon {
     /// compacted away were never announced): each gets `RESYNC <seq>`, then snapshots of what it
     /// follows (by name: finished ones too, so a waiter learns of a `done` it missed).
     private func announceResync(now: Instant, clock: WallClockMapping) {
-        for (connection, following, kinds) in fanOut.subscriptions where !connection.isClosing {
+        for (connection, following, kinds) in fanOut.subscriptions where !clients.isClosing(connection) {
             let viewer = connection.peerUID
             replyBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendResync(sequence: engine.lastSequence, to: &replyBuffer)
             if kinds.includes(.snapshot) {
                 switch following {
-                case .all where connection.listing == nil:
+                case .all where !clients.isListing(connection):
                     beginActiveSnapshots(on: connection, clock: clock, now: now)
-                case .prefix(let keyPrefix) where connection.listing == nil:
+                case .prefix(let keyPrefix) where !clients.isListing(connection):
                     // The prefix as its user writes it.
                     let prefix = CountdownAddress.display(keyPrefix, owner: viewer, to: viewer)
                     beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
@@ -212,7 +212,7 @@ extension Daemon {
         // SHUTDOWN line instead.
         guard !isStopping else { return }
         precondition(phase == .serving, "cluster replies are queued within a batch")
-        guard !connection.isClosed else { return }
+        guard clients.isOpen(connection) else { return }
         var out: [UInt8] = []
         build(&out)
         batch.items.append((connection, .storeAnswer(out)))

@@ -35,7 +35,7 @@ extension Daemon {
         if progress.listing.isFinished {
             return
         }
-        connection.listing = progress
+        listings[connection.id] = (connection, progress)
         clients.beginListing(connection)
     }
 
@@ -51,8 +51,7 @@ extension Daemon {
     /// current batch. Run once per batch.
     func continueListings(now: Instant) {
         dispatchPrecondition(condition: .onQueue(queue))
-        for connection in clients.listingConnections where connection.output.byteCount < Self.listingOutputThreshold {
-            guard let saved = connection.listing else { continue }
+        for (connection, saved) in listings.values where clients.queuedBytes(of: connection) < Self.listingOutputThreshold {
             // If the batch's commit fails, the slice is taken back and produced again from here.
             batch.items.append((connection, .listingSlice(saved)))
             continueListing(from: saved, on: connection, now: now)
@@ -68,17 +67,17 @@ extension Daemon {
         produceSlice(of: &progress, for: connection.peerUID, now: now)
         appendBesideEvents(to: connection)
         if progress.listing.isFinished {
-            connection.listing = nil
+            listings[connection.id] = nil
             clients.endListing(connection)
         } else {
-            connection.listing = progress
+            listings[connection.id] = (connection, progress)
         }
     }
 
     /// Whether some listing can go on at once (its connection has room): then the next batch
     /// comes without waiting for the poller.
     var hasListingWithRoom: Bool {
-        clients.listingConnections.contains { $0.output.byteCount < Self.listingOutputThreshold }
+        listings.values.contains { clients.queuedBytes(of: $0.connection) < Self.listingOutputThreshold }
     }
 
     /// Encodes the next slice into `replyBuffer`, and the final `OK` of a finished `LIST`.

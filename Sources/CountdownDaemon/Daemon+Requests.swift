@@ -52,19 +52,16 @@ extension Daemon {
         // While a listing is produced, its connection's next requests wait (they come after it).
         // One with changes in etcd is not read from its socket (reading is paused), but its
         // framed requests are served as far as `mayServeNext` allows.
-        guard !connection.isClosed, connection.listing == nil, !connection.isReadingPaused || !connection.changesInFlight.isEmpty else { return }
+        guard clients.mayServe(connection) else { return }
         let now = SystemClock.now()
         turnsThisBatch += 1
         var budget = !batchIsOutOfTime ? Self.requestsPerPass : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
         if batch.work(of: connection.peerUID) >= Self.workPerUserPerBatch {
             budget = 0  // This uid had its share of the batch; the next batch serves it first.
         }
-        // Skipped whole with no complete line framed: not carried over, the poller reports its
-        // socket again (level-triggered). The carried-over set stays as small as what was served.
         let skipped = budget == 0
         budget -= handleLines(of: connection, now: now, limit: budget)
-        reading: while budget > 0 && !connection.isClosing && !connection.isReplyInProgress && !connection.isReadingPaused
-            && connection.output.byteCount < configuration.readPauseThreshold {
+        reading: while budget > 0 && clients.mayRead(connection) {
             switch clients.read(connection) {
             case .read(_, let socketEmptied):
                 budget -= handleLines(of: connection, now: now, limit: budget)
@@ -73,18 +70,15 @@ extension Daemon {
                 // The peer closed its sending side: answer what it sent, then close.
                 handleLines(of: connection, now: now)
                 // A reply in progress holds the rest back; the end of input is read again after it.
-                if connection.isReplyInProgress { break reading }
-                if connection.framer.hasPartialLine {
-                    logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
-                }
-                connection.stopReading()
+                if clients.isReplyInProgress(connection) { break reading }
+                clients.endOfInput(connection)
             case .wouldBlock:
                 break reading
             case .failed:
                 return
             }
         }
-        clients.endTurn(connection, linesLeft: budget <= 0 && !(skipped && !connection.framer.hasFrame))
+        clients.endTurn(connection, budgetUsed: budget <= 0, skipped: skipped)
     }
 
     /// Whether the current batch has used its time for requests.
@@ -106,8 +100,7 @@ extension Daemon {
         // and what they change can be undone without touching what time did.
         advanceTime(to: now)
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
-        while handled < limit, !connection.isClosing, mayServeNext(connection),
-              connection.output.byteCount < configuration.readPauseThreshold, let frame = connection.framer.nextFrame() {
+        while handled < limit, mayServeNext(connection), let frame = clients.nextRequest(of: connection) {
             handled += 1
             if timeBounded && handled % 16 == 0 && batchIsOutOfTime {
                 // This line is handled; the rest wait for the next batch.
@@ -175,15 +168,15 @@ extension Daemon {
     /// go in one transaction), while a read, or a second change of one countdown, waits for the
     /// answers before it, so it sees them.
     func mayServeNext(_ connection: Connection) -> Bool {
-        guard connection.listing == nil else { return false }
-        guard !connection.changesInFlight.isEmpty else { return true }
-        guard connection.changesInFlight.count < Self.changesInFlightPerConnection else { return false }
-        var ahead = connection.framer  // A copy (its buffer shared, never copied): a peek.
-        guard case .line(let bytes)? = ahead.nextFrame(), let request = try? RequestParser.parse(bytes),
+        guard !clients.isListing(connection) else { return false }
+        let inFlight = clients.changesInFlight(of: connection)
+        guard inFlight > 0 else { return true }
+        guard inFlight < Self.changesInFlightPerConnection else { return false }
+        guard case .line(let bytes)? = clients.peekRequest(of: connection), let request = try? RequestParser.parse(bytes),
               let name = request.changedName, let (key, _) = try? CountdownAddress.resolve(name, requester: connection.peerUID) else {
             return false
         }
-        return !connection.isChanging(key)
+        return !clients.isChanging(key, on: connection)
     }
 
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.
@@ -317,7 +310,7 @@ extension Daemon {
             WireEncoder.appendOK(count: lines.count, to: &replyBuffer)
         case .quit:
             WireEncoder.appendOK("bye", to: &replyBuffer)
-            connection.stopReading()
+            clients.stopReading(connection)
         }
     }
 

@@ -77,6 +77,9 @@ public final class Daemon: @unchecked Sendable {
 
     let clients: ClientTable
     let fanOut: EventFanOut
+    /// Replies produced in slices across batches (`LIST`, a new subscriber's snapshots), by
+    /// connection id: continued while their connection has room (`continueListings`).
+    var listings: [Int: (connection: Connection, progress: ListingInProgress)] = [:]
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
     /// How long the last batch's journal commit took (its `fdatasync` under `--durability
@@ -155,7 +158,10 @@ public final class Daemon: @unchecked Sendable {
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         clients.listener = listener
         clients.connectionLimit = connectionLimit()
-        clients.onClose = { [unowned self] connection in fanOut.unsubscribe(connection) }
+        clients.onClose = { [unowned self] connection in
+            fanOut.unsubscribe(connection)
+            listings[connection.id] = nil
+        }
         clients.onOutputDrained = { [unowned self] connection in fanOut.outputDrained(connection) }
         // Ticks only where someone looks: the fan-out tells the engine who follows what.
         fanOut.tickInterest = EventFanOut.TickInterest(
@@ -414,7 +420,7 @@ public final class Daemon: @unchecked Sendable {
         publish(timeEvents)
         let clock = SystemClock.mapping(at: now)
         var slicesRedone = 0
-        for (connection, item) in items where !connection.isClosed && rolledBack.contains(connection.id) {
+        for (connection, item) in items where clients.isOpen(connection) && rolledBack.contains(connection.id) {
             if case .listingSlice(let saved) = item {
                 batch.items.append((connection, item))
                 continueListing(from: saved, on: connection, now: now)

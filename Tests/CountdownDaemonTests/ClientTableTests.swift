@@ -31,7 +31,7 @@ struct ClientTableTests {
         harness.queue.sync {
             harness.clients.touch(connection, batch: harness.batchNumber)
             connection.output.append(Array(repeating: UInt8(ascii: "x"), count: 2047) + [UInt8(ascii: "\n")])
-            harness.clients.endTurn(connection, linesLeft: false)
+            harness.clients.endTurn(connection, budgetUsed: false, skipped: false)
             #expect(connection.isReadingPaused, "2 KiB unsent, past 1 KiB")
             #expect(!connection.watchedFor.contains(.readable), "the poller no longer reports its input")
             harness.clients.flushTouched()  // The socket takes it: drained, carried to the next batch.
@@ -60,7 +60,7 @@ struct ClientTableTests {
             #expect(connection.output.byteCount == 0, "the first change's reply is still to come")
             // Lines left at the end of its turn: served in the next batch beside the change still in
             // etcd, but its socket is not read meanwhile.
-            harness.clients.endTurn(connection, linesLeft: true)
+            harness.clients.endTurn(connection, budgetUsed: true, skipped: false)
             #expect(harness.clients.takeCarriedOver(rotation: 64).map(\.id) == [connection.id])
             #expect(!connection.watchedFor.contains(.readable), "not read while a change is in flight")
             #expect(connection.isReplyInProgress && connection.isChanging("a") && !connection.isChanging("b"))

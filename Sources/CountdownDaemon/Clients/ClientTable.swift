@@ -38,8 +38,6 @@ final class ClientTable: @unchecked Sendable {
     private var carried: [Int: Connection] = [:]
     /// The id the last turn of carried-over connections ended at (`takeCarriedOver`).
     private var carriedTurn = 0
-    /// Connections with a listing in progress (`Connection.listing`), continued batch by batch.
-    private var listings: [Int: Connection] = [:]
     private var nextConnectionID = 1
     /// Store tickets handed out (`hold`).
     private var ticketsIssued = 0
@@ -65,7 +63,8 @@ final class ClientTable: @unchecked Sendable {
     private let overflowed: RateLimitedWarning
     /// Closes hung-up clients' descriptors off the queue.
     private let closer = DescriptorCloser()
-    /// Called for a connection that is being closed (to forget its subscriptions).
+    /// Called for a connection that is being closed or disconnected for overflow (to forget its
+    /// subscriptions and any listing in progress on it).
     var onClose: (Connection) -> Void = { _ in }
     /// Called when a connection's output was all written (a subscriber held for being behind
     /// takes ticks again).
@@ -224,12 +223,90 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
+    // MARK: - Serving requests
+
+    /// Whether a connection's turn may serve requests now: it is open, no listing is in progress
+    /// on it, and it is read (or, with changes in etcd, holds framed requests to serve beside them).
+    func mayServe(_ connection: Connection) -> Bool {
+        !connection.isClosed && !connection.isListing && (!connection.isReadingPaused || !connection.changesInFlight.isEmpty)
+    }
+
+    /// Whether more may be read from a connection's socket in this turn: it is not closing, no
+    /// reply is in progress, and fewer than `readPauseThreshold` bytes of replies wait.
+    func mayRead(_ connection: Connection) -> Bool {
+        !connection.isClosing && !connection.isReplyInProgress && !connection.isReadingPaused
+            && connection.output.byteCount < configuration.readPauseThreshold
+    }
+
+    /// The connection's next framed request, taken from its framer; `nil` when none is complete,
+    /// when it is closing, or while `readPauseThreshold` bytes of replies wait (backpressure: the
+    /// lines wait in the framer until the replies drain).
+    func nextRequest(of connection: Connection) -> LineFramer.Frame? {
+        guard !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold else { return nil }
+        return connection.framer.nextFrame()
+    }
+
+    /// The connection's next framed request, left in its framer (a copy of the framer shares its
+    /// buffer, never copies it).
+    func peekRequest(of connection: Connection) -> LineFramer.Frame? {
+        var ahead = connection.framer
+        return ahead.nextFrame()
+    }
+
+    /// Whether a listing is in progress on the connection (`beginListing`).
+    func isListing(_ connection: Connection) -> Bool {
+        connection.isListing
+    }
+
+    /// Whether a reply is being produced over several batches: a listing, or changes in etcd.
+    func isReplyInProgress(_ connection: Connection) -> Bool {
+        connection.isReplyInProgress
+    }
+
+    /// How many of the connection's changes wait for the store (etcd), and whether one of them
+    /// changes `key`.
+    func changesInFlight(of connection: Connection) -> Int {
+        connection.changesInFlight.count
+    }
+
+    func isChanging(_ key: String, on connection: Connection) -> Bool {
+        connection.isChanging(key)
+    }
+
+    /// Whether the connection is open (not closed and forgotten), and whether it still takes
+    /// requests (not after `QUIT`, its peer's end of input, or an overflow).
+    func isOpen(_ connection: Connection) -> Bool { !connection.isClosed }
+    func isClosing(_ connection: Connection) -> Bool { connection.isClosing }
+
+    /// The peer closed its sending side: nothing more is read, and the connection closes once
+    /// its output is written. A partial last line is dropped (logged at debug level).
+    func endOfInput(_ connection: Connection) {
+        if connection.framer.hasPartialLine {
+            logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
+        }
+        connection.stopReading()
+    }
+
+    /// `QUIT`: nothing more is read; the connection closes once its output is written.
+    func stopReading(_ connection: Connection) {
+        connection.stopReading()
+    }
+
+    /// Bytes queued on the connection and not yet written.
+    func queuedBytes(of connection: Connection) -> Int {
+        connection.output.byteCount
+    }
+
     /// Applies backpressure after a connection's turn: with `readPauseThreshold` (4 MiB) of output
-    /// unsent it is not read until that drains; one with lines left is carried to the next batch.
-    func endTurn(_ connection: Connection, linesLeft: Bool) {
+    /// unsent it is not read until that drains; one that used its whole budget with lines left
+    /// is carried to the next batch. One skipped whole (`budgetUsed` before anything was served)
+    /// is carried only if it has a complete line framed: otherwise the poller reports its socket
+    /// again (level-triggered), and the carried-over set stays as small as what was served.
+    func endTurn(_ connection: Connection, budgetUsed: Bool, skipped: Bool) {
+        let linesLeft = budgetUsed && !(skipped && !connection.framer.hasFrame)
         if connection.output.byteCount >= configuration.readPauseThreshold {
             connection.pauseReading()
-        } else if linesLeft && !connection.isClosing && connection.listing == nil {
+        } else if linesLeft && !connection.isClosing && !connection.isListing {
             // Also with changes in etcd: the lines left may change other countdowns.
             carried[connection.id] = connection
         }
@@ -244,7 +321,7 @@ final class ClientTable: @unchecked Sendable {
     /// serves the same connections every time.
     func takeCarriedOver(rotation: Int) -> [Connection] {
         defer { carried = [:] }
-        var waiting = carried.values.filter { !$0.isClosed && $0.listing == nil }
+        var waiting = carried.values.filter { !$0.isClosed && !$0.isListing }
         guard !waiting.isEmpty else { return [] }
         waiting.sort { $0.id < $1.id }
         if let first = waiting.firstIndex(where: { $0.id > carriedTurn }) {
@@ -261,20 +338,18 @@ final class ClientTable: @unchecked Sendable {
 
     // MARK: - Listings
 
-    /// The connections whose listing is in progress.
-    var listingConnections: Dictionary<Int, Connection>.Values { listings.values }
-
-    /// A listing started on `connection`: it is not read until the listing ends (its requests
-    /// are answered in order, after it), and it is not closed while the listing goes on.
+    /// A listing started on `connection` (its slices are produced by the daemon, batch by
+    /// batch): it is not read until the listing ends (its requests are answered in order, after
+    /// it), and it is not closed while the listing goes on.
     func beginListing(_ connection: Connection) {
-        listings[connection.id] = connection
+        connection.isListing = true
         connection.pauseReading()
         carried[connection.id] = nil
     }
 
     /// The listing on `connection` ended: its framed requests are served in the next batch.
     func endListing(_ connection: Connection) {
-        listings[connection.id] = nil
+        connection.isListing = false
         carried[connection.id] = connection
     }
 
@@ -459,7 +534,6 @@ final class ClientTable: @unchecked Sendable {
         touched[connection.id] = nil
         connection.touchedInBatch = -1
         carried[connection.id] = nil
-        listings[connection.id] = nil
         // Off the queue only while clients and descriptors not yet closed fit the connection
         // limit together: that limit is what the descriptor limit leaves room for, so a
         // descriptor waiting for the closer never takes an accept's (nor the daemon's own files').
@@ -483,6 +557,9 @@ final class ClientTable: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         overflowed.warn("connection \(connection.id) (uid \(connection.peerUID)): \(reason); disconnecting it", now: SystemClock.now())
         onClose(connection)
+        // Its listing, if any, was dropped with its subscriptions (`onClose`): nothing follows
+        // the ERR line, and the connection closes as soon as that is written.
+        connection.isListing = false
         connection.stopReading()
         if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
         connection.output.discardAllButCurrentLine()

@@ -3,6 +3,10 @@ import Glibc
 
 /// One client connection. Every property is owned by the daemon's queue.
 ///
+/// Private to the client table in all but name: outside `Clients/`, code reads only `id` and
+/// `peerUID` and passes the connection as a handle to `ClientTable` (the fan-out and the daemon
+/// queue output, read requests and follow listings through it).
+///
 /// Descriptor life: registered with the poller at accept, watched for input while requests are
 /// read and for room to write only while output is waiting for the socket to drain; unregistered,
 /// then closed (a client table's on `DescriptorCloser`'s thread).
@@ -28,9 +32,9 @@ final class Connection {
     /// Bytes the socket did not take when its output was last written: how far behind the client
     /// was before the current batch (what the batch itself queues does not count).
     var unsentAfterLastWrite = 0
-    /// A reply produced in slices across batches (`LIST`, a new subscriber's snapshots). While
-    /// it is unfinished, the connection's further requests wait.
-    var listing: ListingInProgress?
+    /// A reply is produced in slices across batches (`LIST`, a new subscriber's snapshots;
+    /// `ClientTable.beginListing`). While it is unfinished, the connection's further requests wait.
+    var isListing = false
     /// Changes of this connection's that a store decides later (etcd), oldest first, with the
     /// key each changes (`ClientTable.hold`). Until the last is answered, the connection is not
     /// read from its socket; requests already framed are served beside them only if they change
@@ -41,7 +45,7 @@ final class Connection {
     fileprivate var repliesInOrder: [(ticket: StoreTicket?, bytes: [UInt8])] = []
     /// A reply is being produced over several batches (a listing, or a change in etcd): the
     /// connection is not read, and not closed, until it is done.
-    var isReplyInProgress: Bool { listing != nil || !changesInFlight.isEmpty }
+    var isReplyInProgress: Bool { isListing || !changesInFlight.isEmpty }
 
     /// Whether a change of `key` of this connection's is in flight.
     func isChanging(_ key: String) -> Bool {
@@ -198,7 +202,7 @@ extension ClientTable {
     /// request order: the connection is not read from its socket until every ticket it holds
     /// is answered, and replies after this one wait for it (`queueReply`).
     func hold(_ connection: Connection, changing key: String) -> StoreTicket {
-        precondition(connection.listing == nil, "connection \(connection.id) held for a change during a listing")
+        precondition(!connection.isListing, "connection \(connection.id) held for a change during a listing")
         precondition(!connection.isChanging(key), "connection \(connection.id) held for a second change of one countdown before the first was answered")
         let ticket = StoreTicket(number: issueTicketNumber())
         connection.changesInFlight.append((ticket, key))

@@ -64,7 +64,7 @@ final class TableHarness: @unchecked Sendable {
             while case .line(let bytes)? = connection.framer.nextFrame() {
                 lines[connection.id, default: []].append(String(decoding: bytes, as: UTF8.self))
             }
-            clients.endTurn(connection, linesLeft: false)
+            clients.endTurn(connection, budgetUsed: false, skipped: false)
         case .endOfInput:
             clients.close(connection)
         case .wouldBlock, .failed:
