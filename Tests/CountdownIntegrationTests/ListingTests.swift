@@ -146,6 +146,30 @@ extension Integration {
             #expect(try statValue("listings_in_progress", on: control) == 0)
         }
 
+        @Test("a subscriber cut off for overflow while its snapshots are still being listed gets nothing after its ERR overflow, and the listing ends with it")
+        func overflowEndsSnapshots() throws {
+            // A grace period longer than the test: the client is closed once it has read its ERR.
+            let daemon = try DaemonProcess(arguments: ["--output-limit", "65536", "--overflow-grace", "600000"])
+            let control = try daemon.connect()
+            try startMany(20_000, on: control)
+            let stuck = try daemon.connect()
+            try stuck.send("SUBSCRIBE EVENTS lifecycle,snapshot\n")  // Not read for now.
+            try waitUntil(timeout: 60) { (try? statValue("listings_in_progress", on: control)) == 1 }
+            // Its snapshots pile up unsent (up to the listing's 256 KiB); a lifecycle event it
+            // follows, queued past the 64 KiB limit, cuts it off. Until then each CANCEL queues.
+            var cancelled = 0
+            try waitUntil(timeout: 60) {
+                _ = try control.request("CANCEL c\(cancelled)")
+                cancelled += 1
+                return try statValue("listings_in_progress", on: control) == 0
+            }
+            var lines: [String] = []
+            while let line = try stuck.readLine(timeout: 30) { lines.append(line) }
+            let cut = try #require(lines.firstIndex { $0.hasPrefix("ERR overflow ") }, "no ERR overflow among \(lines.count) lines")
+            #expect(cut == lines.count - 1, "\(lines.count - 1 - cut) lines after ERR overflow, the first: \(lines[min(cut + 1, lines.count - 1)])")
+            #expect(lines.first == "OK subscribed all seq 20000 events lifecycle,snapshot")
+        }
+
         @Test(
             "a LIST read while commits fail (a full tmpfs): slices undone with their batch are produced again; the reply is whole and consistent",
             .enabled(if: StorageFaults.canMountTmpfs, "needs root and permission to mount a tmpfs")
