@@ -52,6 +52,8 @@ extension Daemon {
     func continueListings(now: Instant) {
         dispatchPrecondition(condition: .onQueue(queue))
         for (connection, saved) in listings.values where clients.queuedBytes(of: connection) < Self.listingOutputThreshold {
+            // Ended meanwhile: cut off for overflow by the events of a listing before it.
+            guard listings[connection.id] != nil else { continue }
             // If the batch's commit fails, the slice is taken back and produced again from here.
             batch.items.append((connection, .listingSlice(saved)))
             continueListing(from: saved, on: connection, now: now)
@@ -64,6 +66,9 @@ extension Daemon {
         var progress = progress
         replyBuffer.removeAll(keepingCapacity: true)
         advanceTime(to: now)
+        // The events that fell due may have cut this connection off (`ERR overflow`; during a
+        // listing nothing else closes it): its listing ended with it, and nothing follows the ERR.
+        guard !clients.isClosing(connection) else { return }
         produceSlice(of: &progress, for: connection.peerUID, now: now)
         appendBesideEvents(to: connection)
         if progress.listing.isFinished {

@@ -146,18 +146,10 @@ public final class Daemon: @unchecked Sendable {
         try started.get().run { [unowned self] batch in runBatch(batch) }
     }
 
-    /// Sets everything up on the queue; READY=1 is the last step, once connections are accepted.
-    /// - Returns: the poller, for the calling thread to run.
-    private func start() throws(DaemonError) -> EventPoller {
-        dispatchPrecondition(condition: .onQueue(queue))
-        raiseDescriptorLimit()
-        returnLargeBlocksToTheSystem()
-        // In cluster mode the state directory keeps this host's copy, and so the etcd revision it
-        // reached (its `seq`): the watch resumes after it.
-        try recoverState()
-        let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
-        clients.listener = listener
-        clients.connectionLimit = connectionLimit()
+    /// Wires the client table and the fan-out to the daemon: a closed (or cut off) connection's
+    /// subscriptions and listing are forgotten, a drained one takes ticks again, and the engine
+    /// learns who follows what. Called once, by `start`.
+    func connectComponents() {
         clients.onClose = { [unowned self] connection in
             fanOut.unsubscribe(connection)
             listings[connection.id] = nil
@@ -173,6 +165,21 @@ public final class Daemon: @unchecked Sendable {
                 if on { engine.watch(key, now: SystemClock.now()) } else { engine.unwatch(key) }
             }
         )
+    }
+
+    /// Sets everything up on the queue; READY=1 is the last step, once connections are accepted.
+    /// - Returns: the poller, for the calling thread to run.
+    private func start() throws(DaemonError) -> EventPoller {
+        dispatchPrecondition(condition: .onQueue(queue))
+        raiseDescriptorLimit()
+        returnLargeBlocksToTheSystem()
+        // In cluster mode the state directory keeps this host's copy, and so the etcd revision it
+        // reached (its `seq`): the watch resumes after it.
+        try recoverState()
+        let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
+        clients.listener = listener
+        clients.connectionLimit = connectionLimit()
+        connectComponents()
         let poller = try EventPoller(queue: queue)
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }

@@ -549,9 +549,6 @@ struct ClientTableTests {
 }
 
 extension ClientTableTests {
-    /// Three connections of uid 65534 that read nothing until told to, from a python3 run under
-    /// setpriv: it prints `ready`, waits for a line on its stdin, then reads each connection for
-    /// a second and prints, per connection, the bytes it got and its last line's first 200 bytes.
     /// Two clients of uid nobody's: each prints the first `count` lines it receives, after its
     /// greeting, joined by `|`, once told to read. Everything was written before, so the read
     /// never waits on the daemon; the timeout only ends a failing run (lines missing) instead of
@@ -631,6 +628,9 @@ extension ClientTableTests {
         process.waitUntilExit()
     }
 
+    /// Three connections of uid 65534 that read nothing until told to, from a python3 run under
+    /// setpriv: it prints `ready`, waits for a line on its stdin, then reads each connection for
+    /// a second and prints, per connection, the bytes it got and its last line's first 200 bytes.
     static let nobodyClients = """
         import socket, sys
         conns = []

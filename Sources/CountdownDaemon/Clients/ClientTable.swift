@@ -263,19 +263,21 @@ final class ClientTable: @unchecked Sendable {
         connection.isReplyInProgress
     }
 
-    /// How many of the connection's changes wait for the store (etcd), and whether one of them
-    /// changes `key`.
+    /// How many of the connection's changes wait for the store (etcd).
     func changesInFlight(of connection: Connection) -> Int {
         connection.changesInFlight.count
     }
 
+    /// Whether one of the connection's changes in etcd changes `key`.
     func isChanging(_ key: String, on connection: Connection) -> Bool {
         connection.isChanging(key)
     }
 
-    /// Whether the connection is open (not closed and forgotten), and whether it still takes
-    /// requests (not after `QUIT`, its peer's end of input, or an overflow).
+    /// Whether the connection is open (not closed and forgotten).
     func isOpen(_ connection: Connection) -> Bool { !connection.isClosed }
+
+    /// Whether it takes no more requests: after `QUIT`, its peer's end of input, an overflow, or
+    /// once closed.
     func isClosing(_ connection: Connection) -> Bool { connection.isClosing }
 
     /// The peer closed its sending side: nothing more is read, and the connection closes once
@@ -520,7 +522,7 @@ final class ClientTable: @unchecked Sendable {
         closer.waitUntilClosed()
     }
 
-    /// Forgets a connection (and, through `onClose`, its subscriptions), and closes it: its
+    /// Forgets a connection (and, through `onClose`, its subscriptions and listing), and closes it: its
     /// descriptor off the queue (`DescriptorCloser`).
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))

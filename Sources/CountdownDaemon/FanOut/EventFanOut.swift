@@ -7,8 +7,8 @@ import Dispatch
 ///
 /// Subscriptions live here: each subscribed connection has a `Subscriber` record, which this
 /// alone changes. The connections' output belongs to the client table: the fan-out decides who
-/// gets which line, and queues it through `ClientTable.queueEvent` (which enforces the hard
-/// limit) after reading how far behind the client is (`ClientTable.backlog`).
+/// gets which line, and queues it through `ClientTable.queueEvent` or `queueSharedEvents` (which
+/// enforce the hard limit) after reading how far behind the client is (`ClientTable.backlog`).
 ///
 /// What a subscriber costs is bounded by what it reads. Ticks are derived data: once a
 /// subscriber had `tickHoldThreshold` bytes left unsent when its output was last written, it is
@@ -39,7 +39,8 @@ final class EventFanOut {
     /// Lines queued by the `deliver` in progress.
     private var queuedLines = 0
     private let tickHoldThreshold: Int
-    /// Every connection that follows something (or chose its kinds), by connection id.
+    /// Every connection that follows something, by connection id (a record is made when a
+    /// `SUBSCRIBE` is accepted, and dropped when the connection closes or unsubscribes).
     private var subscribers: [Int: Subscriber] = [:]
     /// Root's subscribers that follow everything with every kind: they take the stream.
     private var allStreamSubscribers: [Int: Subscriber] = [:]
@@ -108,12 +109,10 @@ final class EventFanOut {
 
     // MARK: - Subscriptions
 
-    /// The connection's record, made on its first `SUBSCRIBE`.
+    /// The connection's record, or a new one (kept by the caller once the `SUBSCRIBE` is
+    /// accepted, so a refused one leaves nothing behind).
     private func subscriber(of connection: Connection) -> Subscriber {
-        if let existing = subscribers[connection.id] { return existing }
-        let made = Subscriber(connection)
-        subscribers[connection.id] = made
-        return made
+        subscribers[connection.id] ?? Subscriber(connection)
     }
 
     /// What a connection follows (`.none` if it never subscribed).
@@ -145,6 +144,7 @@ final class EventFanOut {
                 "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all"
             )
         }
+        subscribers[subscriber.id] = subscriber
         // New kinds apply to what it already follows too: its ticks start or stop there.
         if subscriber.eventKinds.includes(.tick) != kinds.includes(.tick) {
             setTickInterest(of: subscriber, kinds.includes(.tick))
@@ -196,6 +196,7 @@ final class EventFanOut {
         case .prefix, .none:
             break
         }
+        subscribers[subscriber.id] = subscriber
         // New kinds apply to what it already follows: its ticks start or stop there.
         if subscriber.eventKinds.includes(.tick) != kinds.includes(.tick) {
             setTickInterest(of: subscriber, kinds.includes(.tick))  // Nothing while it follows nothing.
@@ -461,14 +462,24 @@ final class EventFanOut {
         /// Whether the delivery in progress has added to it (it was reset for that delivery).
         var isInUse = false
 
-        /// Empties it for the next delivery, keeping the buffers a queue does not share.
+        /// Empties it for the next delivery. A buffer the last delivery may have shared with
+        /// output queues (`OutputQueue.sharedChunkMinimum` bytes or more) is let go, not emptied:
+        /// emptying a shared buffer in place copies its whole capacity, and a queue that holds
+        /// such copies delivery after delivery would hold far more than the bytes it counts. A
+        /// smaller one was copied by every queue, so it is reused, and a small delivery (one
+        /// request's event) allocates nothing.
         mutating func reset(keepsLifecycle: Bool) {
             self.keepsLifecycle = keepsLifecycle
             isInUse = true
-            all.removeAll(keepingCapacity: true)
-            lifecycle.removeAll(keepingCapacity: true)
+            Self.empty(&all)
+            Self.empty(&lifecycle)
             lifecycleLines = 0
-            lineEnds.removeAll(keepingCapacity: true)
+            // Never shared; kept unless a burst made it large.
+            if lineEnds.capacity > 4096 { lineEnds = [] } else { lineEnds.removeAll(keepingCapacity: true) }
+        }
+
+        private static func empty(_ buffer: inout [UInt8]) {
+            if buffer.count >= OutputQueue.sharedChunkMinimum { buffer = [] } else { buffer.removeAll(keepingCapacity: true) }
         }
     }
 
@@ -523,7 +534,7 @@ final class EventFanOut {
     /// delivery does with one it finds behind.
     func holdTicks(of connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard let subscriber = subscribers[connection.id], !subscriber.areTicksHeld else { return }
+        guard let subscriber = subscribers[connection.id], subscriber.subscription != .none, !subscriber.areTicksHeld else { return }
         holdTicks(of: subscriber)
         regroup(subscriber)
     }
