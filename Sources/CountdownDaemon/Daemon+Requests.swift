@@ -87,8 +87,11 @@ extension Daemon {
     }
 
     /// Handles complete lines the connection has buffered, in order: all of them, or up to
-    /// `limit` and (checked every 16 lines) not past the batch's deadline, nor past the uid's
-    /// share of the batch (`workPerUserPerBatch`).
+    /// `limit` and not past the batch's deadline, nor past the uid's share of the batch
+    /// (`workPerUserPerBatch`). The deadline is checked after every 16 units of work (a request,
+    /// and each event line it queued): every 16 plain requests, but after each one that went out
+    /// to 16 subscribers or more, so a user whose changes fan out far overshoots the deadline by
+    /// one request, not by sixteen.
     /// - Returns: how many lines were handled, or `limit` when the batch ran out of time.
     @discardableResult
     func handleLines(of connection: Connection, now: Instant, limit: Int? = nil) -> Int {
@@ -96,16 +99,13 @@ extension Daemon {
         let limit = limit ?? .max
         var clock: WallClockMapping?
         var handled = 0
+        var workSinceTimeCheck = 0
         // Whatever fell due comes first: the requests below then see the engine as of `now`,
         // and what they change can be undone without touching what time did.
         advanceTime(to: now)
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
         while handled < limit, mayServeNext(connection), let frame = clients.nextRequest(of: connection) {
             handled += 1
-            if timeBounded && handled % 16 == 0 && batchIsOutOfTime {
-                // This line is handled; the rest wait for the next batch.
-                handled = limit
-            }
             replyBuffer.removeAll(keepingCapacity: true)
             events.removeAll(keepingCapacity: true)
             switch frame {
@@ -134,13 +134,21 @@ extension Daemon {
                 }
             }
             appendReply(to: connection)
-            let work = batch.charge(connection.peerUID, 1 + publish(events))
-            if timeBounded && work >= Self.workPerUserPerBatch {
+            let cost = 1 + publish(events)
+            let work = batch.charge(connection.peerUID, cost)
+            guard timeBounded else { continue }
+            if work >= Self.workPerUserPerBatch {
                 handled = limit  // This uid had its share of the batch: the rest wait.
                 shareUsed.warn(
                     "uid \(connection.peerUID)'s requests used their share of a batch (\(Self.workPerUserPerBatch) requests and event lines queued for its subscribers); the rest wait for the next batch, so that other users are served meanwhile",
                     now: now
                 )
+            } else {
+                workSinceTimeCheck += cost
+                if workSinceTimeCheck >= 16 {
+                    workSinceTimeCheck = 0
+                    if batchIsOutOfTime { handled = limit }  // This line is handled; the rest wait.
+                }
             }
         }
         return handled
