@@ -270,6 +270,27 @@ struct ClientTableTests {
         #expect(harness.readLines(clients[3], count: lines.count) == Array(lines.dropFirst()) + [lastLine], "ticks and done, event by event")
     }
 
+    @Test("a subscriber that reads nothing holds about what its queue counts: after one large delivery, each later shared one is a buffer of its own size, not of the large one's capacity")
+    func sharedStreamBuffersSizedToTheirDelivery() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let (client, connection) = try harness.greetedClient()
+        defer { close(client) }
+        let (queued, retained): (Int, Int) = harness.queue.sync {
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
+            // About 200 KB in one delivery, then 50 deliveries of about 800 bytes (each shared,
+            // being 512 bytes or more); nothing is written meanwhile.
+            harness.fanOut.deliver((0..<5000).map { event(UInt64($0), .started, "large\($0)") }, batch: harness.batchNumber)
+            for round in 0..<50 {
+                let events = (0..<20).map { event(UInt64(10_000 + round * 20 + $0), .started, "small\($0)") }
+                harness.fanOut.deliver(events, batch: harness.batchNumber)
+            }
+            return (connection.output.byteCount, connection.output.retainedBytes)
+        }
+        #expect(queued > 200_000)
+        #expect(retained < 2 * queued + 64 * 1024, "\(retained) bytes held for \(queued) queued")
+    }
+
     @Test("a delivery whose ticks would pass half the hard limit: a subscriber on the stream takes them up to there, as one served event by event does, then is held")
     func streamTicksUpToHalfTheLimit() throws {
         let harness = try TableHarness { $0.outputHardLimit = 64 * 1024 }

@@ -30,6 +30,12 @@ struct OutputQueue {
     /// Whether there is nothing to write.
     var isEmpty: Bool { byteCount == 0 }
 
+    /// The memory the waiting chunks hold, spare capacity included: what the queue costs, beside
+    /// `byteCount`, what it will send. A shared chunk counts in full in each queue that holds it.
+    var retainedBytes: Int {
+        chunks[head...].reduce(0) { $0 + $1.capacity }
+    }
+
     /// The batch whose output starts at the mark, and where it starts: the absolute chunk count
     /// and the length of the last chunk then.
     private var markedBatch = -1
