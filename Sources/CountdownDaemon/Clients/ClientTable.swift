@@ -301,7 +301,7 @@ final class ClientTable: @unchecked Sendable {
 
     /// Applies backpressure after a connection's turn: with `readPauseThreshold` (4 MiB) of output
     /// unsent it is not read until that drains; one that used its whole budget with lines left
-    /// is carried to the next batch. One skipped whole (`budgetUsed` before anything was served)
+    /// is carried to the next batch. One `skipped` whole (the batch had no budget left for it)
     /// is carried only if it has a complete line framed: otherwise the poller reports its socket
     /// again (level-triggered), and the carried-over set stays as small as what was served.
     func endTurn(_ connection: Connection, budgetUsed: Bool, skipped: Bool) {
