@@ -616,21 +616,8 @@ extension ClientTableTests {
             WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &line)
             return String(decoding: line.dropLast(), as: UTF8.self)
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", Self.nobodyStreamClients, harness.socketPath, "\(expected.count)"]
-        let input = Pipe(), output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
-        let reader = output.fileHandleForReading
-        func readLine() -> String {
-            var line = Data()
-            while let byte = try? reader.read(upToCount: 1), let first = byte.first, first != 10 { line.append(first) }
-            return String(decoding: line, as: UTF8.self)
-        }
-        try #require(readLine() == "ready")
+        let script = try NobodyScript(Self.nobodyStreamClients, arguments: [harness.socketPath, "\(expected.count)"])
+        try #require(script.readLine() == "ready")
         try #require(harness.waitOnQueue { harness.clients.count == 2 })
         harness.queue.sync {
             for connection in harness.clients.connections.values {
@@ -642,11 +629,11 @@ extension ClientTableTests {
             harness.fanOut.deliver(second, batch: harness.batchNumber)
             harness.clients.flushTouched()
         }
-        input.fileHandleForWriting.write(Data("go\n".utf8))
+        script.send("go")
         let joined = expected.joined(separator: "|")
-        #expect(readLine() == joined)
-        #expect(readLine() == joined)
-        process.waitUntilExit()
+        #expect(script.readLine() == joined)
+        #expect(script.readLine() == joined)
+        script.waitUntilExit()
     }
 
     /// Three connections of uid 65534 that read nothing until told to, from a python3 run under
@@ -685,21 +672,8 @@ extension ClientTableTests {
         defer { harness.finish() }
         let root = try harness.connect()
         defer { close(root) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c", Self.nobodyClients, harness.socketPath]
-        let input = Pipe(), output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
-        let reader = output.fileHandleForReading
-        func readLine() -> String {
-            var line = Data()
-            while let byte = try? reader.read(upToCount: 1), let first = byte.first, first != 10 { line.append(first) }
-            return String(decoding: line, as: UTF8.self)
-        }
-        #expect(readLine() == "ready")
+        let script = try NobodyScript(Self.nobodyClients, arguments: [harness.socketPath])
+        #expect(script.readLine() == "ready")
         #expect(harness.waitOnQueue { harness.clients.count == 4 })
         let line = Array(repeating: UInt8(ascii: "x"), count: 1023) + [UInt8(ascii: "\n")]
         func queue(_ kib: Int, on connection: Connection) {
@@ -719,8 +693,8 @@ extension ClientTableTests {
         try #require(nobody.count == 3)
         #expect(unsentAfter <= 2 << 20, "back within the limit: \(unsentAfter) bytes")
         #expect(harness.queue.sync { nobody.map(\.isClosing) } == [true, false, false], "only the furthest behind is cut off")
-        input.fileHandleForWriting.write(Data("go\n".utf8))
-        let results = (0..<3).map { _ in readLine() }
+        script.send("go")
+        let results = (0..<3).map { _ in script.readLine() }
         #expect(results[0].contains("ERR overflow uid 65534's clients together had more than 2097152 bytes unsent (--output-limit-per-user)"), "\(results[0])")
         // Each got its greeting and every byte queued for it.
         let sizes = results.map { Int($0.split(separator: " ").first ?? "") ?? 0 }
@@ -735,6 +709,6 @@ extension ClientTableTests {
             received += got
         }
         #expect(received >= 3 << 20, "root got \(received) bytes")
-        process.waitUntilExit()
+        script.waitUntilExit()
     }
 }
