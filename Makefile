@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus ma
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill test-python
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done test-python
 
 all: build
 
@@ -205,6 +205,13 @@ bench-hostile: deps
 bench-leaderkill: deps
 	$(SWIFT) build $(RELEASE_FLAGS)
 	python3 bench/leaderkill.py
+
+# Cluster mode: `done` lateness on every host in issue 21's configuration (three hosts, 3,000
+# deadlines over 10 s, no faults; bench/clusterdone.py; figures into bench/notes.md by hand).
+# Needs etcd. Not run by CI.
+bench-cluster-done: deps
+	$(SWIFT) build $(RELEASE_FLAGS)
+	python3 bench/clusterdone.py
 
 # Instructions per event of the hot path (engine and encoder, no I/O), which do not change with a
 # machine's load: the driver under callgrind, a full run against one that only starts the
