@@ -5,9 +5,10 @@ import Dispatch
 /// proposed with the engine's own rules (`CountdownEngine.proposal`, from `Daemon.change`) and
 /// written with the batch's others in one etcd transaction (`GroupCommit`), each compared on
 /// the revision of the change the replica holds; the replica changes only through the watch, so
-/// every host announces every change once, numbered from its etcd revision and its place. At a deadline or the end of retention, the host that
-/// wrote the countdown proposes the `done` (or the removal), the others after a grace
-/// (`raceDueChanges`); it commits once, and all hosts announce it.
+/// every host announces every change once, numbered from its etcd revision and its place. At a
+/// deadline or the end of retention, the host that wrote the countdown proposes the `done` (or
+/// the removal), the others after a grace (`raceDueChanges`); it commits once, and all hosts
+/// announce it.
 extension Daemon {
     /// How many times a change is judged, against the newer state after each race it lost, all
     /// within its 3 s: each round some host wins, so many racers on one name still get answers
