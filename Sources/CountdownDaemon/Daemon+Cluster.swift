@@ -230,7 +230,7 @@ extension Daemon {
     /// `resumed` or `extended` it finishes, never a revision read afresh. So it commits at most
     /// once: a host whose copy is behind fails its comparison and learns the outcome from the
     /// watch. The host that wrote the countdown proposes at the deadline; the others wait
-    /// `takeOverGraceNanoseconds` for it.
+    /// `takeOverGraceNanoseconds` for it. A removal at the end of retention follows the same rule.
     func raceDueChanges() {
         guard let cluster else { return }
         let due = engine.takeDue()
@@ -252,6 +252,11 @@ extension Daemon {
         }
         for key in due.forget {
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
+            // The same rule as a `done`: the end of its retention is the removal's deadline.
+            if cluster.writers[key] != cluster.hostID, let finishedAt = state.finishedAt,
+               now.nanoseconds(since: finishedAt.advanced(byMilliseconds: engine.configuration.retentionMilliseconds)) < Self.takeOverGraceNanoseconds {
+                continue  // Asked again a second later (`takeDue`).
+            }
             cluster.withRevision(of: key) { [unowned self] revision in
                 guard let revision, engine.persistentState(of: key).map({ !$0.state.isActive }) == true else { return }
                 cluster.change(key, to: nil, expecting: .unchangedSince(revision)) { _ in }

@@ -143,6 +143,8 @@ public enum DaemonCommandLine {
                                    power: also a power loss (fdatasync per batch)
           --replay-events N        recent lifecycle events kept for SUBSCRIBE ... SINCE
                                    (default 65536)
+          --retention SECONDS      how long a done or cancelled countdown stays
+                                   visible before it is forgotten (default 600)
           --max-countdowns N       most countdowns held at once (default 1000000)
           --max-countdowns-per-user N
                                    most countdowns of one non-root user (default 100000)
@@ -166,7 +168,7 @@ public enum DaemonCommandLine {
                                    rest counted in one line (default 1000; 0: all)
           --status-interval MS     least time between STATUS= updates to systemd
                                    (default 250; 0 sends every change)
-          --cluster URL[,URL...]   cluster mode (preview, docs/CLUSTER.md): countdowns
+          --cluster URL[,URL...]   cluster mode (docs/CLUSTER.md): countdowns
                                    live in etcd at these members, shared by every
                                    daemon on the same prefix; --state-dir/cluster
                                    keeps this host's copy
@@ -196,6 +198,7 @@ public enum DaemonCommandLine {
         .init(["--max-countdowns-per-user"], takesValue: true),
         .init(["--max-connections-per-user"], takesValue: true),
         .init(["--replay-events"], takesValue: true),
+        .init(["--retention"], takesValue: true),
         .init(["--max-connections"], takesValue: true),
         .init(["--max-subscriptions"], takesValue: true),
         .init(["--output-limit"], takesValue: true),
@@ -278,6 +281,11 @@ public enum DaemonCommandLine {
         }
         if let value = try count("max-countdowns") { configuration.engine.maximumCountdowns = value }
         if let value = try count("replay-events") { configuration.replayEventCapacity = value }
+        if let value = try count("retention") {
+            // A year at most: the engine counts it in milliseconds on the monotonic clock.
+            guard value <= 31_536_000 else { throw UsageError(description: "--retention '\(value)' must be at most 31536000 seconds (a year)") }
+            configuration.engine.retentionMilliseconds = Int64(value) * 1000
+        }
         if let value = try count("max-countdowns-per-user") { configuration.engine.maximumCountdownsPerOwner = value }
         if let value = try count("max-connections-per-user") { configuration.maximumConnectionsPerUser = value }
         if let value = try count("max-connections") { configuration.maximumConnections = value }

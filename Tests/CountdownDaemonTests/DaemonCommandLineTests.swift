@@ -56,7 +56,10 @@ struct DaemonCommandLineTests {
             "--socket=/s.sock", "--socket-mode", "0660", "--state-dir", "/st", "--durability=power",
             "--max-countdowns", "5", "--max-connections", "6", "--max-subscriptions", "7",
             "--output-limit", "8192", "--log-level", "debug", "--status-interval", "0", "--output-limit-per-user", "0",
+            "--retention", "30",
         ])
+        let defaults = try parse([])
+        #expect(configuration.engine.retentionMilliseconds == 30_000 && defaults.engine.retentionMilliseconds == 600_000)
         #expect(configuration.socketPath == "/s.sock" && configuration.socketMode == 0o660 && configuration.stateDirectory == "/st")
         #expect(configuration.durability == .power && configuration.engine.maximumCountdowns == 5)
         #expect(configuration.maximumConnections == 6 && configuration.maximumSubscriptionsPerConnection == 7)
@@ -68,7 +71,7 @@ struct DaemonCommandLineTests {
         (["--socket-mode", "999"], "octal file mode"), (["--socket-mode", "rw"], "octal file mode"),
         (["--durability", "disk"], "'process' or 'power'"), (["--max-countdowns", "0"], "above 0"),
         (["--max-connections", "-1"], "above 0"), (["--log-level", "loud"], "error, warning"),
-        (["--status-interval", "-5"], "0 or more"), (["--output-limit-per-user", "lots"], "0 (no limit) or more"), (["extra"], "takes only options"), (["--nope"], "unknown option"),
+        (["--status-interval", "-5"], "0 or more"), (["--retention", "0"], "above 0"), (["--retention", "31536001"], "a year"), (["--output-limit-per-user", "lots"], "0 (no limit) or more"), (["extra"], "takes only options"), (["--nope"], "unknown option"),
         (["--cluster", "etcd:2379"], "etcd client URLs"), (["--cluster-prefix", "/x/"], "needs --cluster"),
         (["--cluster", "http://a:2379", "--cluster-prefix", "x"], "start and end with '/'"),
         (["--cluster", "http://a:2379", "--cluster-cert", "c.pem"], "go together"),

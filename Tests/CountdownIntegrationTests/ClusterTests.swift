@@ -271,6 +271,44 @@ extension Integration {
             #expect((0..<200).allSatisfy { versions["/countdownd/burst\($0)"]?.version == 2 }, "each started, then done once")
         }
 
+        @Test("the end of retention follows a done's rule: the host that wrote the finished countdowns removes them, the other sends nothing and announces each removed once; with that host gone, the other removes after its grace")
+        func removalsByTheWriter() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd, arguments: ["--retention", "1"])
+            let hostB = try clusterDaemon(etcd, arguments: ["--retention", "1"])
+            let onA = try hostA.connect(), onB = try hostB.connect()
+            _ = try onA.request("SUBSCRIBE EVENTS done,removed")
+            _ = try onB.request("SUBSCRIBE EVENTS done,removed")
+            let client = try hostA.connect()
+            try client.send((0..<20).map { "START gone\($0) 1s\n" }.joined())
+            for _ in 0..<20 {
+                let reply = try client.readReply()
+                try #require(reply.countdown?.state == .running, "a START was refused: \(reply.outcome)")
+            }
+            let names = Set((0..<20).map { "gone\($0)" })
+            func events(_ kind: EventKind, on connection: CountdownConnection) throws -> [String] {
+                try (0..<20).map { _ in try connection.waitForEvent(timeout: 30) { $0.kind == kind }.name }
+            }
+            #expect(Set(try events(.done, on: onB)) == names, "host B announced each done")
+            // Host B's own transactions from here on: it saw the dones a second before the end of
+            // their retention, and waits two more for host A.
+            let controlB = try hostB.connect()
+            let before = try etcdTransactions(of: controlB)
+            let removedOnB = try events(.removed, on: onB)
+            #expect(Set(removedOnB) == names && removedOnB.count == 20, "each removed once on host B: \(removedOnB)")
+            #expect(try etcdTransactions(of: controlB) == before, "host B proposed no removal of host A's countdowns")
+            let donesOnA = try events(.done, on: onA), removedOnA = try events(.removed, on: onA)
+            #expect(Set(donesOnA) == names && Set(removedOnA) == names, "host A announced the same")
+            let left = try #require(etcd.versions(under: "/countdownd/gone"), "etcd answered")
+            #expect(left.isEmpty, "every one removed from etcd: \(left.keys.sorted())")
+            // The writer gone: host B removes it once its grace has passed.
+            _ = try client.request("START orphan 500ms")
+            #expect(try onB.waitForEvent(timeout: 30) { $0.kind == .done }.name == "orphan")
+            hostA.crash()
+            #expect(try onB.waitForEvent(timeout: 30) { $0.kind == .removed }.name == "orphan", "host B took the removal over")
+            #expect(try etcdTransactions(of: controlB) > before, "by a transaction of its own")
+        }
+
         @Test(
             "a real wall-clock step moves a countdown to a time of day on every host, in cluster mode too, and leaves a plain one alone",
             .enabled(if: getuid() == 0, "setting the clock needs root"),
