@@ -283,7 +283,9 @@ public enum DaemonCommandLine {
         if let value = try count("replay-events") { configuration.replayEventCapacity = value }
         if let value = try count("retention") {
             // A year at most: the engine counts it in milliseconds on the monotonic clock.
-            guard value <= 31_536_000 else { throw UsageError(description: "--retention '\(value)' must be at most 31536000 seconds (a year)") }
+            guard value <= 31_536_000 else {
+                throw UsageError(description: "--retention '\(value)' must be at most 31536000 seconds (a year)")
+            }
             configuration.engine.retentionMilliseconds = Int64(value) * 1000
         }
         if let value = try count("max-countdowns-per-user") { configuration.engine.maximumCountdownsPerOwner = value }
