@@ -31,10 +31,10 @@ extension CountdownEngine {
         var events: [CountdownEvent] = []
         scratch.advance(to: now, events: &events)
         if let due = events.first(where: { $0.kind.isLifecycle }) {
-            let what = due.kind == .done ? "reached its deadline" : "reached the end of its retention"
+            let (what, decision) = due.kind == .done ? ("reached its deadline", "done") : ("reached the end of its retention", "removal")
             throw ProtocolError(
                 .busy,
-                "'\(key)' \(what) a moment ago, and the cluster is deciding its \(due.kind.rawValue); try again in a moment",
+                "'\(key)' \(what) a moment ago, and the cluster is deciding its \(decision); try again in a moment",
                 fields: [.init("remaining_ms", "0"), .init("state", persistentState(of: key)?.state.rawValue ?? "running")]
             )
         }
@@ -47,21 +47,34 @@ extension CountdownEngine {
         return CountdownProposal(state: scratch.persistentState(of: key), event: lifecycle.last, replaced: replaced, reply: reply)
     }
 
-    /// What time does to the countdown `key` by `now`, by the engine's own rules (a `done` with
-    /// `late_ms`, or its removal at the end of retention), computed on a scratch copy: for a
-    /// replica, whose engine decides neither, to propose to the shared store. `nil` when time
-    /// changes nothing.
-    public func dueChange(for key: String, now: Instant) -> CountdownProposal? {
-        var scratch = Self.scratch(for: key, from: self, now: now)
+    /// The `done` of the running countdown `key`, past its deadline by `now`, by the engine's own
+    /// rules (`late_ms` and all), computed on a scratch copy: for a replica, whose engine decides
+    /// neither, to propose to the shared store. However long ago the deadline was, this is the
+    /// `done` alone: the end of its retention is a change of its own, due once the `done` is
+    /// applied. `nil` when the countdown is not running past its deadline.
+    public func dueDone(for key: String, now: Instant) -> CountdownProposal? {
+        // A retention without end on the scratch copy: with the deadline further back than the
+        // retention, advancing it would forget the countdown in the same step, and no `done`
+        // would ever be proposed (the countdown would stay running in the store).
+        var scratch = Self.scratch(for: key, from: self, retentionMilliseconds: Self.unendingRetentionMilliseconds, now: now)
         var events: [CountdownEvent] = []
         scratch.advance(to: now, events: &events)
-        guard let event = events.last(where: { $0.kind.isLifecycle }), let reply = try? status(of: key, now: now) else { return nil }
-        return CountdownProposal(state: scratch.persistentState(of: key), event: event, reply: reply)
+        guard let event = events.last(where: { $0.kind == .done }), let state = scratch.persistentState(of: key), state.state == .done,
+              let reply = try? status(of: key, now: now) else { return nil }
+        return CountdownProposal(state: state, event: event, reply: reply)
     }
 
-    /// A scratch engine holding only `key` as `engine` holds it, deciding locally.
-    private static func scratch(for key: String, from engine: CountdownEngine, now: Instant) -> CountdownEngine {
-        var scratch = CountdownEngine(configuration: EngineConfiguration(retentionMilliseconds: engine.configuration.retentionMilliseconds))
+    /// A hundred years: longer than any deadline lies in the past, short enough to add to an
+    /// instant in nanoseconds (the most is about 292 years).
+    private static let unendingRetentionMilliseconds: Int64 = 100 * 366 * 86_400_000
+
+    /// A scratch engine holding only `key` as `engine` holds it, deciding locally (with the
+    /// engine's retention unless told another).
+    private static func scratch(
+        for key: String, from engine: CountdownEngine, retentionMilliseconds: Int64? = nil, now: Instant
+    ) -> CountdownEngine {
+        let retention = retentionMilliseconds ?? engine.configuration.retentionMilliseconds
+        var scratch = CountdownEngine(configuration: EngineConfiguration(retentionMilliseconds: retention))
         scratch.revert(key, to: engine.persistentState(of: key), now: now)
         return scratch
     }

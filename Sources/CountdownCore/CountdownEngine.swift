@@ -352,10 +352,12 @@ public struct CountdownEngine {
     ///
     /// A running countdown whose deadline passed while the daemon was not running becomes `done`
     /// here, once, with how late it is; the caller stores that, so it never fires twice. Paused
-    /// ones keep their remaining time. Finished ones past their retention are not restored.
-    /// Limits do not apply: a countdown that was acknowledged is never dropped.
-    /// - Returns: `false` when the countdown was not restored (expired retention, or a name
-    ///   already present), and storage should forget it.
+    /// ones keep their remaining time. A finished one past its retention is restored too, and
+    /// forgotten by the next `advance` as at any end of retention: with a `removed` event, which
+    /// the caller stores (dropped here unannounced, it stayed in storage, and came back under a
+    /// longer `--retention`). Limits do not apply: a countdown that was acknowledged is never
+    /// dropped.
+    /// - Returns: `false` when the countdown was not restored (a name already present).
     @discardableResult
     public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
         let hash = NameIndex.hash(persisted.name)
@@ -368,9 +370,6 @@ public struct CountdownEngine {
             record.state = .done
             record.finishedAt = record.deadline
             record.lateMilliseconds = now.nanoseconds(since: record.deadline) / 1_000_000
-        } else if !record.state.isActive,
-                  record.finishedAt.advanced(byMilliseconds: configuration.retentionMilliseconds) <= now {
-            return false
         }
         let slot = allocateSlot()
         slotsByName.insert(hash: hash, slot: slot)

@@ -242,7 +242,7 @@ extension Daemon {
             if cluster.writers[key] != cluster.hostID && now.nanoseconds(since: deadline) < Self.takeOverGraceNanoseconds {
                 continue  // Asked again a second later (`takeDue`).
             }
-            guard let finished = engine.dueChange(for: key, now: now), let state = finished.state, state.state == .done else { continue }
+            guard let finished = engine.dueDone(for: key, now: now), let state = finished.state else { continue }
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
             cluster.withRevision(of: key) { [unowned self] revision in
                 // Still running in the replica, at the revision it finishes: else someone was first.

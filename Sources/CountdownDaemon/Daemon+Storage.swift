@@ -42,6 +42,10 @@ extension Daemon {
         for countdown in countdowns {
             engine.restore(countdown, now: now, events: &events)
         }
+        // Finished ones whose retention ended while the daemon was down are forgotten now, each
+        // with its `removed`, stored in this batch like any other. (A replica's are the cluster's
+        // to forget, once its copy has caught up.)
+        if engine.configuration.decidesLocally { engine.advance(to: now, events: &events) }
         publish(events)
         journal.startWriting()
         enter(.sealing)

@@ -157,7 +157,7 @@ struct EngineProposalTests {
         #expect(fresh.state?.state == .running && fresh.event?.kind == .started && fresh.reply.remainingMilliseconds == 5000)
     }
 
-    @Test("a replica's countdown past its deadline: a START over it is busy until the store decides its done, which dueChange makes by the engine's rules")
+    @Test("a replica's countdown past its deadline: a START over it is busy until the store decides its done, which dueDone makes by the engine's rules, also when the deadline is further back than the retention")
     func pastTheDeadline() throws {
         var clock = ManualClock(configuration: EngineConfiguration(decidesLocally: false))
         try clock.start("otp:1", 1_000, uid: 1000)
@@ -170,9 +170,16 @@ struct EngineProposalTests {
             }
         }
         #expect(busy?.code == .busy && busy?.fields.contains(.init("remaining_ms", "0")) == true, "\(String(describing: busy))")
-        let done = try #require(engine.dueChange(for: "otp:1", now: clock.now))
+        let done = try #require(engine.dueDone(for: "otp:1", now: clock.now))
         #expect(done.state?.state == .done && done.event?.kind == .done && done.state?.lateMilliseconds == 2_500, "\(done)")
-        #expect(engine.dueChange(for: "nothing", now: clock.now) == nil)
+        #expect(engine.dueDone(for: "nothing", now: clock.now) == nil)
+        // Past the deadline and the whole retention after it (every host was down, or the
+        // writer gone with a short --retention): still its done alone, never its removal, or
+        // the store would keep it running for ever.
+        clock.advance(byMilliseconds: 601_000)
+        let long = try #require(clock.engine.dueDone(for: "otp:1", now: clock.now), "a done, however late")
+        #expect(long.state?.state == .done && long.event?.kind == .done && long.state?.lateMilliseconds == 603_500, "\(long)")
+        #expect(clock.engine.dueDone(for: "otp:1", now: clock.now)?.state?.finishedAt == clock.engine.persistentState(of: "otp:1")?.deadline)
     }
 
     @Test("a proposal that creates a countdown must fit the replica's limits, counted over all it holds; one that reuses a name need not")

@@ -184,4 +184,38 @@ struct StateJournalTests {
         #expect(mode(directory + "/countdownd.db") == 0o600, "the snapshot is private like the journal")
         #expect(batch(journal, ["after"], from: 3) == .durable)
     }
+
+    @Test("a snapshot that fails because its directory was deleted, after the directory was recreated: the recreated one gets its snapshot at once, not a second later")
+    func snapshotFailedInLostDirectory() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        let journal = self.journal(in: directory)
+        _ = try recover(journal)
+        #expect(batch(journal, ["tea"], from: 1) == .durable)
+        var engine = CountdownEngine()
+        var events: [CountdownEvent] = []
+        _ = try engine.start("tea", milliseconds: 3_600_000, requester: 0, now: SystemClock.now(), events: &events)
+        // The snapshot waits to be written; meanwhile the directory goes (as `rm -rf` takes it,
+        // after the file whose loss started the snapshot).
+        journal.snapshotQueue.suspend()
+        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping()) }
+        try FileManager.default.removeItem(atPath: directory)
+        // The daemon notices the deletion (inotify) and recreates the directory before the
+        // snapshot's failure reaches its queue: the two are put on the queue in that order.
+        queue.suspend()
+        queue.async { _ = journal.checkDirectory() }
+        journal.snapshotQueue.resume()
+        journal.snapshotQueue.sync {}  // Written, and failed: its directory was not there.
+        queue.resume()
+        queue.sync {
+            #expect(journal.health == .awaitingSnapshot, "recreated, waiting for its snapshot")
+            #expect(journal.snapshotIsDue(now: SystemClock.now()), "the recreated directory's snapshot is due at once")
+        }
+        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping()) }
+        let deadline = Date().addingTimeInterval(60)
+        while queue.sync(execute: { journal.health }) != .available && Date() < deadline {
+            usleep(10_000)
+        }
+        #expect(queue.sync { journal.health } == .available)
+    }
 }

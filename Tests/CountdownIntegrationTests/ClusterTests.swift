@@ -271,7 +271,7 @@ extension Integration {
             #expect((0..<200).allSatisfy { versions["/countdownd/burst\($0)"]?.version == 2 }, "each started, then done once")
         }
 
-        @Test("the end of retention follows a done's rule: the host that wrote the finished countdowns removes them, the other sends nothing and announces each removed once; with that host gone, the other removes after its grace")
+        @Test("the end of retention follows a done's rule: the host that wrote the finished countdowns removes them, the other sends nothing and announces each removed once; with that host gone, the other removes after its grace, and finishes one whose deadline is further back than the retention before it removes it")
         func removalsByTheWriter() throws {
             let etcd = try EtcdCluster()
             let hostA = try clusterDaemon(etcd, arguments: ["--retention", "1"])
@@ -301,12 +301,24 @@ extension Integration {
             #expect(Set(donesOnA) == names && Set(removedOnA) == names, "host A announced the same")
             let left = try #require(etcd.versions(under: "/countdownd/gone"), "etcd answered")
             #expect(left.isEmpty, "every one removed from etcd: \(left.keys.sorted())")
-            // The writer gone: host B removes it once its grace has passed.
-            _ = try client.request("START orphan 500ms")
+            // The writer gone: host B takes over once its grace has passed. `orphan` finished while
+            // A lived, so B removes it. `stranded` is still running when A dies; by the end of B's
+            // grace its deadline is further back than the retention, and B must still finish it
+            // (with its done alone), then remove it: once, folding the two into a removal, B never
+            // wrote either and the name stayed busy.
+            try client.send("START orphan 500ms\nSTART stranded 3s\n")
+            for _ in 0..<2 { try #require(try client.readReply().countdown?.state == .running) }
             #expect(try onB.waitForEvent(timeout: 30) { $0.kind == .done }.name == "orphan")
             hostA.crash()
-            #expect(try onB.waitForEvent(timeout: 30) { $0.kind == .removed }.name == "orphan", "host B took the removal over")
-            #expect(try etcdTransactions(of: controlB) > before, "by a transaction of its own")
+            var seen: [String] = []
+            while seen.count < 3 {
+                let event = try onB.waitForEvent(timeout: 30) { $0.kind == .done || $0.kind == .removed }
+                seen.append("\(event.kind.rawValue) \(event.name)")
+            }
+            #expect(Set(seen) == ["removed orphan", "done stranded", "removed stranded"] && seen.last == "removed stranded",
+                    "host B took over: \(seen)")
+            #expect(try etcdTransactions(of: controlB) > before, "by transactions of its own")
+            #expect(try controlB.request("START stranded 30s").countdown?.state == .running, "the name is free again")
         }
 
         @Test(

@@ -100,6 +100,41 @@ extension Integration {
             }
         }
 
+        @Test("a finished countdown whose retention ended while the daemon was down is forgotten at the start, with a removed event that SINCE replays; it does not come back under a longer --retention")
+        func retentionEndedWhileDown() throws {
+            let directory = TemporaryDirectory()
+            let first = try DaemonProcess(arguments: ["--retention", "600"], directory: directory)
+            let c = try first.connect()
+            _ = try c.request("SUBSCRIBE EVENTS done")
+            _ = try c.request("START brew 100ms")
+            _ = try c.request("START later 1h")
+            let done = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
+            let doneAt = unixNowMilliseconds()
+            #expect(try c.request("PING").outcome == .ok("pong"))  // The batch with the done is committed.
+            #expect(first.terminate() == 0)
+            // Down past the end of the retention the next start is given (1 s).
+            try waitUntil(timeout: 30) { unixNowMilliseconds() > doneAt + 1_500 }
+            let second = try DaemonProcess(arguments: ["--retention", "1"], directory: directory)
+            let replay = try second.connect()
+            _ = try replay.request("SUBSCRIBE EVENTS removed SINCE \(done.sequence)")
+            let removed = try replay.waitForEvent { $0.kind == .removed }
+            #expect(removed.name == "brew" && removed.sequence > done.sequence, "\(removed)")
+            guard case .error(let code, _, _) = try second.connect().request("STATUS brew").outcome else {
+                Issue.record("brew is still there after its retention")
+                return
+            }
+            #expect(code == .notFound)
+            #expect(try second.connect().request("STATUS later").countdowns.first?.state == .running, "the running one kept")
+            #expect(second.terminate() == 0)
+            // Forgotten in storage too: a longer retention does not bring it back.
+            let third = try DaemonProcess(arguments: ["--retention", "600"], directory: directory)
+            guard case .error(let again, _, _) = try third.connect().request("STATUS brew").outcome else {
+                Issue.record("brew came back under a longer retention")
+                return
+            }
+            #expect(again == .notFound)
+        }
+
         @Test("by default the log names no countdown (an OTP cooldown's name is a phone number); --log-names and debug do")
         func privateLogs() throws {
             let quiet = try DaemonProcess()

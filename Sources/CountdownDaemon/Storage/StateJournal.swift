@@ -73,7 +73,9 @@ final class StateJournal: @unchecked Sendable {
 
     private let logger: Logger
     private let queue: DispatchQueue
-    private let snapshotQueue = DispatchQueue(label: "countdownd.snapshot", qos: .utility)
+    /// Where snapshots are written, off the daemon's queue. (Not private: a test suspends it to
+    /// order a snapshot's failure against the directory's recreation.)
+    let snapshotQueue = DispatchQueue(label: "countdownd.snapshot", qos: .utility)
     private var lock: StateDirectoryLock?
 
     /// The journal file being written, and how much of it is known to be written.
@@ -605,13 +607,16 @@ final class StateJournal: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         snapshotInProgress = false
         defer { onSnapshotFinished?() }
-        if case .success = result, epoch != directoryEpoch || directoryIsLost {
-            // Written into a directory deleted (or replaced) meanwhile: it counts for nothing. If
-            // it landed in the recreated one, it lacks what the lost journal held: removed, so
-            // that a stop before the next one lands is refused at start, not started partly.
-            // (Snapshots are written one at a time: no newer one can be there.)
+        if epoch != directoryEpoch || directoryIsLost {
+            // Written, or failed, into a directory deleted (or replaced) meanwhile: it counts for
+            // nothing, and the recreated directory gets its own snapshot at once, not after the
+            // second a failing disk is given (`rm -rf` deletes the files first: the snapshot
+            // started for a lost file fails as the directory goes). One that landed in the
+            // recreated directory lacks what the lost journal held: removed, so that a stop
+            // before the next one lands is refused at start, not started partly. (Snapshots are
+            // written one at a time: no newer one can be there.)
             logger.log(.warning, "the state directory \(directory) was lost while a snapshot was written into it; writing another")
-            if epoch != directoryEpoch { _ = unlink(directory + "/" + SnapshotFile.fileName) }
+            if case .success = result, epoch != directoryEpoch { _ = unlink(directory + "/" + SnapshotFile.fileName) }
             if !checkDirectory() { nextSnapshotAttempt = Instant(nanoseconds: .min) }
             return
         }
