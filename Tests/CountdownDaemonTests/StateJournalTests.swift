@@ -218,4 +218,22 @@ struct StateJournalTests {
         }
         #expect(queue.sync { journal.health } == .available)
     }
+
+    @Test("a directory whose deletion a commit met first is recreated by the next look at it (the file system's word), not a second later by the retry")
+    func commitMetDeletionFirst() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        let journal = self.journal(in: directory)
+        _ = try recover(journal)
+        #expect(batch(journal, ["tea"], from: 1) == .durable)
+        try FileManager.default.removeItem(atPath: directory)
+        guard case .failed(.directoryGone) = batch(journal, ["lost"], from: 2) else {
+            Issue.record("a commit into a deleted directory did not fail as such")
+            return
+        }
+        queue.sync { journal.rollbackBatch() }
+        #expect(queue.sync { journal.checkDirectory() }, "lost")
+        #expect(queue.sync { journal.health } == .awaitingSnapshot, "recreated at once, waiting for its snapshot")
+        #expect(access(directory, F_OK) == 0, "recreated")
+    }
 }

@@ -436,7 +436,14 @@ final class StateJournal: @unchecked Sendable {
     @discardableResult
     func checkDirectory() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
-        if case .failing = health { return false }  // The retry loop is on it.
+        if case .failing(let error) = health {
+            // A commit that met the deleted directory first (a client's change just before the
+            // file system said so) left it to the once-a-second retry: recreated now instead.
+            // Storage failing otherwise (a full disk) is the retry loop's.
+            guard case .directoryGone = error else { return false }
+            _ = retry()
+            return true
+        }
         guard file >= 0 else { return false }
         guard directoryIsLost else {
             if health == .available && !snapshotNeeded && restingFileIsMissing {
