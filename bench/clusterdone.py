@@ -73,13 +73,7 @@ def one_run(workdir, seed):
         result["transactions_per_done"] = (sent_after - sent_before) / COUNTDOWNS
         return result
     finally:
-        for _path, logger in logs:
-            if logger.poll() is None:
-                logger.kill()
-                logger.wait()
-        for host in hosts:
-            host.stop()
-        etcd.stop()
+        run.stop_cluster(etcd, hosts, [logger for _path, logger in logs])
 
 
 def main():

@@ -86,14 +86,7 @@ def one_run(workdir):
             result[name] = {phase: dict(run.percentiles(values) or {}, failed=failed[phase]) for phase, values in phases.items()}
         return result
     finally:
-        if load and load.poll() is None:
-            load.kill()
-        for prober in probers:
-            if prober.poll() is None:
-                prober.kill()
-        for host in hosts:
-            host.stop()
-        etcd.stop()
+        run.stop_cluster(etcd, hosts, [load] + probers)
 
 
 def main():

@@ -621,9 +621,19 @@ def cluster_round(workdir, total, n, probes):
         result["replica_lag"] = percentiles(lags)
         return result
     finally:
-        for host in hosts:
-            host.stop()
-        etcd.stop()
+        stop_cluster(etcd, hosts)
+
+
+def stop_cluster(etcd, hosts, children=()):
+    """The end of a cluster run: kills the helper processes still running (loads, probers,
+    subscribers; `None` for one never started), then stops the daemons and etcd."""
+    for child in children:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+    for host in hosts:
+        host.stop()
+    etcd.stop()
 
 
 def summarize(values):

@@ -239,9 +239,7 @@ extension Daemon {
         let clock = SystemClock.mapping(at: now)
         for key in due.finish {
             guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
-            if cluster.writers[key] != cluster.hostID && now.nanoseconds(since: deadline) < Self.takeOverGraceNanoseconds {
-                continue  // Asked again a second later (`takeDue`).
-            }
+            if leavesToWriter(key, dueAt: deadline, now: now, cluster: cluster) { continue }
             guard let finished = engine.dueDone(for: key, now: now), let state = finished.state else { continue }
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
             cluster.withRevision(of: key) { [unowned self] revision in
@@ -252,15 +250,22 @@ extension Daemon {
         }
         for key in due.forget {
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
-            // The same rule as a `done`: the end of its retention is the removal's deadline.
-            if cluster.writers[key] != cluster.hostID, let finishedAt = state.finishedAt,
-               now.nanoseconds(since: finishedAt.advanced(byMilliseconds: engine.configuration.retentionMilliseconds)) < Self.takeOverGraceNanoseconds {
-                continue  // Asked again a second later (`takeDue`).
+            // The end of its retention is the removal's deadline.
+            if let finishedAt = state.finishedAt,
+               leavesToWriter(key, dueAt: finishedAt.advanced(byMilliseconds: engine.configuration.retentionMilliseconds), now: now, cluster: cluster) {
+                continue
             }
             cluster.withRevision(of: key) { [unowned self] revision in
                 guard let revision, engine.persistentState(of: key).map({ !$0.state.isActive }) == true else { return }
                 cluster.change(key, to: nil, expecting: .unchangedSince(revision)) { _ in }
             }
         }
+    }
+
+    /// Whether a change due at `due` is left to the host that wrote the countdown's current value
+    /// for now: this host is not that one, and the grace has not passed. Asked again a second
+    /// later (`takeDue`).
+    private func leavesToWriter(_ key: String, dueAt due: Instant, now: Instant, cluster: ClusterReplica) -> Bool {
+        cluster.writers[key] != cluster.hostID && now.nanoseconds(since: due) < Self.takeOverGraceNanoseconds
     }
 }

@@ -49,6 +49,31 @@ struct StateJournalTests {
         return try result.get()
     }
 
+    /// A journal holding one durable batch, whose directory was then deleted and whose next
+    /// commit met that (rolled back); `nil`, recorded, if the commit did not fail as such.
+    func journalWhoseCommitMetDeletion(in directory: String) throws -> StateJournal? {
+        let journal = self.journal(in: directory)
+        _ = try recover(journal)
+        #expect(batch(journal, ["tea"], from: 1) == .durable)
+        try FileManager.default.removeItem(atPath: directory)
+        guard case .failed(.directoryGone) = batch(journal, ["lost"], from: 2) else {
+            Issue.record("a commit into a deleted directory did not fail as such")
+            return nil
+        }
+        queue.sync { journal.rollbackBatch() }
+        return journal
+    }
+
+    /// Waits for a snapshot written off the queue to land back on it and make the journal
+    /// available; whether it did within a minute.
+    func waitUntilAvailable(_ journal: StateJournal) -> Bool {
+        let deadline = Date().addingTimeInterval(60)
+        while queue.sync(execute: { journal.health }) != .available && Date() < deadline {
+            usleep(10_000)
+        }
+        return queue.sync { journal.health } == .available
+    }
+
     func mode(_ path: String) -> mode_t {
         var info = stat()
         return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
@@ -156,15 +181,7 @@ struct StateJournalTests {
     func deletedDirectory() throws {
         let scratch = ScratchDirectory()
         let directory = scratch.path + "/state"
-        let journal = self.journal(in: directory)
-        _ = try recover(journal)
-        #expect(batch(journal, ["tea"], from: 1) == .durable)
-        try FileManager.default.removeItem(atPath: directory)
-        guard case .failed(.directoryGone) = batch(journal, ["lost"], from: 2) else {
-            Issue.record("a commit into a deleted directory did not fail as such")
-            return
-        }
-        queue.sync { journal.rollbackBatch() }
+        guard let journal = try journalWhoseCommitMetDeletion(in: directory) else { return }
         #expect(queue.sync { journal.retry() } == false, "recreated, but not whole until a snapshot lands")
         #expect(queue.sync { journal.health } == .awaitingSnapshot)
         #expect(access(directory, F_OK) == 0, "recreated")
@@ -176,11 +193,7 @@ struct StateJournalTests {
             journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping())
         }
         // The snapshot is written off the queue and lands back on it.
-        let deadline = Date().addingTimeInterval(60)
-        while queue.sync(execute: { journal.health }) != .available && Date() < deadline {
-            usleep(10_000)
-        }
-        #expect(queue.sync { journal.health } == .available)
+        #expect(waitUntilAvailable(journal))
         #expect(mode(directory + "/countdownd.db") == 0o600, "the snapshot is private like the journal")
         #expect(batch(journal, ["after"], from: 3) == .durable)
     }
@@ -212,26 +225,14 @@ struct StateJournalTests {
             #expect(journal.snapshotIsDue(now: SystemClock.now()), "the recreated directory's snapshot is due at once")
         }
         queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping()) }
-        let deadline = Date().addingTimeInterval(60)
-        while queue.sync(execute: { journal.health }) != .available && Date() < deadline {
-            usleep(10_000)
-        }
-        #expect(queue.sync { journal.health } == .available)
+        #expect(waitUntilAvailable(journal))
     }
 
     @Test("a directory whose deletion a commit met first is recreated by the next look at it (the file system's word), not a second later by the retry")
     func commitMetDeletionFirst() throws {
         let scratch = ScratchDirectory()
         let directory = scratch.path + "/state"
-        let journal = self.journal(in: directory)
-        _ = try recover(journal)
-        #expect(batch(journal, ["tea"], from: 1) == .durable)
-        try FileManager.default.removeItem(atPath: directory)
-        guard case .failed(.directoryGone) = batch(journal, ["lost"], from: 2) else {
-            Issue.record("a commit into a deleted directory did not fail as such")
-            return
-        }
-        queue.sync { journal.rollbackBatch() }
+        guard let journal = try journalWhoseCommitMetDeletion(in: directory) else { return }
         #expect(queue.sync { journal.checkDirectory() }, "lost")
         #expect(queue.sync { journal.health } == .awaitingSnapshot, "recreated at once, waiting for its snapshot")
         #expect(access(directory, F_OK) == 0, "recreated")
