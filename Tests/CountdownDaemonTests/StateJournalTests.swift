@@ -74,6 +74,22 @@ struct StateJournalTests {
         return queue.sync { journal.health } == .available
     }
 
+    /// Recovers a fresh journal on a directory whose last journal was just let go. Its lock can
+    /// outlive it by a moment: a process that another test spawns at that instant holds a copy
+    /// of the lock's descriptor (and so the `flock`) until its `exec` closes it. Waits for that,
+    /// up to 30 s; any other refusal is thrown at once.
+    func recoverOnceReleased(in directory: String) throws(StorageError) -> StateJournal.Recovered {
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            do throws(StorageError) {
+                return try recover(journal(in: directory))
+            } catch {
+                guard case .locked = error, Date() < deadline else { throw error }
+                usleep(1_000)
+            }
+        }
+    }
+
     func mode(_ path: String) -> mode_t {
         var info = stat()
         return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
@@ -124,7 +140,7 @@ struct StateJournalTests {
             }
         }
         first = nil  // Released: the lock goes with it.
-        let recovered = try recover(journal(in: directory))
+        let recovered = try recoverOnceReleased(in: directory)
         #expect(recovered.countdowns.map(\.name).sorted() == ["egg", "tea"])
         #expect(recovered.lastSequence == 2)
         #expect(recovered.ring.events.map(\.name) == ["tea", "egg"])
@@ -172,7 +188,7 @@ struct StateJournalTests {
             #expect(queue.sync { journal.retry() } == true, "room again: the deferred events are written")
             #expect(batch(journal, ["after"], from: 402) == .durable)
         }
-        let recovered = try recover(self.journal(in: directory))
+        let recovered = try recoverOnceReleased(in: directory)
         #expect(recovered.countdowns.map(\.name).sorted() == (["after", "before"] + deferred).sorted())
         #expect(recovered.lastSequence == 402, "the last event written is the one after the deferred ones")
     }

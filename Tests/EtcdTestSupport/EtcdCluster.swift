@@ -128,13 +128,22 @@ public final class EtcdCluster {
 
     /// Every key under `prefix` with how many times it was written since it was created (etcd's
     /// own `version`) and its value now: a countdown started and then done once is at 2, one
-    /// finished twice at 3. `nil` when the member does not answer.
+    /// finished twice at 3. A member that does not answer within its 2 s (a slow sync on a busy
+    /// machine) is asked again, then the next one, for up to 30 s; `nil` when none answered.
     public func versions(under prefix: String, through index: Int = 0) -> [String: (version: Int, value: String)]? {
         var end = Array(prefix.utf8)
         end[end.count - 1] += 1
         let body = #"{"key":"\#(Data(prefix.utf8).base64EncodedString())","range_end":"\#(Data(end).base64EncodedString())"}"#
-        guard let reply = Self.post(members[index].clientURL, path: "/v3/kv/range", body: body),
-              let object = try? JSONSerialization.jsonObject(with: Data(reply.utf8)) as? [String: Any] else { return nil }
+        let deadline = Date().addingTimeInterval(30)
+        var attempt = 0
+        var answer: [String: Any]?
+        while answer == nil && Date() < deadline {
+            let member = members[(index + attempt) % members.count]
+            attempt += 1
+            answer = Self.post(member.clientURL, path: "/v3/kv/range", body: body)
+                .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        }
+        guard let object = answer else { return nil }
         var versions: [String: (version: Int, value: String)] = [:]
         for pair in object["kvs"] as? [[String: Any]] ?? [] {
             guard let key = (pair["key"] as? String).flatMap({ Data(base64Encoded: $0) }),
