@@ -1,131 +1,155 @@
-"""The blocking client: one connection to countdownd, one request at a time."""
+"""The blocking client: a small pool of connections to countdownd, safe to share between threads."""
 from __future__ import annotations
 
-import socket
+import threading
 import time
-from collections import deque
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
+from .connection import Connection, NotSent, seconds_left
 from .protocol import (
-    FINAL_KINDS, how_it_ended, BadRequest, ConnectionLost, Countdown, CountdowndError, Err, Event, Gone, Hello, NotFound, Ok,
-    Overflow, ProtocolViolation, Resync, Shutdown, Stat, check_name, default_socket_path, duration_text,
-    list_line, parse_line, start_line, stat_value, subscribe_line, subscribed_seq,
+    FINAL_KINDS, how_it_ended, BadRequest, ConnectionLost, Countdown, Event, Gone, Overflow, ProtocolViolation, Timeout,
+    check_name, default_socket_path, duration_text, list_line, parse_line, start_line, subscribe_line, subscribed_seq,
 )
 
 
-_DEFAULT = object()  # The connection's own timeout.
+_DEFAULT: Any = object()  # The client's own timeout.
 
-
-def _cannot_connect(path: str, error: OSError) -> ConnectionLost:
-    return ConnectionLost(
-        "cannot connect to countdownd at %s (%s); start it with 'systemctl --user start countdownd.socket' "
-        "or run 'countdownd', or pass the socket path it listens on" % (path, error.strerror or error))
+_FIRST_RETRY_S = 0.01  # Back-off between attempts to reach a daemon that is away: doubled each
+_LAST_RETRY_S = 0.5    # time up to this, so a restarted daemon is found within half a second.
 
 
 class Client:
-    """A connection to countdownd.
+    """A client of countdownd, safe to share between threads.
 
     >>> with Client() as client:
     ...     try:
     ...         client.start("otp:+4915112345678", 60)
     ...     except Busy as busy:
-    ...         print("Resend code in %d s" % -(-busy.remaining_ms // 1000))
+    ...         print("Resend code in %d s" % busy.retry_after_s)
 
     Every method sends one request and returns its answer, or raises the error the daemon
-    answered (`Busy`, `NotFound`, … all `CountdowndError`), `ConnectionLost` when the daemon is
-    gone. `subscribe` and `wait` open connections of their own, so this one stays free for requests.
+    answered (`Busy`, `NotFound`, … all `CountdowndError`). Requests go over a small pool of
+    connections (at most `max_connections`; a thread waits for a free one), each used by one
+    thread at a time, so threads never read each other's answers.
+
+    Failures, each a `CountdowndError`:
+    - `Timeout` (also a `TimeoutError`): no answer within `timeout` seconds (the client's, or
+      the call's own). The connection is closed, never reused with an answer in flight.
+    - `OutcomeUnknown`: a change was sent and the connection broke before its answer: it may or
+      may not have been made. Never retried by the library; reads are retried.
+    - `ConnectionLost`: the daemon could not be reached within the timeout. A daemon that is
+      restarting is waited for (attempts back off to one every 0.5 s), so a restart costs a
+      slow call, not a failed one.
+
+    `subscribe` and `wait` open connections of their own.
     """
 
-    def __init__(self, socket_path: Optional[str] = None, timeout: Optional[float] = 30.0):
+    def __init__(self, socket_path: Optional[str] = None, timeout: Optional[float] = 30.0, max_connections: int = 8):
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
         self.socket_path = socket_path or default_socket_path()
         self.timeout = timeout
+        self.max_connections = max_connections
         self.daemon_version: Optional[str] = None
-        self._sock: Optional[socket.socket] = None
-        self._buffer = b""
-        self._events: deque = deque()
-        self._connect()
+        self._idle: List[Connection] = []
+        self._in_use = 0
+        self._closed = False
+        self._room = threading.Condition(threading.Lock())
+        # Reached once at construction, so a wrong path or a stopped daemon is said at once.
+        first = self._connect(self._deadline(_DEFAULT), wait_for_daemon=False)
+        self._idle.append(first)
 
-    # Connection
+    # Connections
 
-    def _connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
+    def _deadline(self, timeout: Any) -> Optional[float]:
+        seconds = self.timeout if timeout is _DEFAULT else timeout
+        return None if seconds is None else time.monotonic() + seconds
+
+    def _connect(self, deadline: Optional[float], wait_for_daemon: bool = True) -> Connection:
+        """A new connection, trying again with a growing pause while the daemon is away (until
+        `deadline`) when `wait_for_daemon`."""
+        delay = _FIRST_RETRY_S
+        while True:
+            try:
+                connection = Connection(self.socket_path, deadline)
+                self.daemon_version = connection.daemon_version
+                return connection
+            except ConnectionLost as error:
+                left = seconds_left(deadline)
+                if not wait_for_daemon or (left is not None and left <= delay):
+                    raise ConnectionLost("%s; gave up after the call's timeout of %s s"
+                                         % (error.message, self.timeout) if wait_for_daemon else error.message) from None
+                time.sleep(delay)
+                delay = min(delay * 2, _LAST_RETRY_S)
+
+    def _checkout(self, deadline: Optional[float]) -> Connection:
+        with self._room:
+            while True:
+                if self._closed:
+                    raise ConnectionLost("the client is closed")
+                while self._idle:
+                    connection = self._idle.pop()
+                    if connection.is_idle_and_open():
+                        self._in_use += 1
+                        return connection
+                    connection.close()  # The daemon said goodbye while it sat in the pool.
+                if self._in_use < self.max_connections:
+                    self._in_use += 1
+                    break
+                left = seconds_left(deadline)
+                if left is not None and left <= 0:
+                    raise Timeout("all %d connections stayed busy for the call's timeout" % self.max_connections)
+                self._room.wait(left)
         try:
-            sock.connect(self.socket_path)
-        except OSError as error:
-            sock.close()
-            raise _cannot_connect(self.socket_path, error) from None
-        self._sock, self._buffer = sock, b""
-        greeting = parse_line(self._read_line())
-        if isinstance(greeting, Err):
-            self.close()
-            raise greeting.error
-        if not isinstance(greeting, Hello):
-            self.close()
-            raise ProtocolViolation("expected countdownd's HELLO greeting; is %s countdownd's socket?" % self.socket_path)
-        self.daemon_version = greeting.daemon_version
+            return self._connect(deadline)
+        except BaseException:
+            self._checkin(None)
+            raise
+
+    def _checkin(self, connection: Optional[Connection]) -> None:
+        with self._room:
+            self._in_use -= 1
+            if connection is not None and connection.is_open:
+                if self._closed:
+                    connection.close()
+                else:
+                    self._idle.append(connection)
+            self._room.notify()
+
+    def _request(self, line: str, is_change: bool, timeout: Any = _DEFAULT) -> Tuple[List[Countdown], Dict[str, object], str]:
+        """Sends one request on a pooled connection; returns its COUNTDOWN lines, STAT lines
+        and OK text. A request that never reached the daemon is sent again on a fresh
+        connection; a read whose connection broke is asked again; a change is not."""
+        deadline = self._deadline(timeout)
+        while True:
+            connection = self._checkout(deadline)
+            try:
+                return connection.request(line, deadline, is_change)
+            except NotSent:
+                continue  # The daemon had closed this connection (a restart): nothing ran.
+            except ConnectionLost:
+                if is_change or (deadline is not None and time.monotonic() >= deadline):
+                    raise
+                continue  # A read: asking again is harmless.
+            finally:
+                self._checkin(connection)
 
     def close(self) -> None:
-        """Closes the connection (idempotent)."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        """Closes every connection (idempotent); calls after it raise `ConnectionLost`."""
+        with self._room:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _read_line(self, timeout=_DEFAULT) -> str:
-        """One line; `timeout` seconds (None: forever; by default the connection's) or
-        `socket.timeout`."""
-        if self._sock is None:
-            raise ConnectionLost("the connection is closed")
-        while b"\n" not in self._buffer:
-            try:
-                self._sock.settimeout(self.timeout if timeout is _DEFAULT else timeout)
-                chunk = self._sock.recv(65536)
-            except socket.timeout:
-                raise
-            except OSError as error:
-                self.close()
-                raise ConnectionLost("lost the connection to countdownd (%s)" % (error.strerror or error)) from None
-            if not chunk:
-                self.close()
-                raise ConnectionLost("countdownd closed the connection")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line.decode("utf-8", "replace")
-
-    def _request(self, line: str) -> Tuple[List[Countdown], Dict[str, object], str]:
-        """Sends one request; returns its COUNTDOWN lines, STAT lines and OK text. Events that
-        arrive meanwhile (on a subscribed connection) are kept for `next_event`."""
-        if self._sock is None:
-            raise ConnectionLost("the connection is closed")
-        try:
-            self._sock.sendall(line.encode() + b"\n")
-        except OSError as error:
-            self.close()
-            raise ConnectionLost("lost the connection to countdownd (%s)" % (error.strerror or error)) from None
-        countdowns: List[Countdown] = []
-        stats: Dict[str, object] = {}
-        while True:
-            parsed = parse_line(self._read_line())
-            if isinstance(parsed, Event):
-                self._events.append(parsed)
-            elif isinstance(parsed, Countdown):
-                countdowns.append(parsed)
-            elif isinstance(parsed, Stat):
-                stats[parsed.key] = stat_value(parsed.value)
-            elif isinstance(parsed, Ok):
-                return countdowns, stats, parsed.text
-            elif isinstance(parsed, Err):
-                raise parsed.error
-            # SHUTDOWN, RESYNC and unknown lines are not a reply; the connection ending says the rest.
-
-    def _change(self, line: str) -> Countdown:
-        _, _, text = self._request(line)
+    def _change(self, line: str, timeout: Any) -> Countdown:
+        _, _, text = self._request(line, True, timeout)
         countdown = parse_line("COUNTDOWN " + text)
         if not isinstance(countdown, Countdown):
             raise ProtocolViolation("unexpected answer to %s: OK %s" % (line.split()[0], text))
@@ -133,49 +157,54 @@ class Client:
 
     # Requests
 
-    def start(self, name: str, duration=None, *, at=None, replace: bool = False,
-              pause_on_suspend: bool = False) -> Countdown:
+    def start(self, name: str, duration: Union[int, float, str, None] = None, *, at: Any = None, replace: bool = False,
+              pause_on_suspend: bool = False, timeout: Any = _DEFAULT) -> Countdown:
         """Starts a countdown: `duration` in seconds (int or float) or as text ('5m', '1500ms');
         60 s when neither it nor `at` (Unix ms, or an aware datetime) is given. Raises `Busy`
-        (with `remaining_ms`) while one of that name runs, unless `replace`. With
-        `pause_on_suspend` it stands still while the machine sleeps (a pomodoro)."""
-        return self._change(start_line(name, duration, at, replace, pause_on_suspend))
+        (with `remaining_ms` and `retry_after_s`) while one of that name runs, unless `replace`.
+        With `pause_on_suspend` it stands still while the machine sleeps (a pomodoro)."""
+        return self._change(start_line(name, duration, at, replace, pause_on_suspend), timeout)
 
-    def status(self, name: str) -> Countdown:
+    def status(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """The countdown's state now; `NotFound` when there is none of that name."""
-        countdowns, _, _ = self._request("STATUS " + check_name(name))
+        countdowns, _, _ = self._request("STATUS " + check_name(name), False, timeout)
         if not countdowns:
             raise ProtocolViolation("STATUS answered OK without a countdown")
         return countdowns[0]
 
-    def list(self, states: Optional[Iterable[str]] = None, prefix: Optional[str] = None) -> List[Countdown]:
+    def list(self, states: Optional[Iterable[str]] = None, prefix: Optional[str] = None, *,
+             timeout: Any = _DEFAULT) -> List[Countdown]:
         """Every countdown this user may see, optionally of some states or a name prefix."""
-        countdowns, _, _ = self._request(list_line(states, prefix))
+        countdowns, _, _ = self._request(list_line(states, prefix), False, timeout)
         return countdowns
 
-    def cancel(self, name: str) -> Countdown:
-        return self._change("CANCEL " + check_name(name))
+    def cancel(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
+        """Cancels a running or paused countdown (`NotFound` if there is none, or it finished)."""
+        return self._change("CANCEL " + check_name(name), timeout)
 
-    def pause(self, name: str) -> Countdown:
-        return self._change("PAUSE " + check_name(name))
+    def pause(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
+        """Pauses a running countdown (`Busy` if it is paused already)."""
+        return self._change("PAUSE " + check_name(name), timeout)
 
-    def resume(self, name: str) -> Countdown:
-        return self._change("RESUME " + check_name(name))
+    def resume(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
+        """Resumes a paused countdown (`Busy` if it is running)."""
+        return self._change("RESUME " + check_name(name), timeout)
 
-    def extend(self, name: str, duration) -> Countdown:
+    def extend(self, name: str, duration: Union[int, float, str], *, timeout: Any = _DEFAULT) -> Countdown:
         """Adds time to a running or paused countdown."""
-        return self._change("EXTEND %s %s" % (check_name(name), duration_text(duration)))
+        return self._change("EXTEND %s %s" % (check_name(name), duration_text(duration)), timeout)
 
-    def remove(self, name: str) -> Countdown:
+    def remove(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """Forgets a finished countdown now (its name and its place under the limits are free)."""
-        return self._change("REMOVE " + check_name(name))
+        return self._change("REMOVE " + check_name(name), timeout)
 
-    def ping(self) -> None:
-        self._request("PING")
+    def ping(self, *, timeout: Any = _DEFAULT) -> None:
+        """Asks the daemon for `OK pong`."""
+        self._request("PING", False, timeout)
 
-    def stats(self) -> Dict[str, object]:
+    def stats(self, *, timeout: Any = _DEFAULT) -> Dict[str, object]:
         """The daemon's figures (root: the whole daemon's; anyone else: their own)."""
-        _, stats, _ = self._request("STATS")
+        _, stats, _ = self._request("STATS", False, timeout)
         return stats
 
     # Waiting and following
@@ -183,55 +212,41 @@ class Client:
     def wait(self, name: str, timeout: Optional[float] = None) -> Countdown:
         """Blocks until the countdown is finished and returns how it ended (state `done`, with
         `late_ms` if it was late, or `cancelled`). Survives a daemon restart: it reconnects.
-        Raises `NotFound` if there is none of that name (or it is removed first),
-        `TimeoutError` after `timeout` seconds."""
+        Raises `NotFound` if there is none of that name (or it is removed first), `Timeout`
+        (a `TimeoutError`) after `timeout` seconds (None: as long as it takes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-
-        def left() -> Optional[float]:
-            if deadline is None:
-                return None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("'%s' did not finish within %s s" % (name, timeout))
-            return remaining
-        delay = 0.05
         while True:
-            budget = left()
             try:
-                follower = Client(self.socket_path, timeout=self.timeout if budget is None else min(self.timeout or budget, budget))
+                follower = self._connect(deadline)
             except ConnectionLost:
-                time.sleep(min(delay, left() or delay))
-                delay = min(delay * 2, 2.0)
-                continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise Timeout("'%s' did not finish within %s s (and countdownd could not be reached)" % (name, timeout)) from None
+                raise
             try:
                 # Subscribed first, then asked: a `done` between the two cannot be missed. With
                 # snapshots: in cluster mode a RESYNC comes with a snapshot of each followed
                 # countdown, finished ones too, which may be the only word of its end.
-                follower._request(subscribe_line([name], kinds=FINAL_KINDS + ("snapshot",)))
-                current = follower.status(name)
+                follower.request(subscribe_line([name], kinds=FINAL_KINDS + ("snapshot",)), deadline, False)
+                countdowns, _, _ = follower.request("STATUS " + check_name(name), deadline, False)
+                if not countdowns:
+                    raise ProtocolViolation("STATUS answered OK without a countdown")
+                current = countdowns[0]
                 if current.is_finished:
                     return current
                 while True:
-                    try:
-                        event = follower.next_event(timeout=left())
-                    except socket.timeout:
-                        left()
-                        continue
-                    ended = how_it_ended(event, current)
+                    ended = how_it_ended(follower.next_event(deadline), current)
                     if ended is not None:
                         return ended
-            except socket.timeout:
-                left()  # Raises TimeoutError once the time is up; else a slow reply: again.
-                continue
+            except Timeout:
+                raise Timeout("'%s' did not finish within %s s" % (name, timeout)) from None
             except ConnectionLost:
-                delay = 0.05
-                continue
+                continue  # A daemon restart: follow it again (SUBSCRIBE, then STATUS).
             finally:
                 follower.close()
 
     def subscribe(self, names: Optional[Iterable[str]] = None, prefix: Optional[str] = None,
                   kinds: Optional[Iterable[str]] = None, since: Optional[int] = None,
-                  reconnect: bool = True) -> Iterator[Event]:
+                  reconnect: bool = True, timeout: Optional[float] = None) -> Iterator[Event]:
         """Yields events, on a connection of its own: of `names`, of every countdown whose name
         starts with `prefix`, or of everything (neither). `kinds` limits them ('done',
         'lifecycle', 'tick', …; by default all, with a `snapshot` of each running or paused one
@@ -239,25 +254,27 @@ class Client:
 
         With `reconnect`, a lost connection (a daemon restart) is taken up again with `SINCE`
         the last lifecycle event seen, so none is missed or repeated; if the daemon no longer
-        keeps that far back, it subscribes afresh and the current state comes as snapshots."""
+        keeps that far back, it subscribes afresh and the current state comes as snapshots.
+        `timeout` bounds each wait for the next event, reconnecting included: `Timeout` after
+        that many seconds without one (None: as long as it takes)."""
         names = list(names or [])
         last_seq = since
-        delay = 0.05
         resumed = False  # True once a connection was lost and is being taken up again.
         wants_snapshots = kinds is None or bool({"snapshot", "all"} & set(kinds))
+
+        def next_deadline() -> Optional[float]:
+            return None if timeout is None else time.monotonic() + timeout
+        deadline = next_deadline()
         while True:
             try:
-                follower = Client(self.socket_path, timeout=self.timeout)
+                follower = self._connect(deadline, wait_for_daemon=reconnect)
             except ConnectionLost:
-                if not reconnect:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            delay = 0.05
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise Timeout("no event within %s s: countdownd could not be reached" % timeout) from None
+                raise
             try:
                 try:
-                    _, _, text = follower._request(subscribe_line(names, prefix, kinds, last_seq))
+                    _, _, text = follower.request(subscribe_line(names, prefix, kinds, last_seq), deadline, False)
                 except (Gone, BadRequest):
                     # Not kept that far back, or a daemon whose history never had it (its state
                     # was replaced): afresh, the current state as snapshots; but only on a
@@ -265,15 +282,19 @@ class Client:
                     # never silent. The caller's own `since` is answered as the daemon answers.
                     if not reconnect or last_seq is None or not resumed or not wants_snapshots:
                         raise
-                    _, _, text = follower._request(subscribe_line(names, prefix, kinds, None))
+                    _, _, text = follower.request(subscribe_line(names, prefix, kinds, None), deadline, False)
                     last_seq = None
                 if last_seq is None:
                     last_seq = subscribed_seq(text)
                 while True:
-                    event = follower.next_event()
+                    try:
+                        event = follower.next_event(deadline)
+                    except Timeout:
+                        raise Timeout("no event within %s s" % timeout) from None
                     if event.is_lifecycle:
                         last_seq = event.seq
                     yield event
+                    deadline = next_deadline()
             except (ConnectionLost, Overflow):
                 # Overflow: it fell too far behind and was cut off; SINCE brings what it missed.
                 if not reconnect:
@@ -281,15 +302,3 @@ class Client:
                 resumed = True
             finally:
                 follower.close()
-
-    def next_event(self, timeout: Optional[float] = None) -> Event:
-        """The next event on this connection (after a SUBSCRIBE sent through it); `timeout`
-        seconds (None: forever) or `socket.timeout`."""
-        if self._events:
-            return self._events.popleft()
-        while True:
-            parsed = parse_line(self._read_line(timeout))
-            if isinstance(parsed, Event):
-                return parsed
-            if isinstance(parsed, Err):
-                raise parsed.error

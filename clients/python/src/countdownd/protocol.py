@@ -66,8 +66,11 @@ class Event:
 
 
 class CountdowndError(Exception):
-    """An `ERR <code> <message>` from the daemon. `fields` are its details for programs."""
+    """An `ERR <code> <message>` from the daemon, or a failure to reach it. `fields` are its
+    details for programs. `maybe_applied` is True when the request was sent and its answer never
+    came: it may or may not have been carried out, so it must not be retried blindly."""
     code = "error"
+    maybe_applied = False
 
     def __init__(self, message: str, code: Optional[str] = None, fields: Optional[Dict[str, str]] = None):
         super().__init__(message)
@@ -113,6 +116,13 @@ class Busy(CountdowndError):
     def state(self) -> Optional[str]:
         return self.fields.get("state")
 
+    @property
+    def retry_after_s(self) -> int:
+        """Whole seconds until the name may start again, rounded up, and at least 1 (what an HTTP
+        429 carries as `Retry-After`). 1 when the daemon gave no `remaining_ms` (an older one)."""
+        remaining = self.remaining_ms
+        return max(1, -(-remaining // 1000)) if remaining is not None else 1
+
 
 class Forbidden(CountdowndError):
     code = "forbidden"
@@ -142,8 +152,30 @@ class Gone(CountdowndError):
 
 
 class ConnectionLost(CountdowndError):
-    """The daemon closed the connection or could not be reached."""
+    """The daemon could not be reached (within the call's timeout), or closed the connection
+    before the request was sent: the request was not carried out."""
     code = "connection-lost"
+
+
+class OutcomeUnknown(ConnectionLost):
+    """The request was sent, then the connection broke (the daemon stopped, or another call on
+    the same connection timed out or was cancelled) before its answer came: it may or may not
+    have been carried out. Check with `status` before doing it again; never retry a START
+    blindly, since a retried one that answers `Busy` would tell a user to wait for a code they
+    never got."""
+    code = "outcome-unknown"
+    maybe_applied = True
+
+
+class Timeout(CountdowndError, TimeoutError):
+    """No answer within the call's timeout. The connection it was on is closed, so its late
+    answer can never be read as another request's. `maybe_applied` says whether the request had
+    been sent (a change may then have been made)."""
+    code = "timeout"
+
+    def __init__(self, message: str, maybe_applied: bool = False):
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class ProtocolViolation(CountdowndError):
