@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus ma
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done test-python
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done test-python test-clients
 
 all: build
 
@@ -77,10 +77,20 @@ test: deps test-deps test-package
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory test-clients
 
 # The Python client library's own tests, against the daemon just built.
 test-python:
 	COUNTDOWND_BIN="$$($(SWIFT) build --show-bin-path)/countdownd" python3 -m unittest discover -s clients/python/tests -v
+
+# One contract for every client library (clients/conformance/): each runs the same cases against the
+# real daemon, faults included. A client whose toolchain is missing is skipped, saying why.
+CONFORMANCE := python3 clients/conformance/run.py --daemon "$$($(SWIFT) build --show-bin-path)/countdownd" --
+test-clients:
+	@status=0; \
+	$(CONFORMANCE) python3 clients/python/conformance_driver.py --client blocking || status=1; \
+	$(CONFORMANCE) python3 clients/python/conformance_driver.py --client async || status=1; \
+	exit $$status
 
 # The package must build where it can be (a failure there is a failure of make test); where
 # Debian's packaging tools cannot be installed, or the root cannot be bootstrapped, the tests
@@ -106,7 +116,7 @@ test-loaded: deps test-deps test-package
 	$(SWIFT) build --build-tests
 	nice -n 19 stress-ng --cpu $$(nproc) --timeout 3600s --quiet & load=$$!; \
 	trap 'kill $$load 2>/dev/null; wait $$load 2>/dev/null' EXIT; \
-	$(SWIFT) test --skip-build && $(MAKE) --no-print-directory test-python
+	$(SWIFT) test --skip-build && $(MAKE) --no-print-directory test-python && $(MAKE) --no-print-directory test-clients
 
 # For packagers and operators: installs the release build as it is, with an explicit mode for
 # every file whatever the umask; it never builds (run `make release` first) and never fetches.

@@ -57,7 +57,7 @@ class _Pipeline:
             line = await asyncio.wait_for(reader.readline(), timeout)
         except asyncio.TimeoutError:
             pipeline._abort("no greeting")
-            raise ConnectionLost("countdownd at %s accepted the connection but sent no greeting in time" % path) from None
+            raise Timeout("countdownd at %s accepted the connection but sent no greeting within the call's timeout" % path) from None
         except (OSError, asyncio.IncompleteReadError, ValueError) as error:
             pipeline._abort("no greeting")
             raise ConnectionLost("lost the connection to countdownd (%s)" % error) from None
@@ -240,17 +240,16 @@ class AsyncClient:
             if self._pipeline is not None and self._pipeline.is_usable:
                 return self._pipeline
             if self._connecting is None:
-                self._connecting = asyncio.ensure_future(self._open(deadline))
-                self._connecting.add_done_callback(_retrieved)
+                connecting = asyncio.ensure_future(self._open(deadline))
+                connecting.add_done_callback(self._connection_attempt_ended)
+                self._connecting = connecting
             connecting = self._connecting
             done, _ = await asyncio.wait({connecting}, timeout=self._left(deadline))
-            if connecting.done() and self._connecting is connecting:
-                self._connecting = None
             if not done:
-                raise ConnectionLost("countdownd at %s could not be reached within the call's timeout" % self.socket_path)
+                raise Timeout("no connection to countdownd at %s within the call's timeout" % self.socket_path)
             try:
                 pipeline = connecting.result()
-            except ConnectionLost:
+            except (ConnectionLost, Timeout):
                 left = self._left(deadline)
                 if left is not None and left <= 0:
                     raise
@@ -260,6 +259,22 @@ class AsyncClient:
                 raise ConnectionLost("the client is closed")
             self._pipeline = pipeline
             return pipeline
+
+    def _connection_attempt_ended(self, attempt: "asyncio.Future[_Pipeline]") -> None:
+        """An attempt's connection becomes the client's even when every task that waited for it
+        gave up first, so it is never left open with nobody holding it."""
+        _retrieved(attempt)
+        if self._connecting is attempt:
+            self._connecting = None
+        if attempt.cancelled() or attempt.exception() is not None:
+            return
+        pipeline = attempt.result()
+        if self._closed:
+            asyncio.ensure_future(pipeline.close())
+        elif self._pipeline is None or not self._pipeline.is_usable:
+            self._pipeline = pipeline
+        elif self._pipeline is not pipeline:
+            asyncio.ensure_future(pipeline.close())
 
     async def _request(self, line: str, is_change: bool, timeout: Any = _DEFAULT) -> Reply:
         """Sends one request and awaits its reply. A read whose connection broke is asked

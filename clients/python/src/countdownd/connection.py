@@ -60,8 +60,8 @@ class Connection:
         try:
             greeting = parse_line(self.read_line(deadline))
         except Timeout:
-            self.close()
-            raise ConnectionLost("countdownd at %s accepted the connection but sent no greeting in time" % path) from None
+            self.close()  # A stalled daemon (or a full backlog): a timeout of the call, not an absence.
+            raise Timeout("countdownd at %s accepted the connection but sent no greeting within the call's timeout" % path) from None
         except BaseException:
             self.close()
             raise
