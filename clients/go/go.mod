@@ -1,0 +1,3 @@
+module countdownd
+
+go 1.19

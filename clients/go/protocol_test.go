@@ -1,0 +1,71 @@
+package countdownd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestBusyCarriesTheTimeLeft(t *testing.T) {
+	line := parseLine("ERR busy 'otp:+49151' is running with 0:00:58 left; wait for it, CANCEL it, or START it with REPLACE remaining_ms=57814 state=running")
+	if line.kind != lineErr {
+		t.Fatalf("not an error line: %+v", line)
+	}
+	var err error = line.err
+	if !errors.Is(err, ErrBusy) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("errors.Is: %v", err)
+	}
+	var refusal *Error
+	if !errors.As(fmt.Errorf("wrapped: %w", err), &refusal) {
+		t.Fatal("errors.As through a wrap")
+	}
+	if ms, ok := refusal.RemainingMS(); !ok || ms != 57814 {
+		t.Fatalf("remaining %d %v", ms, ok)
+	}
+	if refusal.RetryAfter() != 58*time.Second {
+		t.Fatalf("retry after %v", refusal.RetryAfter())
+	}
+	if refusal.Message != "'otp:+49151' is running with 0:00:58 left; wait for it, CANCEL it, or START it with REPLACE" {
+		t.Fatalf("message %q", refusal.Message)
+	}
+}
+
+func TestCallErrorsSayWhetherTheRequestMayHaveRun(t *testing.T) {
+	sent := &CallError{Op: "START", MaybeApplied: true, Err: context.DeadlineExceeded}
+	if !errors.Is(sent, ErrOutcomeUnknown) || !errors.Is(sent, context.DeadlineExceeded) {
+		t.Fatal("a timed-out change is an unknown outcome and a deadline")
+	}
+	read := &CallError{Op: "STATUS", Err: context.Canceled}
+	if errors.Is(read, ErrOutcomeUnknown) || !errors.Is(read, context.Canceled) {
+		t.Fatal("a cancelled read changed nothing")
+	}
+}
+
+func TestLines(t *testing.T) {
+	countdown := parseLine("COUNTDOWN tea running 2874 3000 1764488400000 1000 - pause-on-suspend")
+	if countdown.kind != lineCountdown || countdown.countdown.Name != "tea" || countdown.countdown.RemainingMS != 2874 ||
+		countdown.countdown.OwnerUID != 1000 || !countdown.countdown.PausesOnSuspend {
+		t.Fatalf("%+v", countdown)
+	}
+	event := parseLine("EVENT 2 done tea 0 3000 1500 future-field")
+	if event.kind != lineEvent || event.event.Seq != 2 || event.event.LateMS != 1500 || !event.event.Lifecycle() {
+		t.Fatalf("%+v", event)
+	}
+	if parseLine("FUTURE something").kind != lineUnknown || parseLine("EVENT x").kind != lineUnknown {
+		t.Fatal("unknown lines are ignored, not misread")
+	}
+	if seq, ok := subscribedSeq("subscribed all seq 41 events done"); !ok || seq != 41 {
+		t.Fatal("subscribed seq")
+	}
+	if _, err := durationText(-time.Second); !errors.Is(err, ErrBadDuration) {
+		t.Fatal("a negative duration is refused before it is sent")
+	}
+	if text, _ := durationText(1500 * time.Microsecond); text != "2ms" {
+		t.Fatalf("rounded up to the millisecond: %s", text)
+	}
+	if err := checkName("two words"); !errors.Is(err, ErrBadName) {
+		t.Fatal("a name with a space is refused before it is sent")
+	}
+}
