@@ -1,0 +1,33 @@
+// The codec, without a daemon (the conformance suite runs the client against a real one).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Busy, CountdowndError } from '../index.js';
+import { checkName, durationText, parseLine, subscribeLine, subscribedSeq } from '../lib/protocol.js';
+
+test('a busy START carries the time left', () => {
+  const { type, error } = parseLine("ERR busy 'otp:+49151' is running with 0:00:58 left; wait for it, CANCEL it, or START it with REPLACE remaining_ms=57814 state=running");
+  assert.equal(type, 'err');
+  assert.ok(error instanceof Busy && error instanceof CountdowndError);
+  assert.equal(error.remainingMs, 57814);
+  assert.equal(error.retryAfterS, 58);
+  assert.equal(error.fields.state, 'running');
+  assert.equal(error.message, "'otp:+49151' is running with 0:00:58 left; wait for it, CANCEL it, or START it with REPLACE");
+});
+
+test('lines, and the ones a newer daemon may add', () => {
+  const { countdown } = parseLine('COUNTDOWN tea running 2874 3000 1764488400000 1000 - pause-on-suspend');
+  assert.deepEqual([countdown.name, countdown.remainingMs, countdown.ownerUid, countdown.pausesOnSuspend], ['tea', 2874, 1000, true]);
+  const { event } = parseLine('EVENT 2 done tea 0 3000 1500 future-field');
+  assert.deepEqual([event.seq, event.kind, event.lateMs], [2, 'done', 1500]);
+  assert.equal(parseLine('FUTURE thing').type, 'unknown');
+  assert.equal(parseLine('EVENT x').type, 'unknown');
+  assert.equal(subscribedSeq('subscribed all seq 41 events done'), 41);
+});
+
+test('what would break the line protocol is refused before it is sent', () => {
+  assert.throws(() => checkName('two words'), (error) => error.code === 'bad-name');
+  assert.throws(() => durationText('5 m'), (error) => error.code === 'bad-duration');
+  assert.equal(durationText(1.5), '1500ms');
+  assert.equal(subscribeLine({ prefix: 'otp:', kinds: ['done'], since: 7 }), 'SUBSCRIBE PREFIX otp: EVENTS done SINCE 7');
+  assert.throws(() => subscribeLine({ names: ['a'], prefix: 'b' }), (error) => error.code === 'bad-request');
+});
