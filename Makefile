@@ -25,9 +25,9 @@ SWIFT      ?= swift
 # System packages the build needs (C headers for the system-library targets, pkg-config to find them).
 APT_PACKAGES := libsystemd-dev libsqlite3-dev libcurl4-openssl-dev pkg-config
 # Only the tests use these (zsh and fish check their completions, etcd-server is a real cluster
-# for the etcd client); without them those tests are skipped with a message, so failing to
+# for the etcd client, golang-go and nodejs build and run those client libraries); without them those tests are skipped with a message, so failing to
 # install them does not fail the build.
-TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus mandoc
+TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus mandoc golang-go nodejs
 
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
@@ -84,12 +84,23 @@ test-python:
 	COUNTDOWND_BIN="$$($(SWIFT) build --show-bin-path)/countdownd" python3 -m unittest discover -s clients/python/tests -v
 
 # One contract for every client library (clients/conformance/): each runs the same cases against the
-# real daemon, faults included. A client whose toolchain is missing is skipped, saying why.
+# real daemon, faults included, through a driver of its own; the Go and Node.js libraries' own unit
+# tests run first. A client whose toolchain is missing is skipped, saying why.
 CONFORMANCE := python3 clients/conformance/run.py --daemon "$$($(SWIFT) build --show-bin-path)/countdownd" --
+GO_ENV := GOCACHE="$(CURDIR)/.build/go-cache" GOPATH="$(CURDIR)/.build/go-path" GOFLAGS=-buildvcs=false
 test-clients:
 	@status=0; \
 	$(CONFORMANCE) python3 clients/python/conformance_driver.py --client blocking || status=1; \
 	$(CONFORMANCE) python3 clients/python/conformance_driver.py --client async || status=1; \
+	$(CONFORMANCE) "$$($(SWIFT) build --show-bin-path)/ConformanceDriver" || status=1; \
+	if command -v go >/dev/null; then \
+	  (cd clients/go && $(GO_ENV) go vet ./... && $(GO_ENV) go test ./... && \
+	   $(GO_ENV) go build -o "$(CURDIR)/.build/go-conformance-driver" ./cmd/conformance-driver) && \
+	  $(CONFORMANCE) .build/go-conformance-driver || status=1; \
+	else echo "SKIP the Go client: no go toolchain (apt-get install golang-go; make test does as root)"; fi; \
+	if command -v node >/dev/null; then \
+	  (cd clients/node && node --test test/) && $(CONFORMANCE) node clients/node/conformance-driver.js || status=1; \
+	else echo "SKIP the Node.js client: no node (apt-get install nodejs; make test does as root)"; fi; \
 	exit $$status
 
 # The package must build where it can be (a failure there is a failure of make test); where

@@ -47,6 +47,9 @@ let package = Package(
         .executableTarget(name: "countdownd", dependencies: ["CountdownDaemon"]),
         .executableTarget(name: "cdctl", dependencies: ["CountdownCLI"]),
 
+        // CountdownClient behind the client conformance suite's driver protocol (clients/conformance/).
+        .executableTarget(name: "ConformanceDriver", dependencies: ["CountdownClient", "CountdownCore"], path: "Tests/ConformanceDriver"),
+
         .testTarget(name: "CountdownCoreTests", dependencies: ["CountdownCore", "CountdownCLI"]),
         // A real etcd cluster on loopback ports, for the etcd client's and cluster mode's tests.
         .target(name: "EtcdTestSupport", path: "Tests/EtcdTestSupport"),

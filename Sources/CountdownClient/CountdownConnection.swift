@@ -18,6 +18,9 @@ public final class CountdownConnection {
     private var start = 0
     private var pendingEvents: [EventInfo] = []
     private var sawShutdown: String?
+    /// Why the connection may no longer carry requests: a reply was owed when reading it failed
+    /// (a timeout, most often), so its late answer would be read as the next request's.
+    private var brokenBecause: String?
 
     /// Connects and reads the greeting.
     /// - Parameters:
@@ -76,6 +79,9 @@ public final class CountdownConnection {
 
     /// Sends raw bytes, as they are.
     public func sendBytes(_ bytes: [UInt8]) throws(ClientError) {
+        if let brokenBecause {
+            throw .connectionLost("this connection is closed: \(brokenBecause); connect again")
+        }
         var offset = 0
         while offset < bytes.count {
             let sent = bytes.withUnsafeBytes { raw in
@@ -151,8 +157,27 @@ public final class CountdownConnection {
         return try readReply(timeout: timeout)
     }
 
-    /// Reads the next reply block (for pipelined requests sent with `send`).
+    /// Reads the next reply block (for pipelined requests sent with `send`). When it fails (a
+    /// timeout, a lost connection), the reply is still owed: the connection is shut down and
+    /// later requests on it fail, so that answer can never be read as another request's.
     public func readReply(timeout: Double? = 30) throws(ClientError) -> Reply {
+        do {
+            return try readWholeReply(timeout: timeout)
+        } catch {
+            if brokenBecause == nil {
+                brokenBecause = "a reply was owed when reading it failed (\(error))"
+                // Ignored on purpose: shutdown fails only on a socket the peer already ended,
+                // and either way nothing more is read or written on it.
+                _ = shutdown(descriptor, Int32(SHUT_RDWR))
+            }
+            throw error
+        }
+    }
+
+    private func readWholeReply(timeout: Double?) throws(ClientError) -> Reply {
+        if let brokenBecause {
+            throw .connectionLost("this connection is closed: \(brokenBecause); connect again")
+        }
         var countdowns: [CountdownInfo] = []
         var stats: [StatEntry] = []
         while true {
@@ -208,6 +233,10 @@ public final class CountdownConnection {
 
     /// The reason the daemon gave when it announced it was stopping, if it did.
     public var shutdownReason: String? { sawShutdown }
+
+    /// Whether requests may still be sent: false once reading a reply failed (a timeout, a lost
+    /// connection), since that reply is still owed. Connect again then.
+    public var isUsable: Bool { brokenBecause == nil }
 
     /// The raw descriptor, for callers that multiplex (the live `watch` display polls it).
     public var fileDescriptor: Int32 { descriptor }
