@@ -18,7 +18,7 @@ def request_code(client: Client, phone: str) -> int:
     try:
         client.start("otp:" + phone, COOLDOWN_S)
     except Busy as busy:
-        return -(-(busy.remaining_ms or 0) // 1000)  # Rounded up: never "0 s" while busy.
+        return busy.retry_after_s  # Rounded up, at least 1: never "0 s" while busy.
     # ... send the SMS here ...
     return 0
 

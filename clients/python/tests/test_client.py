@@ -249,6 +249,22 @@ class Parsing(unittest.TestCase):
         self.assertEqual((pomodoro.pauses_on_suspend, pomodoro.pinned), (True, False))
         self.assertTrue(parse_line("EVENT 8 snapshot p 5 6 running 17 1000 pause-on-suspend").pauses_on_suspend)
 
+    def test_retry_after_never_raises(self):
+        """The README's Retry-After: whole seconds rounded up, at least 1, also when a daemon gave no
+        remaining_ms (where `-(-busy.remaining_ms // 1000)` raised TypeError)."""
+        self.assertEqual(error_from("busy", "'a' is running remaining_ms=57814 state=running").retry_after_s, 58)
+        self.assertEqual(error_from("busy", "'a' is running remaining_ms=1 state=running").retry_after_s, 1)
+        self.assertEqual(error_from("busy", "'a' is running remaining_ms=0 state=running").retry_after_s, 1)
+        self.assertEqual(error_from("busy", "'a' is running with 0:00:58 left").retry_after_s, 1)
+
+    def test_every_failure_is_a_countdownd_error(self):
+        from countdownd import ConnectionLost, CountdowndError, OutcomeUnknown, Timeout
+        self.assertTrue(issubclass(Timeout, CountdowndError) and issubclass(Timeout, TimeoutError))
+        self.assertTrue(issubclass(OutcomeUnknown, ConnectionLost) and OutcomeUnknown.maybe_applied)
+        with self.assertRaises(ConnectionLost) as raised:
+            Client(os.path.join(tempfile.gettempdir(), "no-such-countdownd.sock"), timeout=1)
+        self.assertIn("start it with", str(raised.exception))
+
 
 @unittest.skipUnless(shutil.which("pip") or shutil.which("pip3"), "pip is not installed here: the install check needs it")
 class Installs(unittest.TestCase):
@@ -268,6 +284,8 @@ class Installs(unittest.TestCase):
             out = subprocess.run([sys.executable, "-c", "import countdownd, sys; print(countdownd.__file__)"],
                                  env=dict(os.environ, PYTHONPATH=target), capture_output=True, text=True, check=True, cwd=target)
             self.assertTrue(out.stdout.strip().startswith(target), out.stdout)
+            self.assertTrue(os.path.exists(os.path.join(target, "countdownd", "py.typed")),
+                            "py.typed is installed, so type checkers read the library's annotations")
         finally:
             shutil.rmtree(os.path.dirname(target), ignore_errors=True)
 
