@@ -51,7 +51,7 @@ _cdctl() {
         --state) COMPREPLY=($(compgen -W "running paused done cancelled" -- "$cur")); return ;;
     esac
 
-    local common="--socket --no-color --help --version"
+    local common="--socket --no-color --verbose --help --version"
     if [[ -z $command ]]; then
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "$common" -- "$cur"))

@@ -22,6 +22,7 @@ set -l commands start status list cancel pause resume extend toggle rm watch wai
 complete -c cdctl -f
 complete -c cdctl -l socket -r -F -d 'the daemon socket'
 complete -c cdctl -l no-color -d 'no colour'
+complete -c cdctl -s v -l verbose -d 'say which socket was used'
 complete -c cdctl -s h -l help -d 'show help'
 complete -c cdctl -s V -l version -d 'show version'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a start -d 'start a countdown'

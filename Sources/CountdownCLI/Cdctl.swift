@@ -35,8 +35,16 @@ public struct Cdctl {
             break
         }
         do {
-            let connection = try CountdownConnection(path: invocation.socketPath)
-            return try execute(on: connection)
+            let candidates = invocation.socketCandidates.isEmpty ? [invocation.socketPath] : invocation.socketCandidates
+            let connection = try CountdownConnection.connectFirst(of: candidates)
+            if invocation.verbose {
+                console.error("cdctl: using countdownd \(connection.daemonVersion ?? "") at \(connection.path)\n")
+            }
+            // Reconnections and --then use the socket that answered.
+            var connected = self
+            connected.invocation.socketPath = connection.path
+            connected.invocation.socketCandidates = [connection.path]
+            return try connected.execute(on: connection)
         } catch {
             console.error("cdctl: \(error)\n")
             return .unavailable

@@ -66,8 +66,13 @@ public enum CdctlCommand: Equatable, Sendable {
 public struct CdctlInvocation: Equatable, Sendable {
     /// The command.
     public var command: CdctlCommand
-    /// The daemon's socket.
+    /// The daemon's socket: the first of `socketCandidates`.
     public var socketPath: String
+    /// The sockets to try, in order: `--socket` or `$COUNTDOWND_SOCKET` alone, else the user's own
+    /// daemon's, then the system daemon's (`SocketPath.clientCandidates`).
+    public var socketCandidates: [String] = []
+    /// `--verbose`: say on stderr which socket was used.
+    public var verbose = false
     /// Whether colour is allowed (a terminal, no `--no-color`, no `NO_COLOR`).
     public var colorAllowed: Bool
     /// Notes for the person, printed on stderr before the command runs (an ambiguous `--at`).
@@ -137,8 +142,10 @@ public enum CdctlCommandLine {
 
         Options:
           --socket PATH          the daemon's socket (default: $COUNTDOWND_SOCKET, else
-                                 $XDG_RUNTIME_DIR/countdownd/countdownd.sock, else
-                                 /run/countdownd/countdownd.sock for root)
+                                 your own daemon's, $XDG_RUNTIME_DIR/countdownd/
+                                 countdownd.sock, then the system daemon's,
+                                 /run/countdownd/countdownd.sock, for its group)
+          -v, --verbose          say which socket was used (on stderr)
           --json                 machine-readable output (status, list, watch)
           --format TEMPLATE      one line per countdown (status, list), with {name}
                                  {state} {remaining} {remaining_s} {total} {progress}
@@ -171,6 +178,7 @@ public enum CdctlCommandLine {
         .init(["--events"], takesValue: true),
         .init(["--prometheus"]),
         .init(["--no-color"]),
+        .init(["--verbose", "-v"]),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
     ])
@@ -186,11 +194,14 @@ public enum CdctlCommandLine {
         } catch {
             throw UsageError("\(error); see cdctl --help")
         }
-        let socketPath = parsed.value("socket") ?? SocketPath.resolve(environment: environment, uid: uid)
+        let socketCandidates = parsed.value("socket").map { [$0] } ?? SocketPath.clientCandidates(environment: environment, uid: uid)
+        let socketPath = socketCandidates[0]
+        let verbose = parsed.has("verbose")
         let noColor = parsed.has("no-color") || !(environment["NO_COLOR"] ?? "").isEmpty
         var notes: [String] = []
         func invocation(_ command: CdctlCommand) -> CdctlInvocation {
-            CdctlInvocation(command: command, socketPath: socketPath, colorAllowed: stdoutIsTerminal && !noColor, notes: notes)
+            CdctlInvocation(command: command, socketPath: socketPath, socketCandidates: socketCandidates,
+                            verbose: verbose, colorAllowed: stdoutIsTerminal && !noColor, notes: notes)
         }
         if parsed.has("help") {
             // `cdctl start --help` is `cdctl help start`.

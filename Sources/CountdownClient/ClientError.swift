@@ -13,13 +13,18 @@ public enum ClientError: Error, CustomStringConvertible, Equatable {
     case protocolViolation(String)
     /// No answer within the allowed time.
     case timedOut(String)
+    /// None of the sockets tried (the user's own daemon's, then the system's) could be used.
+    case noDaemon(attempts: [ConnectAttempt], advice: String)
 
     public var description: String {
         switch self {
         case .unreachable(let path, let reason, let advice):
             return "cannot connect to countdownd at \(path): \(reason); is the daemon running? \(advice)"
         case .permissionDenied(let path):
-            return "permission denied on \(path); the socket belongs to another user (use --socket, or ask its owner to widen --socket-mode)"
+            return "permission denied on \(path); \(SocketAccess.advice(for: path))"
+        case .noDaemon(let attempts, let advice):
+            let tried = attempts.map { "\($0.path) (\($0.reason))" }.joined(separator: ", then ")
+            return "cannot reach countdownd: tried \(tried). \(advice)"
         case .connectionLost(let why):
             return "lost the connection to countdownd: \(why)"
         case .protocolViolation(let why):
@@ -27,6 +32,23 @@ public enum ClientError: Error, CustomStringConvertible, Equatable {
         case .timedOut(let what):
             return "timed out waiting for \(what)"
         }
+    }
+}
+
+/// One socket a client tried, and why it could not be used.
+public struct ConnectAttempt: Equatable, Sendable {
+    /// The socket's path.
+    public var path: String
+    /// Why not, in a few words (`No such file or directory`, `permission denied`).
+    public var reason: String
+    /// Whether the socket was there and refused this user.
+    public var denied: Bool
+
+    /// Creates an attempt.
+    public init(path: String, reason: String, denied: Bool) {
+        self.path = path
+        self.reason = reason
+        self.denied = denied
     }
 }
 

@@ -72,6 +72,38 @@ public final class CountdownConnection {
         Glibc.close(descriptor)
     }
 
+    /// Connects to the first of `paths` that answers: a missing, refused or forbidden socket
+    /// sends it to the next. With one path its own error is thrown; with several, one that
+    /// names every path tried and why, with the fix.
+    /// - Throws: `ClientError` saying why, with advice for a person.
+    public static func connectFirst(of paths: [String], timeout: Double = 10, uid: UInt32 = getuid()) throws(ClientError) -> CountdownConnection {
+        var attempts: [ConnectAttempt] = []
+        var last: ClientError?
+        for path in paths {
+            do {
+                return try CountdownConnection(path: path, timeout: timeout, uid: uid)
+            } catch {
+                switch error {
+                case .unreachable(_, let reason, _):
+                    attempts.append(ConnectAttempt(path: path, reason: reason, denied: false))
+                case .permissionDenied:
+                    attempts.append(ConnectAttempt(path: path, reason: "permission denied", denied: true))
+                default:
+                    throw error  // It answered, then failed: not a question of which socket.
+                }
+                last = error
+            }
+        }
+        if paths.count == 1, let last { throw last }
+        let advice: String
+        if let denied = attempts.first(where: \.denied) {
+            advice = "The system's daemon is there: \(SocketAccess.advice(for: denied.path)). Or pass --socket PATH."
+        } else {
+            advice = "Start your own with 'systemctl --user start countdownd.socket' (or run 'countdownd'), ask root to enable the system's ('systemctl enable --now countdownd.socket'), or pass --socket PATH."
+        }
+        throw .noDaemon(attempts: attempts, advice: advice)
+    }
+
     /// Sends raw text (a line needs its own "\n").
     public func send(_ text: String) throws(ClientError) {
         try sendBytes(Array(text.utf8))

@@ -18,6 +18,20 @@ public enum SocketPath {
         return "/tmp/countdownd-\(uid)/countdownd.sock"
     }
 
+    /// The system daemon's socket (countdownd.socket), which root and members of its group may use.
+    public static let system = "/run/countdownd/countdownd.sock"
+
+    /// The sockets a client tries, in order: `$COUNTDOWND_SOCKET` alone when it is set; else the
+    /// user's own daemon's socket (`resolve`), then the system daemon's, which members of its
+    /// group may use (as `at` and `chronyc` users just run the client).
+    public static func clientCandidates(environment: [String: String], uid: UInt32) -> [String] {
+        let own = resolve(environment: environment, uid: uid)
+        if let explicit = environment["COUNTDOWND_SOCKET"], !explicit.isEmpty {
+            return [explicit]
+        }
+        return own == system ? [own] : [own, system]
+    }
+
     /// How to start a daemon that would listen at the default path, for "cannot connect" messages.
     public static func startAdvice(uid: UInt32) -> String {
         if uid == 0 {

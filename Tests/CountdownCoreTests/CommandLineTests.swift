@@ -85,6 +85,13 @@ struct CommandLineTests {
         #expect(try cdctl(["--version"]).command == .version)
         #expect(try cdctl(["list"]).socketPath == "/run/user/7/countdownd/countdownd.sock")
         #expect(try cdctl(["--socket", "/x", "list"]).socketPath == "/x")
+        // Without --socket: the user's own daemon's socket, then the system's (for its group).
+        #expect(try cdctl(["list"]).socketCandidates == ["/run/user/7/countdownd/countdownd.sock", "/run/countdownd/countdownd.sock"])
+        #expect(try cdctl(["--socket", "/x", "list"]).socketCandidates == ["/x"])
+        #expect(SocketPath.clientCandidates(environment: ["COUNTDOWND_SOCKET": "/y"], uid: 7) == ["/y"])
+        #expect(SocketPath.clientCandidates(environment: [:], uid: 0) == ["/run/countdownd/countdownd.sock"])
+        #expect(SocketPath.clientCandidates(environment: [:], uid: 7) == ["/tmp/countdownd-7/countdownd.sock", "/run/countdownd/countdownd.sock"])
+        #expect(try cdctl(["-v", "list"]).verbose && !(try cdctl(["list"]).verbose))
     }
 
     @Test("cdctl usage errors say what is wrong", arguments: [

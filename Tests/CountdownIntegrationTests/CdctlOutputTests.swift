@@ -285,7 +285,7 @@ extension Integration {
                 #expect(help.contains("  \(command) "), "--help lacks \(command)")
                 #expect(manual.contains(command), "the man page lacks \(command)")
             }
-            for option in ["--socket", "--json", "--format", "--follow", "--if-idle", "--replace", "--wait", "--no-color"] {
+            for option in ["--socket", "--json", "--format", "--follow", "--if-idle", "--replace", "--wait", "--no-color", "--verbose"] {
                 #expect(help.contains(option), "--help lacks \(option)")
                 #expect(manual.contains(option.replacingOccurrences(of: "-", with: "\\-")), "the man page lacks \(option)")
             }

@@ -79,6 +79,7 @@ wait_for() { # wait_for SECONDS COMMAND...: until it succeeds, or the time is up
 booted() { case $(run systemctl is-system-running 2>/dev/null) in running | degraded) return 0 ;; *) return 1 ;; esac; }
 check "systemd booted as PID 1" wait_for 60 booted
 socket=/run/countdownd/countdownd.sock
+state_at_boot=$(run systemctl is-system-running 2>/dev/null)
 
 check "countdownd.socket is listening after boot" test "$(run systemctl is-active countdownd.socket)" = active
 check "the service waits for its first client" test "$(run systemctl is-active countdownd.service)" = inactive
@@ -95,6 +96,12 @@ alice_uid=$(run id -u alice)
 check "…and gets a namespace of its own" sh -c "nsenter -t $pid1 -a runuser -u alice -- cdctl --socket $socket list --format '{name}' | grep -qx tea && nsenter -t $pid1 -a cdctl --socket $socket list --format '{name}' | grep -qx $alice_uid/tea"
 refused=$(as bob cdctl --socket "$socket" list 2>&1; echo "exit $?")
 check "a user outside the group is refused, with cdctl's reason" sh -c "printf '%s' \"\$1\" | grep -qi 'permission' && ! printf '%s' \"\$1\" | grep -q 'exit 0'" - "$refused"
+# No --socket, no daemon of their own: a member of the group just runs cdctl, as with at or chronyc.
+check "a group member's plain cdctl finds the system daemon" sh -c "nsenter -t $pid1 -a runuser -u alice -- cdctl list --format '{name}' | grep -qx tea"
+used=$(as alice cdctl --verbose list 2>&1 >/dev/null)
+check "…and says which socket under --verbose" sh -c "printf '%s' \"\$1\" | grep -q 'using countdownd .* at /run/countdownd/countdownd.sock'" - "$used"
+refused=$(as bob cdctl list 2>&1; echo "exit $?")
+check "a non-member's plain cdctl names the paths tried and the real fix" sh -c "printf '%s' \"\$1\" | grep -q '/run/countdownd/countdownd.sock (permission denied)' && printf '%s' \"\$1\" | grep -q \"usermod -aG countdown bob'), then log in again\" && printf '%s' \"\$1\" | grep -q 'exit 6'" - "$refused"
 
 restarts() { run systemctl show -p NRestarts --value countdownd.service; }
 before=$(restarts)
@@ -130,6 +137,18 @@ check "no thread-priority noise in the journal" sh -c "! grep -q 'thread priorit
 check "no warning or error from the daemon" test ! -s "$work/warnings.log"
 check "no countdown name in the journal, in any field" sh -c "! grep -q -e 4915112345678 -e 'COUNTDOWN_NAME=' '$work/daemon.log'"
 
+# The metrics timer, enabled as an operator would, first where node_exporter's directory is
+# missing: the service is skipped by its condition, never failed.
+metrics_dir=/var/lib/prometheus/node-exporter
+run systemctl enable --now countdownd-metrics.timer >/dev/null 2>&1
+metrics_ran() { [ "$(run systemctl show -p ConditionTimestampMonotonic --value countdownd-metrics.service)" != 0 ]; }
+check "the metrics timer runs its service" wait_for 30 metrics_ran
+check "…which, without node_exporter's directory, is skipped by its condition" sh -c "[ \"\$(nsenter -t $pid1 -a systemctl show -p ConditionResult --value countdownd-metrics.service)\" = no ]"
+check "…and not failed" sh -c "! nsenter -t $pid1 -a systemctl is-failed --quiet countdownd-metrics.service"
+run mkdir -p "$metrics_dir"
+run systemctl start countdownd-metrics.service
+check "with the directory, it writes the figures" run test -s "$metrics_dir/countdownd.prom"
+
 # Removed while running: stopped, then purged with its state.
 check "socket activation once more before the purge" run cdctl --socket "$socket" status tea
 check "apt purge removes the package" run env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q countdownd
@@ -137,6 +156,10 @@ state_left=$(run sh -c 'ls -d /var/lib/private/countdownd /var/lib/countdownd 2>
 check "…and the state" test "$state_left" = end
 check "…the service is stopped" test "$(run systemctl is-active countdownd.service)" != active
 check "…and the socket's enablement" test ! -e "$root/etc/systemd/system/sockets.target.wants/countdownd.socket"
+check "…and the metrics file, which node_exporter would serve for ever" run test ! -e "$metrics_dir/countdownd.prom"
+failed_units=$(run systemctl list-units --failed --plain --no-legend 2>&1)
+check "…no unit of ours is failed (the timer stopped before its service went)" sh -c "! printf '%s' \"\$1\" | grep -q countdownd" - "$failed_units"
+check "…and the system's state is as it was at boot ($state_at_boot)" test "$(run systemctl is-system-running 2>/dev/null)" = "$state_at_boot"
 
 if [ "$failed" -gt 0 ]; then
     echo "--- the daemon's journal"; cat "$work/daemon.log"
