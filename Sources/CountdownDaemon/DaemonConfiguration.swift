@@ -233,7 +233,7 @@ public enum DaemonCommandLine {
         guard !path.hasPrefix("/") else { return path }
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         guard getcwd(&buffer, buffer.count) != nil else { return path }  // Left relative: still works.
-        let directory = String(cString: buffer)
+        let directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         let trimmed = path.hasPrefix("./") ? String(path.dropFirst(2)) : path
         return (directory == "/" ? "" : directory) + "/" + trimmed
     }

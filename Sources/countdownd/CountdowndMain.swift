@@ -1,5 +1,6 @@
 import CountdownDaemon
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `countdownd`: parse the command line, hand over to `Daemon`.
 @main
@@ -12,7 +13,7 @@ enum CountdowndMain {
                 Array(CommandLine.arguments.dropFirst()), environment: environment, uid: getuid()
             )
         } catch {
-            FileHandle.standardError.write(Data("countdownd: \(error)\n".utf8))
+            writeError("countdownd: \(error)\n")
             exit(2)
         }
         switch command {
@@ -28,9 +29,20 @@ enum CountdowndMain {
             do {
                 try Daemon(configuration: configuration, environment: environment).run()
             } catch {
-                FileHandle.standardError.write(Data("countdownd: \(error)\n".utf8))
+                writeError("countdownd: \(error)\n")
                 exit(1)
             }
+        }
+    }
+
+    /// A message on stderr, whole (the daemon has not started, or has stopped: nothing else writes).
+    private static func writeError(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else { return }  // Ignored on purpose: nowhere else to say it.
+            bytes = bytes.dropFirst(written)
         }
     }
 }

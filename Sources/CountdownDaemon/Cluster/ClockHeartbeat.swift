@@ -1,5 +1,5 @@
 import CountdownCore
-import Foundation
+import FoundationEssentials
 
 /// Clock offsets between hosts, from heartbeats: every `interval` each host writes its wall
 /// clock to `<prefix>.hosts/<host id>` (never a countdown's key: a key's first part is a uid
@@ -80,8 +80,7 @@ final class ClockHeartbeat {
     /// after a reconnection is not a sample).
     func received(from host: String, value: [UInt8], live: Bool, now: Instant) {
         guard live, host != hostID,
-              let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
-              let written = (object["written_unix_ms"] as? NSNumber)?.int64Value else { return }
+              let written = (try? JSONDecoder().decode(Beat.self, from: Data(value)))?.written_unix_ms else { return }
         let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
         var entry = skews[host] ?? (sample, [], nil)
         entry.samples.append(sample)
@@ -94,6 +93,12 @@ final class ClockHeartbeat {
             entry.warnedAt = now
         }
         skews[host] = entry
+    }
+
+    /// A heartbeat's value in etcd: `{"written_unix_ms": …}`.
+    private struct Beat: Decodable {
+        // swiftlint:disable:next identifier_name
+        let written_unix_ms: Int64
     }
 
     /// The largest clock offset estimated from another host, in ms (0 with none seen).

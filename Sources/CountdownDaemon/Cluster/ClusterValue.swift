@@ -1,5 +1,5 @@
 import CountdownCore
-import Foundation
+import FoundationEssentials
 
 /// One countdown as cluster mode keeps it in etcd, under `<prefix><key>`: its state, with times
 /// on the wall clock (each host times the deadline on its own clock, so hosts must be

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The gateway's JSON answers that countdownd reads, decoded with `JSONDecoder`: one shape for a
 /// key-value and a header, whether it comes in a transaction's answer, a range or a watch line

@@ -1,5 +1,5 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 
 /// What a transaction did: which branch ran, at which revision, and the branch's answers.
 struct EtcdTransactionResult {

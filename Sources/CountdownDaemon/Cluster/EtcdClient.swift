@@ -1,6 +1,6 @@
 import CountdownCore
 import Dispatch
-import Foundation
+import FoundationEssentials
 
 /// Why an etcd call failed.
 enum EtcdError: Error, Equatable, CustomStringConvertible {

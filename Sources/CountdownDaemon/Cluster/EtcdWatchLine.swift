@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One line of the gateway's watch stream (`/v3/watch`), decoded with `JSONDecoder`: a result
 /// with its events, or an error. Its key-values and header are `EtcdAnswer`'s, as in every other
