@@ -21,7 +21,8 @@ extension Daemon {
         return fanOut.deliver(events, batch: batch.number)
     }
 
-    /// Logs a lifecycle event once it is released (after its commit): one line, with fields.
+    /// Logs a lifecycle event once it is released (after its commit), with `--log-lifecycle`
+    /// (or `--log-level debug`): one line, with fields.
     /// The countdown is named only with `--log-names` (or `--log-level debug`); otherwise the
     /// line and the fields say its `seq` and owner, which `SUBSCRIBE … SINCE` and the snapshot's
     /// `events` table also carry, and no name.
@@ -30,7 +31,7 @@ extension Daemon {
     /// flood the journal (and trip journald's own limit, which would hide everyone's lines); the
     /// rest are counted in one line.
     func logLifecycle(_ event: CountdownEvent, now: Instant) {
-        guard lifecycleLog.isEnabled else { return }
+        guard configuration.logsLifecycle, lifecycleLog.isEnabled else { return }
         var fields = [
             ("COUNTDOWN_OWNER_UID", "\(event.owner)"),
             ("COUNTDOWN_EVENT", event.kind.rawValue),

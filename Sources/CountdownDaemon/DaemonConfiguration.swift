@@ -51,6 +51,11 @@ public struct DaemonConfiguration: Sendable, Equatable {
     /// `--log-level debug`). Off by default: names can be personal data (an OTP cooldown's is a
     /// phone number), and a journal keeps them for weeks.
     public var logsNames = false
+    /// Whether each lifecycle event is logged, one line with journal fields (`--log-lifecycle`,
+    /// or `--log-level debug`). Off by default: a busy OTP server would write two lines per
+    /// cooldown, which nobody acts on (Redis logs nothing per key); subscribers and `SINCE` have
+    /// the events.
+    public var logsLifecycle = false
     /// How many lifecycle events are logged one by one per 10 s; the rest are counted in one
     /// line (0: no limit).
     public var lifecycleLogLimit = 1_000
@@ -161,6 +166,9 @@ public enum DaemonCommandLine {
           --overflow-grace MS      how long such a client gets to read its ERR
                                    overflow before it is closed (default 2000)
           --log-level LEVEL        error, warning, notice, info or debug (default info)
+          --log-lifecycle          log each lifecycle event (started, done, ...), one
+                                   line with journal fields (default off; on with
+                                   --log-level debug)
           --log-names              name countdowns in lifecycle log lines and journal
                                    fields (default: only their seq and uid; on
                                    with --log-level debug)
@@ -206,6 +214,7 @@ public enum DaemonCommandLine {
         .init(["--output-limit-per-user"], takesValue: true),
         .init(["--log-level"], takesValue: true),
         .init(["--log-names"]),
+        .init(["--log-lifecycle"]),
         .init(["--log-lifecycle-limit"], takesValue: true),
         .init(["--status-interval"], takesValue: true),
         .init(["--cluster"], takesValue: true),
@@ -355,6 +364,7 @@ public enum DaemonCommandLine {
             configuration.logLevel = value
         }
         configuration.logsNames = parsed.has("log-names") || configuration.logLevel == .debug
+        configuration.logsLifecycle = parsed.has("log-lifecycle") || configuration.logLevel == .debug
         return .run(configuration)
     }
 }

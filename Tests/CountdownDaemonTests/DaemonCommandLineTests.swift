@@ -18,6 +18,7 @@ struct DaemonCommandLineTests {
         #expect(try DaemonCommandLine.parse(["--check-state", "/var/lib/countdownd"], environment: [:], uid: 0) == .checkState("/var/lib/countdownd"))
         #expect(try DaemonCommandLine.parse(["--repair-state", "state"], environment: [:], uid: 0) == .repairState(cwd + "/state"))
         #expect(try parse(["--log-lifecycle-limit", "0"]).lifecycleLogLimit == 0)
+        #expect(try !parse([]).logsLifecycle && parse(["--log-lifecycle"]).logsLifecycle && parse(["--log-level", "debug"]).logsLifecycle)
         #expect(try parse([]).lifecycleLogLimit == 1_000)
         #expect(throws: DaemonCommandLine.UsageError.self) { try parse(["--log-lifecycle-limit", "-1"]) }
     }

@@ -24,7 +24,7 @@ extension Integration {
 
         @Test("500 refused connections and 40 lifecycle events over a limit of 10: a line per 10 s window in full, the rest counted, and the counts add up exactly")
         func logFloods() throws {
-            let daemon = try DaemonProcess(arguments: ["--max-connections", "2", "--log-lifecycle-limit", "10"])
+            let daemon = try DaemonProcess(arguments: ["--max-connections", "2", "--log-lifecycle", "--log-lifecycle-limit", "10"])
             let began = monotonicNow()
             let first = try daemon.connect(), second = try daemon.connect()
             let refusals = 500
@@ -123,7 +123,7 @@ extension Integration {
         func replayFlood() throws {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
-            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--log-lifecycle-limit", "10"], directory: directory)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--log-lifecycle", "--log-lifecycle-limit", "10"], directory: directory)
             let root = try daemon.connect()
             #expect(try root.request("START mine 1h").countdown != nil)
             let before = try #require(try statValue("last_seq", on: root))

@@ -11,7 +11,7 @@ extension Integration {
         func restartAfterKill() throws {
             let directory = TemporaryDirectory()
             // Names in the log (`--log-names`): each expired countdown's done is counted there.
-            var daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            var daemon = try DaemonProcess(arguments: ["--log-lifecycle", "--log-names"], directory: directory)
             let c = try daemon.connect()
             var batch = ""
             for index in 0..<900 { batch += "START run\(index) \(60 + index % 60)s\n" }
@@ -29,7 +29,7 @@ extension Integration {
             // a deadline that stood still while the daemon was down would move by that much.
             try waitUntil(timeout: 60) { unixNowMilliseconds() > Double(quickDeadline) + 100 && monotonicNow() - crashedAt > 1 }
 
-            daemon = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            daemon = try DaemonProcess(arguments: ["--log-lifecycle", "--log-names"], directory: directory)
             let listConnection = try daemon.connect()
             let askedAt = unixNowMilliseconds()
             let list = try listConnection.request("LIST", timeout: 30)
@@ -61,7 +61,7 @@ extension Integration {
             }
             // A second restart reports nothing again: each expired countdown was done exactly once.
             #expect(daemon.terminate() == 0)
-            let third = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            let third = try DaemonProcess(arguments: ["--log-lifecycle", "--log-names"], directory: directory)
             _ = try third.connect().request("PING")
             let logs = daemon.stderrText + third.stderrText
             for index in 0..<50 {
@@ -73,7 +73,7 @@ extension Integration {
         @Test("a done delivered before a crash is not reported again, event numbers never repeat, and the sqlite3 tool shows it done")
         func doneBeforeCrash() throws {
             let directory = TemporaryDirectory()
-            let first = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            let first = try DaemonProcess(arguments: ["--log-lifecycle", "--log-names"], directory: directory)
             let c = try first.connect()
             _ = try c.request("SUBSCRIBE brew")
             _ = try c.request("START brew 1200ms")
@@ -81,7 +81,7 @@ extension Integration {
             let done = try c.waitForEvent { $0.name == "brew" && $0.kind == .done }
             #expect(try c.request("PING").outcome == .ok("pong"))  // The batch with the done is committed.
             first.crash()
-            let second = try DaemonProcess(arguments: ["--log-names"], directory: directory)
+            let second = try DaemonProcess(arguments: ["--log-lifecycle", "--log-names"], directory: directory)
             let watcher = try second.connect()
             _ = try watcher.request("SUBSCRIBE again")
             _ = try watcher.request("START again 1h")
@@ -135,17 +135,23 @@ extension Integration {
             #expect(again == .notFound)
         }
 
-        @Test("by default the log names no countdown (an OTP cooldown's name is a phone number); --log-names and debug do")
+        @Test("by default nothing is logged per countdown (a busy OTP server would write two lines a cooldown); --log-lifecycle logs each event without its name (an OTP cooldown's is a phone number); --log-names and debug add it")
         func privateLogs() throws {
-            let quiet = try DaemonProcess()
-            let c = try quiet.connect()
-            _ = try c.request("SUBSCRIBE otp:+4915112345678 EVENTS done")
-            _ = try c.request("START otp:+4915112345678 200ms")
-            _ = try c.waitForEvent { $0.kind == .done }
-            _ = try c.request("PING")  // The done's batch is released, and logged, before this reply.
+            func cooldown(_ daemon: DaemonProcess) throws {
+                let c = try daemon.connect()
+                _ = try c.request("SUBSCRIBE otp:+4915112345678 EVENTS done")
+                _ = try c.request("START otp:+4915112345678 200ms")
+                _ = try c.waitForEvent { $0.kind == .done }
+                _ = try c.request("PING")  // The done's batch is released, and logged, before this reply.
+            }
+            let silent = try DaemonProcess()
+            try cooldown(silent)
+            #expect(!silent.stderrText.contains("seq 1") && !silent.stderrText.contains("started") && !silent.stderrText.contains("done"), "\(silent.stderrText)")
+            let quiet = try DaemonProcess(arguments: ["--log-lifecycle"])
+            try cooldown(quiet)
             #expect(quiet.stderrText.contains("seq 1 (uid \(getuid())): started, 200ms") && quiet.stderrText.contains("seq 2 (uid \(getuid())): done after"), "\(quiet.stderrText)")
             #expect(!quiet.stderrText.contains("4915112345678"), "\(quiet.stderrText)")
-            for flags in [["--log-names"], ["--log-level", "debug"]] {
+            for flags in [["--log-lifecycle", "--log-names"], ["--log-level", "debug"]] {
                 let named = try DaemonProcess(arguments: flags)
                 _ = try named.connect().request("START otp:+4915112345678 1h")
                 _ = try named.connect().request("PING")

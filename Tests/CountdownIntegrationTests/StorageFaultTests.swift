@@ -188,8 +188,8 @@ extension Integration {
             var daemon = try DaemonProcess(directory: directory)
             #expect(try daemon.connect().request("START idle 2s").countdown != nil)
             daemon.crash()
-            daemon = try DaemonProcess(directory: directory)
-            // Nobody connects: only the daemon's own timer can bring the done (seq 2).
+            daemon = try DaemonProcess(arguments: ["--log-lifecycle"], directory: directory)
+            // Nobody connects: only the daemon's own timer can bring the done (seq 2), logged.
             try waitUntil(timeout: 60) { daemon.stderrText.contains("seq 2 (uid 0): done") }
         }
 
@@ -473,7 +473,7 @@ extension Integration {
             let directory = TemporaryDirectory()
             // Names in the log (`--log-names`), every line (4,000 of them, past the default
             // limit): the log is checked for each countdown's done below.
-            let logEverything = ["--log-names", "--log-lifecycle-limit", "0"]
+            let logEverything = ["--log-lifecycle", "--log-names", "--log-lifecycle-limit", "0"]
             var daemon = try DaemonProcess(arguments: logEverything, directory: directory)
             let subscriber = try daemon.connect()
             _ = try subscriber.request("SUBSCRIBE")
