@@ -32,7 +32,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus ma
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done test-python test-clients
+.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done bench-clients test-python test-clients
 
 all: build
 
@@ -233,6 +233,15 @@ bench-leaderkill: deps
 bench-cluster-done: deps
 	$(SWIFT) build $(RELEASE_FLAGS)
 	python3 bench/clusterdone.py
+
+# The Python client's own CPU per unpipelined START against redis-py's per SET NX PX (issue 33;
+# bench/clients.py; figures into bench/notes.md by hand). Installs redis-server and redis-py when
+# it can. Not run by CI.
+bench-clients: release
+	-@command -v redis-server >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server </dev/null >/dev/null; }
+	-@python3 -c "import redis" 2>/dev/null || python3 -m pip install --quiet redis
+	python3 bench/clients.py "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/countdownd"
 
 # Instructions per event of the hot path (engine and encoder, no I/O), which do not change with a
 # machine's load: the driver under callgrind, a full run against one that only starts the
