@@ -198,6 +198,98 @@ class AgainstTheDaemon(unittest.TestCase):
         with self.assertRaises(countdownd.Gone):
             next(iter(self.client.subscribe(kinds=["lifecycle"], since=0)))
 
+    def test_interrupted_calls_never_cross_replies(self):
+        """A signal handler's exception may land anywhere inside a call (sending, waiting for the
+        answer, taking a connection): that call's connection is closed, so no later call reads its
+        answer. 5,000 calls of one thread, interrupted every 150 us of CPU."""
+        class Interrupted(Exception):
+            pass
+
+        def interrupt(signum, frame):
+            raise Interrupted()
+        names = ["n%d" % i for i in range(40)]
+        for name in names:
+            self.client.start(name, "1h")
+        client = Client(self.daemon.socket, timeout=DEADLINE, max_connections=2)
+        crossed, answered, interrupted = [], 0, 0
+        previous = signal.signal(signal.SIGPROF, interrupt)
+        try:
+            for index in range(5000):
+                name = names[index % len(names)]
+                try:
+                    signal.setitimer(signal.ITIMER_PROF, 0.00015, 0.00015)
+                    try:
+                        got = client.status(name)
+                    finally:
+                        signal.setitimer(signal.ITIMER_PROF, 0)
+                except Interrupted:
+                    interrupted += 1
+                    continue
+                except countdownd.CountdowndError:
+                    continue  # A pool place lost to an interrupt at the wrong instant: not a crossing.
+                answered += 1
+                if got.name != name:
+                    crossed.append((name, got.name))
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, previous)
+            client.close()
+        self.assertEqual(crossed, [], "answers read for another call")
+        self.assertGreater(answered, 0)
+
+    def test_interrupt_while_waiting_for_an_answer(self):
+        """A signal handler's exception while the stalled daemon owes the answer: that connection
+        is closed, and once the daemon goes on, the next call gets its own answer."""
+        class Interrupted(Exception):
+            pass
+
+        def interrupt(signum, frame):
+            raise Interrupted()
+        self.client.start("first", "1h")
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        self.daemon.process.send_signal(signal.SIGSTOP)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with self.assertRaises(Interrupted):
+                self.client.start("second", "1h")  # Sent, then interrupted while it waits.
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            self.daemon.process.send_signal(signal.SIGCONT)
+        self.assertEqual(self.client.status("first").name, "first")
+        with self.assertRaises(Busy):
+            self.client.start("first", "1h")
+
+    def test_close_wakes_whoever_waits_for_a_connection(self):
+        """With the one connection held by a call the stalled daemon does not answer, a second
+        call waits for it; close() ends that wait at once with ConnectionLost."""
+        client = Client(self.daemon.socket, timeout=DEADLINE, max_connections=1)
+        outcomes = {}
+
+        def call(key):
+            try:
+                client.status("nothing")
+            except Exception as error:  # Reported below.
+                outcomes[key] = error
+        self.daemon.process.send_signal(signal.SIGSTOP)
+        try:
+            holder = threading.Thread(target=call, args=("holder",))
+            holder.start()
+            for _ in range(DEADLINE * 100):  # Until the holder has the one place.
+                if client._in_use == 1:
+                    break
+                threading.Event().wait(0.01)
+            waiter = threading.Thread(target=call, args=("waiter",))
+            waiter.start()
+            client.close()
+            waiter.join(DEADLINE)
+            self.assertFalse(waiter.is_alive(), "close() left a caller waiting for a connection")
+            self.assertIsInstance(outcomes.get("waiter"), countdownd.ConnectionLost)
+        finally:
+            self.daemon.process.send_signal(signal.SIGCONT)
+        holder.join(DEADLINE)
+        self.assertIsInstance(outcomes.get("holder"), NotFound)
+
     def test_asyncio(self):
         async def scenario():
             client = await AsyncClient.connect(self.daemon.socket)
@@ -256,6 +348,19 @@ class Parsing(unittest.TestCase):
         self.assertEqual(error_from("busy", "'a' is running remaining_ms=1 state=running").retry_after_s, 1)
         self.assertEqual(error_from("busy", "'a' is running remaining_ms=0 state=running").retry_after_s, 1)
         self.assertEqual(error_from("busy", "'a' is running with 0:00:58 left").retry_after_s, 1)
+
+    def test_no_argument_smuggles_a_second_request(self):
+        """A newline in any argument would be read as a second request whose answer the next call
+        takes: refused before anything is sent, whatever the argument."""
+        from countdownd.protocol import BadRequest, encode_request, list_line, subscribe_line
+        for line in ("EXTEND a 1ms\nPING", list_line(["running\nPING"]), subscribe_line(kinds=["done\rPING"]), "STATUS a\0b"):
+            with self.assertRaises(BadRequest):
+                encode_request(line)
+        with self.assertRaises(BadRequest):
+            encode_request("STATUS bad\udcff")  # A lone surrogate: no UTF-8 for it.
+        for duration in ("1m\nSTATUS b", float("nan"), float("inf")):
+            with self.assertRaises(BadDuration):
+                countdownd.protocol.duration_text(duration)
 
     def test_every_failure_is_a_countdownd_error(self):
         from countdownd import ConnectionLost, CountdowndError, OutcomeUnknown, Timeout

@@ -8,7 +8,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 from .connection import Connection, NotSent, seconds_left
 from .protocol import (
     FINAL_KINDS, how_it_ended, BadRequest, ConnectionLost, Countdown, Event, Gone, Overflow, ProtocolViolation, Timeout,
-    check_name, default_socket_path, duration_text, list_line, parse_line, start_line, subscribe_line, subscribed_seq,
+    check_name, default_socket_path, duration_text, encode_request, list_line, parse_line, start_line, subscribe_line,
+    subscribed_seq,
 )
 
 
@@ -54,9 +55,12 @@ class Client:
         self._idle: List[Connection] = []
         self._in_use = 0
         self._closed = False
-        self._room = threading.Condition(threading.Lock())
+        # Entered as the plain lock (`with self._lock`), whose enter and exit are one C call each:
+        # an exception from a signal handler cannot land between taking it and the block.
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         # Reached once at construction, so a wrong path or a stopped daemon is said at once.
-        first = self._connect(self._deadline(_DEFAULT), wait_for_daemon=False)
+        first = self._connect(self._deadline(_DEFAULT), _DEFAULT, wait_for_daemon=False)
         self._idle.append(first)
 
     # Connections
@@ -65,7 +69,7 @@ class Client:
         seconds = self.timeout if timeout is _DEFAULT else timeout
         return None if seconds is None else time.monotonic() + seconds
 
-    def _connect(self, deadline: Optional[float], wait_for_daemon: bool = True) -> Connection:
+    def _connect(self, deadline: Optional[float], timeout: Any, wait_for_daemon: bool = True) -> Connection:
         """A new connection, trying again with a growing pause while the daemon is away (until
         `deadline`) when `wait_for_daemon`."""
         delay = _FIRST_RETRY_S
@@ -76,38 +80,38 @@ class Client:
                 return connection
             except ConnectionLost as error:
                 left = seconds_left(deadline)
-                if not wait_for_daemon or (left is not None and left <= delay):
+                if not wait_for_daemon:
+                    raise
+                if left is not None and left <= 0:
                     raise ConnectionLost("%s; gave up after the call's timeout of %s s"
-                                         % (error.message, self.timeout) if wait_for_daemon else error.message) from None
-                time.sleep(delay)
+                                         % (error.message, self.timeout if timeout is _DEFAULT else timeout)) from None
+                time.sleep(delay if left is None else min(delay, left))  # The last try is at the deadline.
                 delay = min(delay * 2, _LAST_RETRY_S)
 
-    def _checkout(self, deadline: Optional[float]) -> Connection:
-        with self._room:
-            while True:
-                if self._closed:
-                    raise ConnectionLost("the client is closed")
-                while self._idle:
-                    connection = self._idle.pop()
-                    if connection.is_idle_and_open():
-                        self._in_use += 1
-                        return connection
-                    connection.close()  # The daemon said goodbye while it sat in the pool.
-                if self._in_use < self.max_connections:
-                    self._in_use += 1
-                    break
-                left = seconds_left(deadline)
-                if left is not None and left <= 0:
-                    raise Timeout("all %d connections stayed busy for the call's timeout" % self.max_connections)
-                self._room.wait(left)
-        try:
-            return self._connect(deadline)
-        except BaseException:
-            self._checkin(None)
-            raise
+    def _take_slot(self, deadline: Optional[float]) -> None:
+        """Waits, holding the lock, for room in the pool, then counts a place in `_in_use`."""
+        while True:
+            if self._closed:
+                raise ConnectionLost("the client is closed")
+            if self._in_use < self.max_connections:
+                self._in_use += 1
+                return
+            left = seconds_left(deadline)
+            if left is not None and left <= 0:
+                raise Timeout("all %d connections stayed busy for the call's timeout" % self.max_connections)
+            self._room.wait(left)
 
-    def _checkin(self, connection: Optional[Connection]) -> None:
-        with self._room:
+    def _idle_connection(self) -> Optional[Connection]:
+        """An idle connection still open, holding the lock; None when there is none."""
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.is_idle_and_open():
+                return connection
+            connection.close()  # The daemon said goodbye while it sat in the pool.
+        return None
+
+    def _give_back(self, connection: Optional[Connection]) -> None:
+        with self._lock:
             self._in_use -= 1
             if connection is not None and connection.is_open:
                 if self._closed:
@@ -120,25 +124,37 @@ class Client:
         """Sends one request on a pooled connection; returns its COUNTDOWN lines, STAT lines
         and OK text. A request that never reached the daemon is sent again on a fresh
         connection; a read whose connection broke is asked again; a change is not."""
+        encode_request(line)  # A line that cannot be sent is refused before it takes a connection.
         deadline = self._deadline(timeout)
         while True:
-            connection = self._checkout(deadline)
+            connection = None
+            holds_slot = False
             try:
+                with self._lock:
+                    self._take_slot(deadline)
+                    # Straight after the count, with no call between: an exception from a signal
+                    # handler lands before both or after both, and `finally` gives the place back.
+                    holds_slot = True
+                    connection = self._idle_connection()
+                if connection is None:
+                    connection = self._connect(deadline, timeout)
                 return connection.request(line, deadline, is_change)
             except NotSent:
                 continue  # The daemon had closed this connection (a restart): nothing ran.
             except ConnectionLost:
-                if is_change or (deadline is not None and time.monotonic() >= deadline):
+                if is_change or (deadline is not None and time.monotonic() >= deadline) or self._closed:
                     raise
                 continue  # A read: asking again is harmless.
             finally:
-                self._checkin(connection)
+                if holds_slot:
+                    self._give_back(connection)
 
     def close(self) -> None:
         """Closes every connection (idempotent); calls after it raise `ConnectionLost`."""
-        with self._room:
+        with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._room.notify_all()  # Whoever waits for a connection learns it is closed.
         for connection in idle:
             connection.close()
 
@@ -217,7 +233,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                follower = self._connect(deadline)
+                follower = self._connect(deadline, timeout)
             except ConnectionLost:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Timeout("'%s' did not finish within %s s (and countdownd could not be reached)" % (name, timeout)) from None
@@ -267,7 +283,7 @@ class Client:
         deadline = next_deadline()
         while True:
             try:
-                follower = self._connect(deadline, wait_for_daemon=reconnect)
+                follower = self._connect(deadline, timeout, wait_for_daemon=reconnect)
             except ConnectionLost:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise Timeout("no event within %s s: countdownd could not be reached" % timeout) from None

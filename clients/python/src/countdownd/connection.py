@@ -15,7 +15,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from .protocol import (
     ConnectionLost, Countdown, CountdowndError, Err, Event, Hello, Ok, OutcomeUnknown, ProtocolViolation,
-    Shutdown, Stat, Timeout, parse_line, stat_value,
+    Shutdown, Stat, Timeout, encode_request, parse_line, stat_value,
 )
 
 Reply = Tuple[List[Countdown], Dict[str, object], str]
@@ -91,11 +91,12 @@ class Connection:
         means it is going or gone."""
         if self._sock is None or self._buffer:
             return False
+        poller = select.poll()  # Not select(): it cannot take a descriptor past 1023.
         try:
-            readable, _, _ = select.select([self._sock], [], [], 0)
+            poller.register(self._sock, select.POLLIN)
+            return not poller.poll(0)
         except (OSError, ValueError):
             return False
-        return not readable
 
     def read_line(self, deadline: Optional[float]) -> str:
         """One line, by `deadline` (time.monotonic(); None: as long as it takes), else `Timeout`.
@@ -123,24 +124,33 @@ class Connection:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.rstrip(b"\r").decode("utf-8", "replace")
 
-    def send(self, line: str) -> None:
-        """Sends one request line, or raises `NotSent` (the daemon had already closed: nothing
-        was carried out)."""
-        if self._sock is None:
+    def send(self, data: bytes, deadline: Optional[float]) -> None:
+        """Sends one request's bytes by `deadline`, or raises `NotSent` (the daemon had already
+        closed: nothing was carried out) or `Timeout` (the line's end never left: nothing was
+        carried out either, since the daemon runs only whole lines). Any failure closes the
+        connection, an interrupt too: part of a line may have left."""
+        sock = self._sock
+        if sock is None:
             raise NotSent("the connection is closed")
         try:
-            self._sock.settimeout(None)
-            self._sock.sendall(line.encode() + b"\n")
+            sock.settimeout(seconds_left(deadline))
+            sock.sendall(data)
+        except socket.timeout:
+            self.close()
+            raise Timeout("countdownd did not take the request within the call's timeout; the connection is closed") from None
         except OSError as error:
             # EPIPE or ECONNRESET: the daemon closed its end before this line, so it never ran.
             self.close()
             raise NotSent("lost the connection to countdownd (%s)" % (error.strerror or error)) from None
+        except BaseException:
+            self.close()
+            raise
 
     def request(self, line: str, deadline: Optional[float], is_change: bool) -> Reply:
         """Sends `line` and reads its reply block: COUNTDOWN lines, STAT lines, the OK text; or
         raises the ERR. After the send, any failure closes the connection; a failure of the
         connection is `OutcomeUnknown` for a change, and `Timeout` says whether it was sent."""
-        self.send(line)
+        self.send(encode_request(line), deadline)
         try:
             return self._read_reply(deadline)
         except CountdowndError as error:

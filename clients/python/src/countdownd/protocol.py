@@ -312,19 +312,33 @@ def parse_line(line: str) -> Line:
 def duration_text(duration: Union[int, float, str]) -> str:
     """A duration as the protocol takes it: seconds (int or float), or text such as '5m', '1500ms'."""
     if isinstance(duration, str):
-        if not duration or " " in duration:
-            raise BadDuration("a duration is one word, such as 90, 5m or 1500ms", fields={})
+        if not duration or not duration.isprintable() or any(c.isspace() for c in duration):
+            raise BadDuration("a duration is one word, such as 90, 5m or 1500ms: %r" % (duration,), fields={})
         return duration
     if isinstance(duration, bool) or not isinstance(duration, (int, float)):
         raise TypeError("duration must be seconds (int or float) or text such as '5m'")
+    if duration != duration or duration in (float("inf"), float("-inf")):
+        raise BadDuration("a duration is a number of seconds, not %r" % (duration,), fields={})
     milliseconds = int(round(duration * 1000))
     return "%dms" % milliseconds
+
+
+def encode_request(line: str) -> bytes:
+    """The request's bytes with its newline, or `BadRequest` for a line that would be read as more
+    than one request (a newline inside it, from any argument) or cannot be sent as UTF-8: checked
+    once, here, for every request of both clients."""
+    if "\n" in line or "\r" in line or "\0" in line:
+        raise BadRequest("a request's words cannot hold a newline or NUL: %r" % (line[:80],))
+    try:
+        return line.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        raise BadRequest("a request's words must be text that UTF-8 can carry: %r" % (line[:80],)) from None
 
 
 def check_name(name: str) -> str:
     """Refuses what would break the line protocol (spaces, newlines) before it is sent; the
     daemon checks the rest of the naming rules."""
-    if not isinstance(name, str) or not name or any(c in name for c in " \r\n\t"):
+    if not isinstance(name, str) or not name or any(c.isspace() or c == "\0" for c in name):
         raise BadName("a countdown name is one word, such as tea or otp:+4915112345678: %r" % (name,))
     return name
 
