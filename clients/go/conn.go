@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // longAgo unblocks a read or write at once when a context ends.
@@ -171,6 +173,11 @@ func (e errNotSent) Unwrap() error { return e.cause }
 
 // request sends line and reads its whole reply, within ctx.
 func (c *conn) request(ctx context.Context, op string, line string, change bool) (reply, error) {
+	if strings.ContainsAny(line, "\r\n\x00") || !utf8.ValidString(line) {
+		// A newline in any argument would be read as a second request, whose answer the next
+		// call would take: refused here, once, for every request.
+		return reply{}, &Error{Code: "bad-request", Message: fmt.Sprintf("a request's words cannot hold a newline or NUL and must be UTF-8: %q", line)}
+	}
 	if c.closed {
 		return reply{}, errNotSent{lost("the connection is closed")}
 	}

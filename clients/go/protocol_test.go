@@ -69,3 +69,12 @@ func TestLines(t *testing.T) {
 		t.Fatal("a name with a space is refused before it is sent")
 	}
 }
+
+func TestNoArgumentSmugglesASecondRequest(t *testing.T) {
+	c := &conn{}
+	for _, line := range []string{"LIST STATE running\nPING", "SUBSCRIBE EVENTS done\rPING", "STATUS a\x00b", "STATUS \xff"} {
+		if _, err := c.request(context.Background(), "X", line, false); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("%q: %v", line, err)
+		}
+	}
+}

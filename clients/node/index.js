@@ -69,6 +69,14 @@ function raceSignal(promise, signal, onAbort) {
   });
 }
 
+/** A newline in any argument would be read as a second request, whose answer the next call
+ * would take: refused here, once, for every request (and a lone surrogate, which UTF-8 cannot carry). */
+function checkLine(line) {
+  if (/[\r\n\0]/.test(line) || /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(line)) {
+    throw new CountdowndError(`a request's words cannot hold a newline or NUL and must be text UTF-8 can carry: ${JSON.stringify(line.slice(0, 80))}`, { code: 'bad-request' });
+  }
+}
+
 /** A connection whose lines are read as they come: replies matched to requests by order, or
  * handed to a subscriber. Once broken it fails whatever is in flight and is never written again. */
 class Line {
@@ -178,6 +186,7 @@ class Line {
   /** Writes a request and returns the promise of its reply, in one step, so the order of writes
    * is the order of replies whoever calls. */
   send(line) {
+    checkLine(line);
     if (this.broken !== null) throw new ConnectionLost(`the connection is closed (${this.broken})`, { cause: 'not-sent' });
     const promise = new Promise((resolve, reject) => {
       this.pending.push({ resolve, reject, countdowns: [], stats: {} });
@@ -288,6 +297,7 @@ export class Client {
   }
 
   async request(line, change, options) {
+    checkLine(line);
     const signal = boundOf(options, this.timeout);
     const verb = line.split(' ')[0];
     for (;;) {
@@ -323,7 +333,7 @@ export class Client {
    * Rejects with `Busy` (with `remainingMs` and `retryAfterS`) while one of that name runs,
    * unless `replace`. With `pauseOnSuspend` it stands still while the machine sleeps.
    */
-  start(name, duration, { replace = false, pauseOnSuspend = false, at, ...options } = {}) {
+  async start(name, duration, { replace = false, pauseOnSuspend = false, at, ...options } = {}) {
     const words = ['START', checkName(name)];
     if (at !== undefined) words.push('AT', String(at instanceof Date ? at.getTime() : at));
     else if (duration !== undefined && duration !== null) words.push(durationText(duration));
@@ -347,15 +357,15 @@ export class Client {
     return (await this.request(words.join(' '), false, options)).countdowns;
   }
 
-  cancel(name, options) { return this.change(`CANCEL ${checkName(name)}`, options); }
+  async cancel(name, options) { return this.change(`CANCEL ${checkName(name)}`, options); }
 
-  pause(name, options) { return this.change(`PAUSE ${checkName(name)}`, options); }
+  async pause(name, options) { return this.change(`PAUSE ${checkName(name)}`, options); }
 
-  resume(name, options) { return this.change(`RESUME ${checkName(name)}`, options); }
+  async resume(name, options) { return this.change(`RESUME ${checkName(name)}`, options); }
 
-  remove(name, options) { return this.change(`REMOVE ${checkName(name)}`, options); }
+  async remove(name, options) { return this.change(`REMOVE ${checkName(name)}`, options); }
 
-  extend(name, duration, options) { return this.change(`EXTEND ${checkName(name)} ${durationText(duration)}`, options); }
+  async extend(name, duration, options) { return this.change(`EXTEND ${checkName(name)} ${durationText(duration)}`, options); }
 
   async ping(options) { await this.request('PING', false, options); }
 

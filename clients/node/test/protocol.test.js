@@ -1,7 +1,7 @@
 // The codec, without a daemon (the conformance suite runs the client against a real one).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Busy, CountdowndError } from '../index.js';
+import { Busy, Client, CountdowndError } from '../index.js';
 import { checkName, durationText, parseLine, subscribeLine, subscribedSeq } from '../lib/protocol.js';
 
 test('a busy START carries the time left', () => {
@@ -30,4 +30,15 @@ test('what would break the line protocol is refused before it is sent', () => {
   assert.equal(durationText(1.5), '1500ms');
   assert.equal(subscribeLine({ prefix: 'otp:', kinds: ['done'], since: 7 }), 'SUBSCRIBE PREFIX otp: EVENTS done SINCE 7');
   assert.throws(() => subscribeLine({ names: ['a'], prefix: 'b' }), (error) => error.code === 'bad-request');
+});
+
+test('no argument smuggles a second request', async () => {
+  const client = new Client({ socketPath: '/nonexistent/countdownd.sock', timeout: 100 });
+  for (const call of [
+    () => client.list({ states: ['running\nPING'] }),
+    () => client.extend('a', '1m\nPING'),
+    () => client.status('bad\udcff'),
+  ]) {
+    await assert.rejects(call, (error) => ['bad-request', 'bad-duration'].includes(error.code));
+  }
 });
