@@ -10,6 +10,8 @@
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 BINDIR     ?= $(PREFIX)/bin
+# The configuration file's folder (countdownd.service reads $(SYSCONFDIR)/countdownd/countdownd.conf).
+SYSCONFDIR ?= $(PREFIX)/etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
@@ -136,19 +138,20 @@ install:
 	  { echo "error: $(RELEASEDIR)/$$binary is not built; run make release first (make install only installs)" >&2; exit 1; }; done
 	umask 022 && install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) \
-	  $(DESTDIR)$(DOCDIR)
+	  $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/countdownd
 	install -m 0755 $(RELEASEDIR)/countdownd $(DESTDIR)$(BINDIR)/countdownd
 	install -m 0755 $(RELEASEDIR)/cdctl $(DESTDIR)$(BINDIR)/cdctl
 	@staged=$$(mktemp -d) && trap 'rm -rf "$$staged"' EXIT && \
 	for unit in systemd/countdownd.service systemd/countdownd.socket systemd/countdownd-cluster.conf \
 	    systemd/countdownd-metrics.service systemd/countdownd-metrics.timer \
 	    systemd/user/countdownd.service systemd/user/countdownd.socket; do \
-	  mkdir -p "$$staged/$$(dirname $$unit)" && sed 's|@BINDIR@|$(BINDIR)|g' $$unit > "$$staged/$$unit" || exit 1; done && \
+	  mkdir -p "$$staged/$$(dirname $$unit)" && sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $$unit > "$$staged/$$unit" || exit 1; done && \
 	install -v -m 0644 "$$staged/systemd/countdownd.service" "$$staged/systemd/countdownd.socket" \
 	  "$$staged/systemd/countdownd-metrics.service" "$$staged/systemd/countdownd-metrics.timer" $(DESTDIR)$(UNITDIR)/ && \
 	install -v -m 0644 "$$staged/systemd/user/countdownd.service" "$$staged/systemd/user/countdownd.socket" $(DESTDIR)$(USERUNITDIR)/ && \
 	install -v -m 0644 "$$staged/systemd/countdownd-cluster.conf" $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf
 	install -m 0644 systemd/countdownd.sysusers $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
+	install -m 0644 systemd/countdownd.conf $(DESTDIR)$(SYSCONFDIR)/countdownd/countdownd.conf
 	install -m 0644 docs/man/cdctl.1 $(DESTDIR)$(MANDIR)/man1/cdctl.1
 	install -m 0644 docs/man/countdownd.8 $(DESTDIR)$(MANDIR)/man8/countdownd.8
 	install -m 0644 completions/cdctl.bash $(DESTDIR)$(BASHCOMPDIR)/cdctl
@@ -162,6 +165,7 @@ uninstall:
 	rm -f $(DESTDIR)$(UNITDIR)/countdownd-metrics.service $(DESTDIR)$(UNITDIR)/countdownd-metrics.timer
 	rm -f $(DESTDIR)$(USERUNITDIR)/countdownd.service $(DESTDIR)$(USERUNITDIR)/countdownd.socket
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/countdownd.conf
+	rm -f $(DESTDIR)$(SYSCONFDIR)/countdownd/countdownd.conf
 	rm -f $(DESTDIR)$(MANDIR)/man1/cdctl.1 $(DESTDIR)$(MANDIR)/man8/countdownd.8
 	rm -f $(DESTDIR)$(BASHCOMPDIR)/cdctl $(DESTDIR)$(ZSHCOMPDIR)/_cdctl $(DESTDIR)$(FISHCOMPDIR)/cdctl.fish
 	rm -f $(DESTDIR)$(DOCDIR)/countdownd-cluster.conf $(DESTDIR)$(DOCDIR)/CLUSTER.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md

@@ -66,6 +66,11 @@ public struct ArgumentParser: Sendable {
         optionsBySpelling = table
     }
 
+    /// The option spelled `spelling` (`--socket`), if there is one.
+    public func option(spelled spelling: String) -> Option? {
+        optionsBySpelling[spelling]
+    }
+
     /// Parses arguments (without the program name).
     /// - Throws: `Failure` for an unknown option or a missing or unexpected value.
     public func parse(_ arguments: [String]) throws(Failure) -> Result {

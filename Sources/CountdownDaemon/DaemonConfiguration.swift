@@ -120,6 +120,8 @@ public enum DaemonCommand: Equatable, Sendable {
     case help
     /// Print the version.
     case version
+    /// Print the effective settings as a configuration file (`--print-config`).
+    case printConfig(String)
     /// Say what in a state directory is intact (`--check-state DIR`), changing nothing.
     case checkState(String)
     /// Keep exactly what is intact in a damaged state directory (`--repair-state DIR`).
@@ -186,6 +188,11 @@ public enum DaemonCommandLine {
           --cluster-user USER, --cluster-password-file FILE
                                    etcd's own authentication: a user, and a file
                                    holding its password
+          --config FILE            read options from FILE, one per line as here without
+                                   their --, as in 'max-countdowns-per-user = 1000'
+                                   (the package's: /etc/countdownd/countdownd.conf);
+                                   options given here win over the file's
+          --print-config           print the effective settings as such a file, and exit
           --check-state DIR        say what in a state directory is intact and what
                                    is damaged, changing nothing (exit 1: damaged)
           --repair-state DIR       keep exactly what is intact in a damaged state
@@ -226,6 +233,8 @@ public enum DaemonCommandLine {
         .init(["--cluster-password-file"], takesValue: true),
         .init(["--check-state"], takesValue: true),
         .init(["--repair-state"], takesValue: true),
+        .init(["--config"], takesValue: true),
+        .init(["--print-config"]),
         .init(["--help", "-h"]),
         .init(["--version", "-V"]),
     ])
@@ -247,14 +256,28 @@ public enum DaemonCommandLine {
         return (directory == "/" ? "" : directory) + "/" + trimmed
     }
 
-    /// Parses arguments (without the program name).
-    /// - Throws: `UsageError` naming the bad argument and what is expected.
+    /// Whether a configuration file's option takes a value; `nil` for no such option.
+    static func optionTakesValue(_ name: String) -> Bool? {
+        parser.option(spelled: "--" + name).map(\.takesValue)
+    }
+
+    /// Parses arguments (without the program name). With `--config FILE`, the file's options
+    /// come first, so that those on the command line win.
+    /// - Parameter readFile: reads a configuration file (the tests give their own).
+    /// - Throws: `UsageError` naming the bad argument, or the file and line, and what is expected.
     public static func parse(
-        _ arguments: [String], environment: [String: String], uid: UInt32
+        _ arguments: [String], environment: [String: String], uid: UInt32,
+        readFile: (String) throws(UsageError) -> String = ConfigFile.read
     ) throws(UsageError) -> DaemonCommand {
-        let parsed: ArgumentParser.Result
+        var parsed: ArgumentParser.Result
         do {
             parsed = try parser.parse(arguments)
+            if let path = parsed.value("config") {
+                let fromFile = try ConfigFile.arguments(text: try readFile(path), path: path, takesValue: optionTakesValue)
+                parsed = try parser.parse(fromFile + arguments)
+            }
+        } catch let error as UsageError {
+            throw error
         } catch {
             throw UsageError(description: "\(error); see countdownd --help")
         }
@@ -365,6 +388,7 @@ public enum DaemonCommandLine {
         }
         configuration.logsNames = parsed.has("log-names") || configuration.logLevel == .debug
         configuration.logsLifecycle = parsed.has("log-lifecycle") || configuration.logLevel == .debug
+        if parsed.has("print-config") { return .printConfig(ConfigFile.render(configuration)) }
         return .run(configuration)
     }
 }

@@ -21,6 +21,8 @@ enum CountdowndMain {
             print(DaemonCommandLine.help)
         case .version:
             print("countdownd \(DaemonConfiguration.version)")
+        case .printConfig(let text):
+            print(text, terminator: "")
         case .checkState(let directory):
             exit(StateRepair.check(directory) { print($0) })
         case .repairState(let directory):

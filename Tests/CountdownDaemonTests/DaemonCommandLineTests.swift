@@ -12,6 +12,52 @@ struct DaemonCommandLineTests {
         return configuration
     }
 
+    @Test("--config FILE: one option a line without its --, comments, flags alone or yes/no; the command line wins; every mistake names the file and line; --print-config reads back as the same settings")
+    func configurationFile() throws {
+        let file = """
+            # a comment
+            max-countdowns-per-user = 7
+              retention 30
+            log-lifecycle
+            log-names = no
+
+            durability=power
+            """
+        func read(_ text: String) -> (String) throws(DaemonCommandLine.UsageError) -> String {
+            { _ throws(DaemonCommandLine.UsageError) in text }
+        }
+        guard case .run(let configured) = try DaemonCommandLine.parse(["--config", "/etc/c.conf", "--retention", "40"], environment: [:], uid: 0, readFile: read(file)) else {
+            Issue.record("not a run")
+            return
+        }
+        #expect(configured.engine.maximumCountdownsPerOwner == 7 && configured.durability == .power)
+        #expect(configured.engine.retentionMilliseconds == 40_000, "the command line wins")
+        #expect(configured.logsLifecycle && !configured.logsNames)
+        for (text, message) in [
+            ("bogus = 1", "/etc/c.conf:1: unknown option 'bogus'"),
+            ("# fine\nretention", "/etc/c.conf:2: 'retention' needs a value"),
+            ("log-names = maybe", "/etc/c.conf:1: 'log-names' is yes or no, not 'maybe'"),
+            ("config = /other", "/etc/c.conf:1: 'config' cannot be set in a configuration file"),
+            ("retention = 0", "--retention '0' must be a whole number above 0"),
+        ] {
+            #expect {
+                try DaemonCommandLine.parse(["--config", "/etc/c.conf"], environment: [:], uid: 0, readFile: read(text))
+            } throws: { error in
+                "\(error)".contains(message)
+            }
+        }
+        // The effective settings, printed, configure the same daemon when read back.
+        for arguments in [["--config", "/etc/c.conf"], ["--cluster", "http://127.0.0.1:2379", "--cluster-prefix", "/x/", "--socket-mode", "0660"]] {
+            guard case .printConfig(let printed) = try DaemonCommandLine.parse(arguments + ["--print-config"], environment: [:], uid: 0, readFile: read(file)),
+                  case .run(let original) = try DaemonCommandLine.parse(arguments, environment: [:], uid: 0, readFile: read(file)),
+                  case .run(let again) = try DaemonCommandLine.parse(["--config", "/printed"], environment: [:], uid: 0, readFile: read(printed)) else {
+                Issue.record("not a printout")
+                continue
+            }
+            #expect(again == original, "\(printed)")
+        }
+    }
+
     @Test("--check-state and --repair-state take a directory (made absolute); --log-lifecycle-limit takes 0 or more")
     func stateToolsAndLogLimit() throws {
         let cwd = FileManager.default.currentDirectoryPath

@@ -74,6 +74,7 @@ extension Integration {
                 "usr/lib/systemd/user/countdownd.service", "usr/lib/systemd/user/countdownd.socket",
                 "usr/lib/sysusers.d/countdownd.conf", "usr/share/man/man8/countdownd.8", "usr/share/man/man1/cdctl.1",
                 "usr/share/doc/countdownd/PROTOCOL.md", "usr/share/doc/countdownd/CLUSTER.md", "usr/share/doc/countdownd/countdownd-cluster.conf",
+                "usr/etc/countdownd/countdownd.conf",
             ] {
                 #expect(mode(file) == 0o644, "\(file) is \(String(mode(file), radix: 8))")
             }
@@ -81,7 +82,7 @@ extension Integration {
                 #expect(mode(directory) == 0o755, "\(directory) is \(String(mode(directory), radix: 8))")
             }
             let unit = try String(contentsOfFile: destination.file("usr/lib/systemd/system/countdownd.service"), encoding: .utf8)
-            #expect(unit.contains("ExecStart=/usr/bin/countdownd") && !unit.contains("@BINDIR@"))
+            #expect(unit.contains("ExecStart=/usr/bin/countdownd --config /usr/etc/countdownd/countdownd.conf") && !unit.contains("@BINDIR@") && !unit.contains("@SYSCONFDIR@"), "\(unit)")
         }
 
         @Test(

@@ -194,6 +194,7 @@ extension Integration {
             try FileManager.default.createDirectory(atPath: dropIns, withIntermediateDirectories: true)
             let text = try String(contentsOfFile: "\(packageRoot)/systemd/countdownd-cluster.conf", encoding: .utf8)
                 .replacingOccurrences(of: "@BINDIR@", with: TestBinaries.directory)
+                .replacingOccurrences(of: "@SYSCONFDIR@", with: units.configurationDirectory)
             try text.write(toFile: dropIns + "/cluster.conf", atomically: true, encoding: .utf8)
             let verified = try runCommand("/usr/bin/systemd-analyze", ["verify", "--recursive-errors=no", "--man=no", service])
             #expect(verified.status == 0, "\(verified.stdout)\(verified.stderr)")
@@ -270,18 +271,23 @@ extension Integration {
     }
 }
 
-/// The repository's units with `@BINDIR@` pointing at the built binaries, in a temporary directory.
+/// The repository's units with `@BINDIR@` pointing at the built binaries and `@SYSCONFDIR@` at a
+/// copy of the package's configuration file, in a temporary directory.
 struct InstalledUnits {
     let directory = TemporaryDirectory()
     var system: [String] = []
     var user: [String] = []
     var runtimeDirectory: String
+    var configurationDirectory: String
 
     init() {
         runtimeDirectory = directory.file("runtime")
+        configurationDirectory = directory.file("etc")
         // Creating folders and files in a fresh temporary directory only fails if /tmp is broken.
         try! FileManager.default.createDirectory(atPath: runtimeDirectory, withIntermediateDirectories: true)
         try! FileManager.default.createDirectory(atPath: directory.file("user"), withIntermediateDirectories: true)
+        try! FileManager.default.createDirectory(atPath: configurationDirectory + "/countdownd", withIntermediateDirectories: true)
+        try! FileManager.default.copyItem(atPath: "\(packageRoot)/systemd/countdownd.conf", toPath: configurationDirectory + "/countdownd/countdownd.conf")
         for (source, target, units) in [
             ("systemd", "", ["countdownd.service", "countdownd.socket", "countdownd-metrics.service", "countdownd-metrics.timer"]),
             ("systemd/user", "user/", ["countdownd.service", "countdownd.socket"]),
@@ -290,6 +296,7 @@ struct InstalledUnits {
                 // The units are part of the repository; a missing one is a broken checkout.
                 let text = try! String(contentsOfFile: "\(packageRoot)/\(source)/\(unit)", encoding: .utf8)
                     .replacingOccurrences(of: "@BINDIR@", with: TestBinaries.directory)
+                    .replacingOccurrences(of: "@SYSCONFDIR@", with: configurationDirectory)
                 let path = directory.file(target + unit)
                 try! text.write(toFile: path, atomically: true, encoding: .utf8)
                 if target.isEmpty { system.append(path) } else { user.append(path) }

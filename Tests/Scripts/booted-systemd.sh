@@ -122,6 +122,17 @@ run systemctl kill -s STOP countdownd.service
 check "SIGSTOP past WatchdogSec: the watchdog restarts it" wait_for 60 restarted
 check "…with its state intact" sh -c "nsenter -t $pid1 -a cdctl --socket $socket status tea --format '{state}' | grep -qx running"
 
+# The conffile: dpkg's, kept across upgrades; a setting in it takes effect at the next restart.
+check "/etc/countdownd/countdownd.conf is a conffile" sh -c "nsenter -t $pid1 -a dpkg-query -W -f '\${Conffiles}' countdownd | grep -q '/etc/countdownd/countdownd.conf'"
+check "…whose settings the daemon reads (--print-config)" sh -c "nsenter -t $pid1 -a countdownd --config /etc/countdownd/countdownd.conf --print-config | grep -qx 'max-countdowns-per-user = 100000'"
+run sh -c 'echo "max-countdowns-per-user = 1" >> /etc/countdownd/countdownd.conf'
+run systemctl restart countdownd.service
+limited=$(as alice cdctl start coffee 5m 2>&1; echo "exit $?")
+check "…and a change takes effect after systemctl restart (alice, who has tea, may hold 1)" sh -c "printf '%s' \"\$1\" | grep -q 'limit' && printf '%s' \"\$1\" | grep -qv 'exit 0'" - "$limited"
+run sed -i '/^max-countdowns-per-user = 1$/d' /etc/countdownd/countdownd.conf
+run systemctl restart countdownd.service
+check "…and back without it" as alice cdctl start coffee 5m
+
 check "an OTP cooldown named by a phone number" run cdctl --socket "$socket" start otp:+4915112345678 1m
 run systemctl stop countdownd.service
 check "systemctl stop is clean" test "$(run systemctl show -p Result --value countdownd.service)" = success
@@ -157,6 +168,7 @@ check "…and the state" test "$state_left" = end
 check "…the service is stopped" test "$(run systemctl is-active countdownd.service)" != active
 check "…and the socket's enablement" test ! -e "$root/etc/systemd/system/sockets.target.wants/countdownd.socket"
 check "…and the metrics file, which node_exporter would serve for ever" run test ! -e "$metrics_dir/countdownd.prom"
+check "…and the conffile" run test ! -e /etc/countdownd
 failed_units=$(run systemctl list-units --failed --plain --no-legend 2>&1)
 check "…no unit of ours is failed (the timer stopped before its service went)" sh -c "! printf '%s' \"\$1\" | grep -q countdownd" - "$failed_units"
 check "…and the system's state is as it was at boot ($state_at_boot)" test "$(run systemctl is-system-running 2>/dev/null)" = "$state_at_boot"

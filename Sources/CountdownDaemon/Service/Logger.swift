@@ -20,6 +20,17 @@ public enum LogLevel: Int, Comparable, Sendable, CaseIterable {
         }
     }
 
+    /// The level's name, as `--log-level` takes it.
+    public var name: String {
+        switch self {
+        case .error: "error"
+        case .warning: "warning"
+        case .notice: "notice"
+        case .info: "info"
+        case .debug: "debug"
+        }
+    }
+
     public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool {
         lhs.rawValue < rhs.rawValue
     }
