@@ -14,8 +14,10 @@ Prints one line per case, then `N passed, N failed, N skipped`; exits 1 if any f
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import queue
 import random
 import shutil
 import signal
@@ -36,6 +38,51 @@ DAEMON_ANSWERS = ("busy", "not-found", "bad-name", "bad-duration", "bad-request"
 
 class CaseFailed(Exception):
     pass
+
+
+def die_with_the_harness() -> None:
+    """In the daemon's and driver's child before exec: SIGKILL when the harness goes, however it
+    goes (a killed harness leaves no daemon behind)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Spawner(threading.Thread):
+    """Starts every child from one thread that lives as long as the harness: PR_SET_PDEATHSIG
+    fires when the thread that forked the child ends, so a start done from a short-lived thread
+    (a fault in the background) would kill its daemon as soon as that thread returned."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.jobs: "queue.Queue[Any]" = queue.Queue()
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            arguments, keywords, box, ready = self.jobs.get()
+            try:
+                box.append(subprocess.Popen(*arguments, preexec_fn=die_with_the_harness, **keywords))
+            except BaseException as error:  # noqa: BLE001 (handed to the caller)
+                box.append(error)
+            ready.set()
+
+    def popen(self, *arguments: Any, **keywords: Any) -> subprocess.Popen:
+        box: List[Any] = []
+        ready = threading.Event()
+        self.jobs.put((arguments, keywords, box, ready))
+        ready.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+SPAWNER: Optional[Spawner] = None
+
+
+def spawn(*arguments: Any, **keywords: Any) -> subprocess.Popen:
+    global SPAWNER
+    if SPAWNER is None:
+        SPAWNER = Spawner()
+    return SPAWNER.popen(*arguments, **keywords)
 
 
 class Daemon:
@@ -59,7 +106,7 @@ class Daemon:
         env = {k: v for k, v in os.environ.items() if k not in ("LISTEN_FDS", "LISTEN_PID", "WATCHDOG_USEC")}
         env["NOTIFY_SOCKET"] = notify
         with self.lock:
-            self.process = subprocess.Popen(
+            self.process = spawn(
                 [self.binary, "--socket", self.socket, "--state-dir", self.state, "--log-level", "error"] + self.extra,
                 env=env, stdout=subprocess.DEVNULL)
         try:
@@ -123,7 +170,7 @@ class Driver:
     """The client under test, a process speaking JSON lines."""
 
     def __init__(self, command: List[str]):
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.process = spawn(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.next_id = 0
         self.lock = threading.Lock()
         self.replies: Dict[int, Dict[str, Any]] = {}

@@ -9,8 +9,8 @@ from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Optional, Tu
 from .connection import cannot_connect
 from .protocol import (
     FINAL_KINDS, how_it_ended, BadRequest, ConnectionLost, Countdown, CountdowndError, Err, Event, Gone, Hello, Ok,
-    OutcomeUnknown, Overflow, ProtocolViolation, Shutdown, Stat, Timeout, check_name, default_socket_path,
-    duration_text, encode_request, list_line, parse_line, start_line, stat_value, subscribe_line, subscribed_seq,
+    OutcomeUnknown, Overflow, ProtocolViolation, ReplyBlock, Shutdown, Stat, Timeout, check_name, default_socket_path,
+    duration_text, encode_request, list_line, parse_line, start_line, subscribe_line, subscribed_seq,
 )
 
 _DEFAULT: Any = object()  # The client's own timeout.
@@ -26,8 +26,7 @@ class _Pending:
 
     def __init__(self, future: "asyncio.Future[Reply]"):
         self.future = future
-        self.countdowns: List[Countdown] = []
-        self.stats: Dict[str, object] = {}
+        self.block = ReplyBlock()
 
 
 class _Pipeline:
@@ -143,18 +142,17 @@ class _Pipeline:
                 if not self._pending or not isinstance(parsed, (Countdown, Stat, Ok, Err)):
                     continue  # Events are not asked for here; unknown lines are ignored.
                 head = self._pending[0]
-                if isinstance(parsed, Countdown):
-                    head.countdowns.append(parsed)
-                elif isinstance(parsed, Stat):
-                    head.stats[parsed.key] = stat_value(parsed.value)
-                else:
+                try:
+                    text = head.block.take(parsed)
+                except CountdowndError as refusal:
                     self._pending.popleft()
-                    if head.future.done():
-                        continue  # Its caller gave up; the pipeline is being closed anyway.
-                    if isinstance(parsed, Ok):
-                        head.future.set_result((head.countdowns, head.stats, parsed.text))
-                    else:
-                        head.future.set_exception(parsed.error)
+                    if not head.future.done():  # Done: its caller gave up; the pipeline is closing.
+                        head.future.set_exception(refusal)
+                    continue
+                if text is not None:
+                    self._pending.popleft()
+                    if not head.future.done():
+                        head.future.set_result((head.block.countdowns, head.block.stats, text))
         except (OSError, asyncio.IncompleteReadError, ValueError) as error:
             why = "lost the connection to countdownd (%s)" % error
         except asyncio.CancelledError:
@@ -527,22 +525,17 @@ class _Follower:
 
     async def request(self, line: str, deadline: Optional[float] = None) -> Reply:
         self._writer.write(encode_request(line))
-        countdowns: List[Countdown] = []
-        stats: Dict[str, object] = {}
+        block = ReplyBlock()
         while True:
             parsed = parse_line(await self._read_line(deadline))
             if isinstance(parsed, Event):
                 self._events.append(parsed)
-            elif isinstance(parsed, Countdown):
-                countdowns.append(parsed)
-            elif isinstance(parsed, Stat):
-                stats[parsed.key] = stat_value(parsed.value)
-            elif isinstance(parsed, Ok):
-                return countdowns, stats, parsed.text
-            elif isinstance(parsed, Err):
-                raise parsed.error
             elif isinstance(parsed, Shutdown):
                 self._shutdown_reason = parsed.reason
+            else:
+                text = block.take(parsed)
+                if text is not None:
+                    return block.countdowns, block.stats, text
 
     async def next_event(self, deadline: Optional[float] = None) -> Event:
         if self._events:

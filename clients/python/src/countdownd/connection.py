@@ -14,8 +14,8 @@ from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
 from .protocol import (
-    ConnectionLost, Countdown, CountdowndError, Err, Event, Hello, Ok, OutcomeUnknown, ProtocolViolation,
-    Shutdown, Stat, Timeout, encode_request, parse_line, stat_value,
+    ConnectionLost, Countdown, CountdowndError, Err, Event, Hello, OutcomeUnknown, ProtocolViolation, ReplyBlock,
+    Shutdown, Timeout, encode_request, parse_line,
 )
 
 Reply = Tuple[List[Countdown], Dict[str, object], str]
@@ -169,23 +169,17 @@ class Connection:
             raise
 
     def _read_reply(self, deadline: Optional[float]) -> Reply:
-        countdowns: List[Countdown] = []
-        stats: Dict[str, object] = {}
+        block = ReplyBlock()
         while True:
             parsed = parse_line(self.read_line(deadline))
             if isinstance(parsed, Event):
                 self.events.append(parsed)
-            elif isinstance(parsed, Countdown):
-                countdowns.append(parsed)
-            elif isinstance(parsed, Stat):
-                stats[parsed.key] = stat_value(parsed.value)
-            elif isinstance(parsed, Ok):
-                return countdowns, stats, parsed.text
-            elif isinstance(parsed, Err):
-                raise parsed.error
             elif isinstance(parsed, Shutdown):
                 self.shutdown_reason = parsed.reason
-            # RESYNC and unknown lines are not a reply; the protocol says to ignore them.
+            else:
+                text = block.take(parsed)
+                if text is not None:
+                    return block.countdowns, block.stats, text
 
     def next_event(self, deadline: Optional[float]) -> Event:
         """The next event on a subscribed connection, by `deadline`, else `Timeout`."""

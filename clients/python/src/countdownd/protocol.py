@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, Optional, Union
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Union
 
 PROTOCOL_VERSION = 1
 
@@ -307,6 +307,28 @@ def parse_line(line: str) -> Line:
     if head == "RESYNC" and words and _int(words[0]) is not None:
         return Resync(int(words[0]))
     return Unknown(line)
+
+
+class ReplyBlock:
+    """One request's reply, gathered line by line: `COUNTDOWN` and `STAT` lines, then the final
+    `OK` or `ERR`. Every client reads replies through it; events and SHUTDOWN are the caller's."""
+
+    def __init__(self) -> None:
+        self.countdowns: List[Countdown] = []
+        self.stats: Dict[str, object] = {}
+
+    def take(self, parsed: "Line") -> Optional[str]:
+        """The `OK` text once the block is whole, raising the `ERR`'s error; None while it goes
+        on (RESYNC and unknown lines are not a reply: the protocol says to ignore them)."""
+        if isinstance(parsed, Countdown):
+            self.countdowns.append(parsed)
+        elif isinstance(parsed, Stat):
+            self.stats[parsed.key] = stat_value(parsed.value)
+        elif isinstance(parsed, Ok):
+            return parsed.text
+        elif isinstance(parsed, Err):
+            raise parsed.error
+        return None
 
 
 def duration_text(duration: Union[int, float, str]) -> str:
