@@ -272,7 +272,7 @@ public enum DaemonCommandLine {
         var parsed: ArgumentParser.Result
         do {
             parsed = try parser.parse(arguments)
-            if let path = parsed.value("config") {
+            if let path = parsed.value("config"), !parsed.has("help"), !parsed.has("version") {
                 let fromFile = try ConfigFile.arguments(text: try readFile(path), path: path, takesValue: optionTakesValue)
                 parsed = try parser.parse(fromFile + arguments)
             }

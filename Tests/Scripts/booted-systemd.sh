@@ -128,7 +128,7 @@ check "…whose settings the daemon reads (--print-config)" sh -c "nsenter -t $p
 run sh -c 'echo "max-countdowns-per-user = 1" >> /etc/countdownd/countdownd.conf'
 run systemctl restart countdownd.service
 limited=$(as alice cdctl start coffee 5m 2>&1; echo "exit $?")
-check "…and a change takes effect after systemctl restart (alice, who has tea, may hold 1)" sh -c "printf '%s' \"\$1\" | grep -q 'limit' && printf '%s' \"\$1\" | grep -qv 'exit 0'" - "$limited"
+check "…and a change takes effect after systemctl restart (alice, who has tea, may hold 1)" sh -c "printf '%s' \"\$1\" | grep -q 'limit' && ! printf '%s' \"\$1\" | grep -q 'exit 0'" - "$limited"
 run sed -i '/^max-countdowns-per-user = 1$/d' /etc/countdownd/countdownd.conf
 run systemctl restart countdownd.service
 check "…and back without it" as alice cdctl start coffee 5m

@@ -73,7 +73,8 @@ func NewLazy(options Options) *Client {
 	return &Client{path: path, slots: make(chan struct{}, size)}
 }
 
-// Close closes every idle connection; calls after it fail with ErrConnectionLost.
+// Close closes the pool's connections; requests after it fail with ErrConnectionLost. Wait and
+// Subscribe use connections of their own, which their contexts and Subscription.Close end.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	idle := c.idle
@@ -97,7 +98,7 @@ func (c *Client) connect(ctx context.Context, op string) (*conn, error) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, &CallError{Op: op, Err: fmt.Errorf("%s; gave up when the context ended: %w",
+			return nil, &CallError{Op: op, Unreached: true, Err: fmt.Errorf("%s; gave up when the context ended: %w",
 				strings.TrimPrefix(err.Error(), "countdownd: "), ctx.Err())}
 		case <-timer.C:
 		}
@@ -153,6 +154,10 @@ func (c *Client) checkin(connection *conn) {
 // not (ErrOutcomeUnknown).
 func (c *Client) request(ctx context.Context, line string, change bool) (reply, error) {
 	op := strings.SplitN(line, " ", 2)[0]
+	if err := checkLine(line); err != nil {
+		return reply{}, err // Before any connection: a bad argument never waits for the daemon.
+	}
+	pause := time.Duration(0)
 	for {
 		connection, err := c.checkout(ctx, op)
 		if err != nil {
@@ -165,7 +170,21 @@ func (c *Client) request(ctx context.Context, line string, change bool) (reply, 
 		case err == nil:
 			return result, nil
 		case errors.As(err, &notSent):
-			continue // The daemon had closed this connection (a restart): nothing ran.
+			// The daemon had closed this connection (a restart): nothing ran. A daemon that
+			// closes every connection at once is asked again with a growing pause, not in a loop.
+			if pause > 0 {
+				timer := time.NewTimer(pause)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return reply{}, &CallError{Op: op, Unreached: true, Err: ctx.Err()}
+				case <-timer.C:
+				}
+			}
+			if pause = pause*2 + firstRetry; pause > lastRetry {
+				pause = lastRetry
+			}
+			continue
 		case !change && isConnectionLost(err) && ctx.Err() == nil:
 			continue // A read: asking again is harmless.
 		default:

@@ -171,12 +171,19 @@ type errNotSent struct{ cause error }
 func (e errNotSent) Error() string { return e.cause.Error() }
 func (e errNotSent) Unwrap() error { return e.cause }
 
+// checkLine refuses a line that would be read as more than one request: a newline in any
+// argument would be read as a second request, whose answer the next call would take.
+func checkLine(line string) error {
+	if strings.ContainsAny(line, "\r\n\x00") || !utf8.ValidString(line) {
+		return &Error{Code: "bad-request", Message: fmt.Sprintf("a request's words cannot hold a newline or NUL and must be UTF-8: %q", line)}
+	}
+	return nil
+}
+
 // request sends line and reads its whole reply, within ctx.
 func (c *conn) request(ctx context.Context, op string, line string, change bool) (reply, error) {
-	if strings.ContainsAny(line, "\r\n\x00") || !utf8.ValidString(line) {
-		// A newline in any argument would be read as a second request, whose answer the next
-		// call would take: refused here, once, for every request.
-		return reply{}, &Error{Code: "bad-request", Message: fmt.Sprintf("a request's words cannot hold a newline or NUL and must be UTF-8: %q", line)}
+	if err := checkLine(line); err != nil {
+		return reply{}, err
 	}
 	if c.closed {
 		return reply{}, errNotSent{lost("the connection is closed")}
@@ -204,7 +211,10 @@ func (c *conn) request(ctx context.Context, op string, line string, change bool)
 				return reply{}, &CallError{Op: op, MaybeApplied: change, Err: ctx.Err()}
 			}
 			if change {
-				return reply{}, &CallError{Op: op, MaybeApplied: true, Err: err}
+				// Not the connection-lost error itself: errors.Is(err, ErrConnectionLost) means
+				// nothing was carried out, and this change may have been.
+				return reply{}, &CallError{Op: op, MaybeApplied: true, Err: &Error{Code: "outcome-unknown",
+					Message: strings.TrimPrefix(err.Error(), "countdownd: ") + " after the request was sent"}}
 			}
 			return reply{}, err
 		}

@@ -88,6 +88,7 @@ var (
 type CallError struct {
 	Op           string // the request's verb
 	MaybeApplied bool   // the request was sent: a change may have been made
+	Unreached    bool   // the daemon could not be reached before the context ended: nothing was sent
 	Err          error
 }
 
@@ -102,9 +103,10 @@ func (e *CallError) Error() string {
 // Unwrap gives the context's error or the connection's.
 func (e *CallError) Unwrap() error { return e.Err }
 
-// Is matches ErrOutcomeUnknown when the request may have been carried out.
+// Is matches ErrOutcomeUnknown when the request may have been carried out, and
+// ErrConnectionLost when the daemon could not be reached (nothing was sent).
 func (e *CallError) Is(target error) bool {
-	return target == ErrOutcomeUnknown && e.MaybeApplied
+	return (target == ErrOutcomeUnknown && e.MaybeApplied) || (target == ErrConnectionLost && e.Unreached)
 }
 
 var field = regexp.MustCompile(`^([a-z_]+)=(\S*)$`)

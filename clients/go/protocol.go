@@ -41,7 +41,8 @@ type Event struct {
 // the last lifecycle number).
 func (e Event) Lifecycle() bool { return e.Kind != "tick" && e.Kind != "snapshot" }
 
-// DefaultSocketPath is where the daemon listens, found as cdctl finds it.
+// DefaultSocketPath is where the user's own daemon listens ($COUNTDOWND_SOCKET, else the
+// runtime directory's); a server that uses the system daemon passes /run/countdownd/countdownd.sock.
 func DefaultSocketPath() string {
 	if path := os.Getenv("COUNTDOWND_SOCKET"); path != "" {
 		return path

@@ -37,6 +37,14 @@ func TestCallErrorsSayWhetherTheRequestMayHaveRun(t *testing.T) {
 	if !errors.Is(sent, ErrOutcomeUnknown) || !errors.Is(sent, context.DeadlineExceeded) {
 		t.Fatal("a timed-out change is an unknown outcome and a deadline")
 	}
+	lost := &CallError{Op: "START", MaybeApplied: true, Err: &Error{Code: "outcome-unknown", Message: "closed"}}
+	if errors.Is(lost, ErrConnectionLost) || !errors.Is(lost, ErrOutcomeUnknown) {
+		t.Fatal("a change whose connection broke is an unknown outcome, never 'nothing was carried out'")
+	}
+	away := &CallError{Op: "START", Unreached: true, Err: context.DeadlineExceeded}
+	if !errors.Is(away, ErrConnectionLost) || errors.Is(away, ErrOutcomeUnknown) {
+		t.Fatal("a daemon that stayed away is a lost connection: nothing was sent")
+	}
 	read := &CallError{Op: "STATUS", Err: context.Canceled}
 	if errors.Is(read, ErrOutcomeUnknown) || !errors.Is(read, context.Canceled) {
 		t.Fatal("a cancelled read changed nothing")

@@ -23,26 +23,29 @@ function cannotConnect(path, why) {
     + "(or the system's countdownd.socket), or run 'countdownd', or pass the socket path it listens on");
 }
 
-/** The signal a call is bounded by: its own `signal` and its `timeout` (ms), whichever ends first. */
+/** The signal a call is bounded by: its own `signal` and its `timeout` (ms), whichever ends
+ * first; `release()` takes back what it hung on the caller's signal, once the call is over (a
+ * signal shared by every call of a server would otherwise gather a listener per call). */
 function boundOf({ timeout, signal } = {}, defaultTimeout) {
   const ms = timeout === undefined ? defaultTimeout : timeout;
-  const signals = [];
-  if (signal) signals.push(signal);
-  if (ms !== null && ms !== undefined) signals.push(AbortSignal.timeout(ms));
-  if (signals.length === 0) return null;
-  return signals.length === 1 ? signals[0] : anySignal(signals);
-}
-
-function anySignal(signals) {
+  const timer = ms !== null && ms !== undefined ? AbortSignal.timeout(ms) : null;
+  if (!signal || !timer) return { signal: signal ?? timer, release() {} };
   const controller = new AbortController();
-  for (const signal of signals) {
-    if (signal.aborted) {
-      controller.abort(signal.reason);
-      break;
-    }
-    signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true });
+  const forward = (from) => () => controller.abort(from.reason);
+  const onCaller = forward(signal);
+  const onTimer = forward(timer);
+  if (signal.aborted) controller.abort(signal.reason);
+  else {
+    signal.addEventListener('abort', onCaller, { once: true });
+    timer.addEventListener('abort', onTimer, { once: true });
   }
-  return controller.signal;
+  return {
+    signal: controller.signal,
+    release() {
+      signal.removeEventListener('abort', onCaller);
+      timer.removeEventListener('abort', onTimer);
+    },
+  };
 }
 
 function abortedError(signal, what, maybeApplied) {
@@ -93,7 +96,9 @@ class Line {
     socket.setEncoding('utf8');
     socket.on('data', (chunk) => this.take(chunk));
     socket.on('error', (error) => this.break(`lost the connection to countdownd (${error.message})`));
-    socket.on('close', () => this.break(this.shutdownReason ? `countdownd is stopping (${this.shutdownReason})` : 'countdownd closed the connection'));
+    const ended = () => this.break(this.shutdownReason ? `countdownd is stopping (${this.shutdownReason})` : 'countdownd closed the connection');
+    socket.on('end', ended); // The daemon's end: nothing written after it would be read.
+    socket.on('close', ended);
   }
 
   /** Connects and reads the greeting, within `signal`. */
@@ -135,8 +140,9 @@ class Line {
     });
   }
 
+  /** Whether a request may go out on it: not broken, and the daemon has not said it is stopping. */
   get usable() {
-    return this.broken === null;
+    return this.broken === null && this.shutdownReason === null;
   }
 
   take(chunk) {
@@ -188,6 +194,7 @@ class Line {
   send(line) {
     checkLine(line);
     if (this.broken !== null) throw new ConnectionLost(`the connection is closed (${this.broken})`, { cause: 'not-sent' });
+    if (this.shutdownReason !== null) throw new ConnectionLost(`countdownd is stopping (${this.shutdownReason})`, { cause: 'not-sent' });
     const promise = new Promise((resolve, reject) => {
       this.pending.push({ resolve, reject, countdowns: [], stats: {} });
     });
@@ -238,7 +245,7 @@ export class Client {
   /** A client whose first connection is made now, so a stopped daemon is said at once. */
   static async connect(options = {}) {
     const client = new Client(options);
-    client.line = await Line.open(client.socketPath, boundOf({}, client.timeout));
+    client.line = await Line.open(client.socketPath, boundOf({}, client.timeout).signal);
     client.daemonVersion = client.line.daemonVersion;
     return client;
   }
@@ -275,7 +282,7 @@ export class Client {
       if (this.line?.usable) return this.line;
       if (!this.connecting) {
         // One attempt for every caller that needs it, bounded by the client's own timeout.
-        const attempt = this.open(boundOf({}, this.timeout));
+        const attempt = this.open(boundOf({}, this.timeout).signal);
         this.connecting = attempt;
         attempt.then((line) => {
           if (this.closed) line.break('the client was closed');
@@ -298,7 +305,15 @@ export class Client {
 
   async request(line, change, options) {
     checkLine(line);
-    const signal = boundOf(options, this.timeout);
+    const bound = boundOf(options, this.timeout);
+    try {
+      return await this.requestWithin(line, change, bound.signal);
+    } finally {
+      bound.release();
+    }
+  }
+
+  async requestWithin(line, change, signal) {
     const verb = line.split(' ')[0];
     for (;;) {
       const connection = await this.usableLine(signal);
@@ -378,7 +393,15 @@ export class Client {
    */
   async wait(name, { timeout = null, signal } = {}) {
     checkName(name);
-    const bound = boundOf({ timeout, signal }, null);
+    const within = boundOf({ timeout, signal }, null);
+    try {
+      return await this.waitWithin(name, within.signal);
+    } finally {
+      within.release();
+    }
+  }
+
+  async waitWithin(name, bound) {
     for (;;) {
       const follower = await this.open(bound).catch((error) => {
         throw bound?.aborted ? abortedError(bound, `wait for '${name}'`, false) : error;
@@ -400,7 +423,7 @@ export class Client {
           }
         }
       } catch (error) {
-        if (!(error instanceof ConnectionLost)) throw error;
+        if (!(error instanceof ConnectionLost || error instanceof OutcomeUnknown)) throw error;
         // A daemon restart: follow it again (SUBSCRIBE, then STATUS).
       } finally {
         follower.break('done waiting');
@@ -422,7 +445,8 @@ export class Client {
     let lastSeq = since ?? null;
     let resumed = false;
     const wantsSnapshots = !kinds || kinds.includes('snapshot') || kinds.includes('all');
-    let bound = boundOf({ timeout, signal }, null);
+    let within = boundOf({ timeout, signal }, null);
+    let bound = within.signal;
     for (;;) {
       const follower = await this.open(bound, reconnect).catch((error) => {
         throw bound?.aborted ? abortedError(bound, 'subscribe', false) : error;
@@ -440,12 +464,17 @@ export class Client {
         for (;;) {
           const event = await raceSignal(follower.nextEvent(), bound, () => abortedError(bound, 'waiting for an event', false));
           if (isLifecycle(event)) lastSeq = event.seq;
+          within.release();
           yield event;
-          bound = boundOf({ timeout, signal }, null);
+          within = boundOf({ timeout, signal }, null);
+          bound = within.signal;
         }
       } catch (error) {
-        const cutOff = error instanceof ConnectionLost || error.code === 'overflow';
-        if (!cutOff || !reconnect) throw error;
+        const cutOff = error instanceof ConnectionLost || error instanceof OutcomeUnknown || error.code === 'overflow';
+        if (!cutOff || !reconnect) {
+          within.release();
+          throw error;
+        }
         resumed = true; // Overflow: it fell too far behind and was cut off; SINCE brings what it missed.
       } finally {
         follower.break('the subscription ended');

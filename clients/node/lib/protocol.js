@@ -1,7 +1,8 @@
 // The countdownd line protocol (docs/PROTOCOL.md): what the daemon's lines mean, as JavaScript
 // values. Pure: no I/O.
 
-/** Where the daemon listens, found as cdctl finds it. */
+/** Where the user's own daemon listens ($COUNTDOWND_SOCKET, else the runtime directory's); a
+ * server that uses the system daemon passes /run/countdownd/countdownd.sock. */
 export function defaultSocketPath(env = process.env, uid = process.getuid()) {
   if (env.COUNTDOWND_SOCKET) return env.COUNTDOWND_SOCKET;
   if (env.XDG_RUNTIME_DIR) return `${env.XDG_RUNTIME_DIR}/countdownd/countdownd.sock`;
@@ -50,8 +51,8 @@ export class ConnectionLost extends CountdowndError {
 }
 
 /** The request was sent, then the connection broke before its answer: it may or may not have
- * been carried out. Never retry a start blindly. */
-export class OutcomeUnknown extends ConnectionLost {
+ * been carried out. Never retry a start blindly. Not a ConnectionLost, which says nothing was. */
+export class OutcomeUnknown extends CountdowndError {
   constructor(message, options = {}) {
     super(message, { ...options, code: 'outcome-unknown', maybeApplied: true });
     this.name = 'OutcomeUnknown';

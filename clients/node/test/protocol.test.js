@@ -1,5 +1,6 @@
 // The codec, without a daemon (the conformance suite runs the client against a real one).
 import assert from 'node:assert/strict';
+import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { Busy, Client, CountdowndError } from '../index.js';
 import { checkName, durationText, parseLine, subscribeLine, subscribedSeq } from '../lib/protocol.js';
@@ -41,4 +42,13 @@ test('no argument smuggles a second request', async () => {
   ]) {
     await assert.rejects(call, (error) => ['bad-request', 'bad-duration'].includes(error.code));
   }
+});
+
+test("a signal shared by many calls keeps no listener once they end", async () => {
+  const client = new Client({ socketPath: '/nonexistent/countdownd.sock', timeout: 50 });
+  const shutdown = new AbortController();
+  for (let i = 0; i < 20; i += 1) {
+    await assert.rejects(client.status('x', { signal: shutdown.signal }));
+  }
+  assert.equal(getEventListeners(shutdown.signal, 'abort').length, 0);
 });

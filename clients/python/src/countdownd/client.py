@@ -126,6 +126,7 @@ class Client:
         connection; a read whose connection broke is asked again; a change is not."""
         encode_request(line)  # A line that cannot be sent is refused before it takes a connection.
         deadline = self._deadline(timeout)
+        pause = 0.0
         while True:
             connection = None
             holds_slot = False
@@ -140,7 +141,14 @@ class Client:
                     connection = self._connect(deadline, timeout)
                 return connection.request(line, deadline, is_change)
             except NotSent:
-                continue  # The daemon had closed this connection (a restart): nothing ran.
+                # The daemon had closed this connection (a restart): nothing ran. A daemon that
+                # closes every connection at once is asked again with a growing pause, not in a loop.
+                left = seconds_left(deadline)
+                if left is not None and left <= 0:
+                    raise
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2 + _FIRST_RETRY_S, _LAST_RETRY_S)
+                continue
             except ConnectionLost:
                 if is_change or (deadline is not None and time.monotonic() >= deadline) or self._closed:
                     raise

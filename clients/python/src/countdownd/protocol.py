@@ -157,8 +157,8 @@ class ConnectionLost(CountdowndError):
     code = "connection-lost"
 
 
-class OutcomeUnknown(ConnectionLost):
-    """The request was sent, then the connection broke (the daemon stopped, or another call on
+class OutcomeUnknown(CountdowndError):
+    """Not a `ConnectionLost`, which says nothing was carried out. The request was sent, then the connection broke (the daemon stopped, or another call on
     the same connection timed out or was cancelled) before its answer came: it may or may not
     have been carried out. Check with `status` before doing it again; never retry a START
     blindly, since a retried one that answers `Busy` would tell a user to wait for a code they
