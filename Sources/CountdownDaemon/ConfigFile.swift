@@ -57,24 +57,14 @@ public enum ConfigFile {
     /// Reads a configuration file whole.
     /// - Throws: `UsageError` saying why it cannot be read.
     public static func read(_ path: String) throws(DaemonCommandLine.UsageError) -> String {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            throw .init(description: "--config \(path): \(String(cString: strerror(errno)))")
+        let bytes: [UInt8]
+        do {
+            bytes = try FileSystem.readAll(path, limit: 1 << 20)
+        } catch {
+            throw .init(description: "--config \(path): \(error)")
         }
-        defer { close(descriptor) }  // Read-only: nothing a failed close could lose.
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else {
-                throw .init(description: "--config \(path): \(String(cString: strerror(errno)))")
-            }
-            if count == 0 { break }
-            bytes += chunk[0..<count]
-            guard bytes.count <= 1 << 20 else {
-                throw .init(description: "--config \(path): larger than 1 MiB; is it the configuration file?")
-            }
+        guard bytes.count <= 1 << 20 else {
+            throw .init(description: "--config \(path): larger than 1 MiB; is it the configuration file?")
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw .init(description: "--config \(path): not UTF-8 text")

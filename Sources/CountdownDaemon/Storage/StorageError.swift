@@ -92,14 +92,15 @@ enum FileSystem {
         return names
     }
 
-    /// A whole file's bytes.
-    static func readAll(_ path: String) throws(StorageError) -> [UInt8] {
+    /// A whole file's bytes; with `limit`, reading stops once more than `limit` bytes are in
+    /// (the caller tells a file that is too big by the count: a device such as /dev/zero never ends).
+    static func readAll(_ path: String, limit: Int = .max) throws(StorageError) -> [UInt8] {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .unreadable(path: path, errno: errno) }
         defer { close(descriptor) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
+        while bytes.count <= limit {
             let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
             if count > 0 {
                 bytes.append(contentsOf: chunk[0..<count])
@@ -109,6 +110,7 @@ enum FileSystem {
                 throw .unreadable(path: path, errno: errno)
             }
         }
+        return bytes
     }
 
     /// Writes all of `bytes` at `offset`. On a short or failed write, cuts the file back to
