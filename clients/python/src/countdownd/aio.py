@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import select
 from collections import deque
-from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, Iterable, List, Optional, Tuple, TypeVar, Union
 
 from .connection import cannot_connect
 from .protocol import (
@@ -19,6 +19,28 @@ _LAST_RETRY_S = 0.5
 _WRITE_HIGH_WATER = 64 * 1024  # Past this much unsent, a caller waits for the socket to drain.
 
 Reply = Tuple[List[Countdown], Dict[str, object], str]
+_Connected = TypeVar("_Connected")
+
+
+async def _reach(attempt: Callable[[Optional[float]], Awaitable[_Connected]], deadline: Optional[float],
+                 wait_for_daemon: bool, stop: Callable[[], bool] = lambda: False) -> _Connected:
+    """`attempt(seconds left)` until it connects, trying again after `ConnectionLost` with a
+    growing pause (10 ms up to 0.5 s) while the daemon is away, the last try at `deadline`; the
+    pipeline's and the followers' one way of waiting for a daemon."""
+    loop = asyncio.get_running_loop()
+    delay = _FIRST_RETRY_S
+    while True:
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        try:
+            return await attempt(left)
+        except ConnectionLost as error:
+            left = None if deadline is None else deadline - loop.time()
+            if not wait_for_daemon or stop():
+                raise
+            if left is not None and left <= 0:
+                raise ConnectionLost("%s; gave up after the call's timeout" % error.message) from None
+            await asyncio.sleep(delay if left is None else min(delay, left))
+            delay = min(delay * 2, _LAST_RETRY_S)
 
 
 class _Pending:
@@ -246,20 +268,10 @@ class AsyncClient:
 
     async def _open(self, deadline: Optional[float], wait_for_daemon: bool = True) -> _Pipeline:
         """A new connection, trying again with a growing pause while the daemon is away."""
-        delay = _FIRST_RETRY_S
-        while True:
-            try:
-                pipeline = await _Pipeline.open(self.socket_path, self._left(deadline))
-                self.daemon_version = pipeline.daemon_version
-                return pipeline
-            except ConnectionLost as error:
-                left = self._left(deadline)
-                if not wait_for_daemon or self._closed:
-                    raise
-                if left is not None and left <= 0:
-                    raise ConnectionLost("%s; gave up after the call's timeout" % error.message) from None
-                await asyncio.sleep(delay if left is None else min(delay, left))  # The last try is at the deadline.
-                delay = min(delay * 2, _LAST_RETRY_S)
+        pipeline = await _reach(lambda left: _Pipeline.open(self.socket_path, left), deadline,
+                                wait_for_daemon, stop=lambda: self._closed)
+        self.daemon_version = pipeline.daemon_version
+        return pipeline
 
     async def _usable_pipeline(self, deadline: Optional[float]) -> _Pipeline:
         """The shared connection, or a new one: one attempt at a time for every task that
@@ -475,32 +487,28 @@ class _Follower:
 
     @classmethod
     async def open(cls, client: AsyncClient, deadline: Optional[float], wait_for_daemon: bool = True) -> "_Follower":
-        loop = asyncio.get_running_loop()
-        delay = _FIRST_RETRY_S
-        while True:
-            left = None if deadline is None else max(0.0, deadline - loop.time())
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(client.socket_path), left)
-            except (OSError, asyncio.TimeoutError) as error:
-                left = None if deadline is None else deadline - loop.time()
-                if not wait_for_daemon or (left is not None and left <= 0):
-                    raise cannot_connect(client.socket_path, getattr(error, "strerror", None) or "no answer") from None
-                await asyncio.sleep(delay if left is None else min(delay, left))
-                delay = min(delay * 2, _LAST_RETRY_S)
-                continue
-            follower = cls(reader, writer)
-            try:
-                greeting = parse_line(await follower._read_line(deadline))
-            except BaseException:
-                await follower.close()
-                raise
-            if isinstance(greeting, Err):
-                await follower.close()
-                raise greeting.error
-            if not isinstance(greeting, Hello):
-                await follower.close()
-                raise ProtocolViolation("expected countdownd's HELLO greeting; is %s countdownd's socket?" % client.socket_path)
-            return follower
+        """A greeted connection, trying again with a growing pause while the daemon is away."""
+        return await _reach(lambda left: cls._greeted(client.socket_path, left, deadline), deadline, wait_for_daemon)
+
+    @classmethod
+    async def _greeted(cls, path: str, timeout: Optional[float], deadline: Optional[float]) -> "_Follower":
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout)
+        except (OSError, asyncio.TimeoutError) as error:
+            raise cannot_connect(path, getattr(error, "strerror", None) or "no answer") from None
+        follower = cls(reader, writer)
+        try:
+            greeting = parse_line(await follower._read_line(deadline))
+        except BaseException:
+            await follower.close()
+            raise
+        if isinstance(greeting, Err):
+            await follower.close()
+            raise greeting.error
+        if not isinstance(greeting, Hello):
+            await follower.close()
+            raise ProtocolViolation("expected countdownd's HELLO greeting; is %s countdownd's socket?" % path)
+        return follower
 
     async def close(self) -> None:
         self._writer.transport.abort()  # Nothing of a follower's is worth waiting to send.
