@@ -1,6 +1,5 @@
 import CountdownClient
 import CountdownCore
-import Foundation
 import Glibc
 
 /// Runs one `cdctl` invocation against the daemon.
@@ -178,7 +177,7 @@ public struct Cdctl {
 
     /// Sets up `--then`, and says where it waits and where its output goes.
     private func launchThen(_ command: String, name: String) -> ExitCode {
-        switch ThenAction.launch(command: command, name: name, socket: invocation.socketPath, environment: ProcessInfo.processInfo.environment) {
+        switch ThenAction.launch(command: command, name: name, socket: invocation.socketPath, environment: ProcessEnvironment.current()) {
         case .success(.unit(let unit)):
             console.out("\(name): then runs '\(command)' when done, from \(unit) (journalctl --user -u \(unit); systemctl --user stop \(unit) to drop it)\n")
             return .success
@@ -274,16 +273,16 @@ public struct Cdctl {
                 case .started:
                     // A new countdown (perhaps a replacement): what kind it is comes with the
                     // next snapshot, not with this event.
-                    shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
+                    shown.deadline = SystemLocalZone.nowUnixMilliseconds() + event.remainingMilliseconds
                     shown.isPinned = nil
                     shown.pausesOnSuspend = nil
                 case .resumed, .extended:
-                    shown.deadline = Self.nowUnixMilliseconds() + event.remainingMilliseconds
+                    shown.deadline = SystemLocalZone.nowUnixMilliseconds() + event.remainingMilliseconds
                 case .tick:
                     // A tick goes out at its whole second, so it says where the deadline is. It
                     // corrects one that is unknown, or a second or more off: a `started` replayed
                     // after a reconnect (`SINCE`) was read later than it happened.
-                    let estimate = Self.nowUnixMilliseconds() + event.remainingMilliseconds
+                    let estimate = SystemLocalZone.nowUnixMilliseconds() + event.remainingMilliseconds
                     if shown.deadline.map({ abs($0 - estimate) >= 1000 }) ?? true { shown.deadline = estimate }
                 case .paused, .done, .cancelled, .removed:
                     shown.deadline = nil
@@ -314,11 +313,6 @@ public struct Cdctl {
         var pausesOnSuspend: Bool?
     }
 
-    /// The wall clock, in Unix milliseconds.
-    private static func nowUnixMilliseconds() -> Int64 {
-        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
-    }
-
     /// Whose a name is, as this user wrote or was shown it: `1000/tea` is uid 1000's, a plain
     /// one the caller's own.
     private static func owner(of name: String) -> UInt32 {
@@ -335,7 +329,7 @@ public struct Cdctl {
         switch format {
         case .table:
             let width = reply.stats.map(\.key.count).max() ?? 0
-            console.out(reply.stats.map { $0.key.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.value + "\n" }.joined())
+            console.out(reply.stats.map { $0.key.padded(to: width) + "  " + $0.value + "\n" }.joined())
         case .json:
             console.out(StatsRendering.json(reply.stats))
         case .prometheus:
@@ -370,9 +364,8 @@ public struct Cdctl {
     private func timeLeft(_ countdown: CountdownInfo) -> String {
         var text = "\(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))"
         if countdown.isPinned == true, let deadline = countdown.deadlineUnixMilliseconds {
-            let formatter = DateFormatter()
-            formatter.dateFormat = countdown.remainingMilliseconds < 86_400_000 ? "HH:mm" : "yyyy-MM-dd HH:mm"
-            text += ", until \(formatter.string(from: Date(timeIntervalSince1970: Double(deadline) / 1000)))"
+            let shown = LocalTime.shown(deadline, SystemLocalZone(), withZone: false).dropLast(3)
+            text += ", until \(countdown.remainingMilliseconds < 86_400_000 ? shown.suffix(5) : shown)"
         }
         if countdown.pausesOnSuspend == true && countdown.state.isActive {
             text += "; stands still while the machine sleeps"

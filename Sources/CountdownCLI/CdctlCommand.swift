@@ -1,5 +1,4 @@
 import CountdownCore
-import Foundation
 
 /// How `status` and `list` print countdowns.
 public enum OutputStyle: Equatable, Sendable {
@@ -240,7 +239,7 @@ public enum CdctlCommandLine {
                     throw UsageError("give a DURATION or --at TIME, not both")
                 }
                 do {
-                    let chosen = try LocalTime.resolve(text, now: Date(), timeZone: .current)
+                    let chosen = try LocalTime.resolve(text, now: SystemLocalZone.nowUnixMilliseconds(), zone: SystemLocalZone())
                     at = chosen.unixMilliseconds
                     if let note = chosen.note { notes.append(note) }
                 } catch {

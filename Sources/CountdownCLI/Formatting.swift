@@ -1,5 +1,4 @@
 import CountdownCore
-import Foundation
 
 /// How `cdctl` renders countdowns for people and for programs.
 public enum Formatting {
@@ -57,18 +56,14 @@ public enum Formatting {
         }
         return rows.map { row in
             row.enumerated().map { column, cell in
-                column == row.count - 1 ? cell : cell.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+                column == row.count - 1 ? cell : cell.padded(to: widths[column])
             }.joined(separator: "  ")
         }.joined(separator: "\n") + "\n"
     }
 
     /// One JSON document: an object for one countdown, an array for several.
     public static func json<Value: Encodable>(_ value: Value) -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        // Encoding plain structs of strings and integers cannot fail.
-        let data = (try? encoder.encode(value)) ?? Data("null".utf8)
-        return String(decoding: data, as: UTF8.self) + "\n"
+        JSONOutput.encode(value) + "\n"
     }
 
     /// One event as a stable, space-separated line for `while read` loops:
@@ -85,7 +80,12 @@ public enum Formatting {
     }
 }
 
-private extension String {
+extension String {
+    /// The text followed by spaces up to `width` characters (unchanged when it is as long).
+    func padded(to width: Int) -> String {
+        count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+
     /// `05:00` -> `5:00`; `00:05` -> `0:05`.
     func replacingFirstZero() -> String {
         hasPrefix("0") && count > 4 ? String(dropFirst()) : self

@@ -158,7 +158,7 @@ struct LiveWatch {
         let remaining = row.remaining(at: now)
         let clock = CountdownDuration.clock(milliseconds: remaining)
         let state = row.state.rawValue
-        let name = row.name.count > nameWidth ? String(row.name.prefix(max(nameWidth - 1, 1))) + "~" : row.name.padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+        let name = row.name.count > nameWidth ? String(row.name.prefix(max(nameWidth - 1, 1))) + "~" : row.name.padded(to: nameWidth)
         let fixed = nameWidth + 2 + 2 + clock.count + 2 + 9
         let barWidth = min(40, width - 1 - fixed - 2)
         let bar = barWidth >= 3 ? Formatting.bar(remaining: remaining, total: row.total, width: barWidth, filled: "█", empty: "░") + "  " : ""

@@ -1,5 +1,4 @@
 import CountdownCore
-import Foundation
 
 /// `cdctl start NAME --at TIME`: a time of day as people write it, in at(1) and systemd.time(7)
 /// spirit, read in the local time zone.
@@ -20,137 +19,151 @@ public enum LocalTime {
     public struct Resolved: Equatable, Sendable {
         /// The instant, in Unix milliseconds.
         public var unixMilliseconds: Int64
-        /// A local time that happens twice (a clock turned back) or never (turned forward):
-        /// which instant was taken.
+        /// A local time that happens twice (a clock turned back): which instant was taken.
         public var note: String?
     }
 
-    /// Reads `text` as seen at `now` in `timeZone`, as a countdown's end: it must be in the
-    /// future and at most 366 days away, on a date that exists.
-    public static func resolve(_ text: String, now: Date, timeZone: TimeZone) throws(ParseError) -> Resolved {
-        let milliseconds = try parse(text, now: now, timeZone: timeZone)
-        let nowMilliseconds = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
-        let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-        guard milliseconds > nowMilliseconds else {
-            throw ParseError(description: "'\(text)' is \(shown(date, timeZone)), which has passed (it is now \(shown(now, timeZone))); give a time to come")
+    /// Reads `text` as seen at `now` (Unix milliseconds) in `zone`, as a countdown's end: it must
+    /// be in the future and at most 366 days away, on a date that exists.
+    public static func resolve(_ text: String, now: Int64, zone: some LocalZone) throws(ParseError) -> Resolved {
+        let read = try read(text, now: now, zone: zone)
+        guard read.unixMilliseconds > now else {
+            throw ParseError(description: "'\(text)' is \(shown(read.unixMilliseconds, zone)), which has passed (it is now \(shown(now, zone))); give a time to come")
         }
-        guard milliseconds - nowMilliseconds <= CountdownDuration.maximumMilliseconds else {
-            throw ParseError(description: "'\(text)' is \(shown(date, timeZone)), more than 366 days away; a countdown lasts at most 366 days")
+        guard read.unixMilliseconds - now <= CountdownDuration.maximumMilliseconds else {
+            throw ParseError(description: "'\(text)' is \(shown(read.unixMilliseconds, zone)), more than 366 days away; a countdown lasts at most 366 days")
         }
-        return Resolved(unixMilliseconds: milliseconds, note: localTimeNote(text, date: date, timeZone: timeZone))
+        return read
+    }
+
+    /// Parses `text` as seen at `now` (Unix milliseconds) in `zone`; `resolve` checks the result too.
+    /// - Returns: Unix milliseconds.
+    public static func parse(_ text: String, now: Int64, zone: some LocalZone) throws(ParseError) -> Int64 {
+        try read(text, now: now, zone: zone).unixMilliseconds
     }
 
     /// `2026-10-25 02:30:00 CEST`: an instant as the local clock and zone show it (without the
     /// zone: `withZone: false`).
-    static func shown(_ date: Date, _ timeZone: TimeZone, withZone: Bool = true) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = timeZone
-        formatter.dateFormat = withZone ? "yyyy-MM-dd HH:mm:ss zzz" : "yyyy-MM-dd HH:mm:ss"
-        return formatter.string(from: date)
+    static func shown(_ unixMilliseconds: Int64, _ zone: some LocalZone, withZone: Bool = true) -> String {
+        let seconds = unixMilliseconds >= 0 ? unixMilliseconds / 1000 : (unixMilliseconds - 999) / 1000
+        let offset = zone.offset(atUnixSeconds: seconds)
+        let clock = CivilTime(unixSeconds: seconds, offset: offset.seconds).text
+        return withZone && !offset.abbreviation.isEmpty ? clock + " " + offset.abbreviation : clock
     }
 
-    /// Whether the local time `text` asked for is one the clock shows twice, or skips.
-    private static func localTimeNote(_ text: String, date: Date, timeZone: TimeZone) -> String? {
-        guard WallClockTime.rfc3339(Array(text.trimmingCharacters(in: .whitespaces).utf8)) == nil,
-              !text.lowercased().trimmingCharacters(in: .whitespaces).hasPrefix("now") else { return nil }
-        let offset = timeZone.secondsFromGMT(for: date)
-        // Turned back: the same local time an hour (the change) later or earlier.
-        for other in [date.addingTimeInterval(3600), date.addingTimeInterval(-3600)] {
-            let otherOffset = timeZone.secondsFromGMT(for: other)
-            if otherOffset != offset, other.timeIntervalSince(date) == Double(offset - otherOffset) {
-                let first = min(date, other), second = max(date, other)
-                return "\(shown(first, timeZone, withZone: false)) happens twice (the clocks go back); taking the first, \(shown(first, timeZone)), not \(shown(second, timeZone)); give an offset (2026-10-25T02:30+01:00) for the other"
+    /// Where a local time falls: once, twice (the clocks go back), or never (they go forward).
+    enum Placement: Equatable {
+        case once(Int64)
+        case twice(Int64, Int64)
+        /// Skipped: the instant a clock still on the earlier offset would have shown it.
+        case skipped(Int64)
+
+        /// The earliest instant it stands for, in Unix seconds.
+        var first: Int64 {
+            switch self {
+            case .once(let instant), .twice(let instant, _), .skipped(let instant): return instant
             }
         }
-        return nil
     }
 
-    /// Parses `text` as seen at `now` in `timeZone`; `resolve` checks the result too.
-    /// - Returns: Unix milliseconds.
-    public static func parse(_ text: String, now: Date, timeZone: TimeZone) throws(ParseError) -> Int64 {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+    /// The instants at which the clock of `zone` shows `civil`. Offsets change at most once in a
+    /// day, so the offsets a day before and after are the only ones that can apply.
+    static func place(_ civil: CivilTime, in zone: some LocalZone) -> Placement {
+        let asUTC = civil.unixSeconds()
+        let before = zone.offset(atUnixSeconds: asUTC - 86_400).seconds
+        let after = zone.offset(atUnixSeconds: asUTC + 86_400).seconds
+        var instants: [Int64] = []
+        for offset in [before, after, zone.offset(atUnixSeconds: asUTC).seconds] {
+            let instant = asUTC - Int64(offset)
+            if zone.offset(atUnixSeconds: instant).seconds == offset, !instants.contains(instant) {
+                instants.append(instant)
+            }
+        }
+        instants.sort()
+        switch instants.count {
+        case 0: return .skipped(asUTC - Int64(before))
+        case 1: return .once(instants[0])
+        default: return .twice(instants[0], instants[instants.count - 1])
+        }
+    }
+
+    private static func read(_ text: String, now: Int64, zone: some LocalZone) throws(ParseError) -> Resolved {
+        let trimmed = String(text.drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed())
         let lower = trimmed.lowercased()
-        let nowMilliseconds = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         if lower.hasPrefix("now") {
             let rest = lower.dropFirst(3).filter { $0 != " " }
             guard rest.hasPrefix("+") else {
                 throw ParseError(description: "'\(text)' is not a time; after 'now' comes '+ DURATION', as in now + 3 min")
             }
             do {
-                return nowMilliseconds + (try CountdownDuration.parse(String(rest.dropFirst())))
+                return Resolved(unixMilliseconds: now + (try CountdownDuration.parse(String(rest.dropFirst()))))
             } catch where error.message.contains("longer than 366 days") {
                 throw ParseError(description: "'\(text)' is more than 366 days away; a countdown lasts at most 366 days")
             } catch {
                 throw ParseError(description: "'\(text)' is not a time; after 'now' comes '+ DURATION', as in now + 3 min")
             }
         }
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
         if let explicit = WallClockTime.rfc3339(Array(trimmed.utf8)) {
-            return explicit
+            return Resolved(unixMilliseconds: explicit)
         }
+        let nowSeconds = now >= 0 ? now / 1000 : (now - 999) / 1000
+        let today = CivilTime(unixSeconds: nowSeconds, offset: zone.offset(atUnixSeconds: nowSeconds).seconds)
         let words = lower.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-        var day: Date?
+        var day: CivilTime?
         var clock = words.last ?? ""
         switch words.count {
         case 1:
             day = nil
         case 2 where words[0] == "today":
-            day = now
+            day = today
         case 2 where words[0] == "tomorrow":
-            day = calendar.date(byAdding: .day, value: 1, to: now)
+            day = today.addingDays(1)
         case 2:
-            guard let date = try isoDate(words[0], calendar: calendar) else { throw unreadable(text) }
+            guard let date = try isoDate(words[0]) else { throw unreadable(text) }
             day = date
         default:
             throw unreadable(text)
         }
         // `2026-12-24T18:00` without an offset: local time.
         if words.count == 1, let t = clock.firstIndex(of: "t"), clock[..<t].contains("-") {
-            guard let date = try isoDate(String(clock[..<t]), calendar: calendar) else { throw unreadable(text) }
+            guard let date = try isoDate(String(clock[..<t])) else { throw unreadable(text) }
             day = date
             clock = String(clock[clock.index(after: t)...])
         }
-        let parts = clock.split(separator: ":").map { Int($0) }
+        let parts = clock.split(separator: ":", omittingEmptySubsequences: false).map { Int($0) }
         guard (2...3).contains(parts.count), let hour = parts[0], let minute = parts[1], (0..<24).contains(hour), (0..<60).contains(minute) else {
             throw unreadable(text)
         }
         let second = parts.count == 3 ? parts[2] : 0
         guard let second, (0..<60).contains(second) else { throw unreadable(text) }
-        var components = calendar.dateComponents([.year, .month, .day], from: day ?? now)
-        components.hour = hour
-        components.minute = minute
-        components.second = second
-        guard var date = calendar.date(from: components) else { throw unreadable(text) }
-        if day == nil && date <= now {
+        let date = day ?? today
+        var civil = CivilTime(year: date.year, month: date.month, day: date.day, hour: hour, minute: minute, second: second)
+        var placement = place(civil, in: zone)
+        if day == nil && placement.first * 1000 <= now {
             // A bare time of day means the next one: the same clock time tomorrow.
-            guard let nextDay = calendar.date(byAdding: .day, value: 1, to: day ?? now) else { throw unreadable(text) }
-            components = calendar.dateComponents([.year, .month, .day], from: nextDay)
-            components.hour = hour
-            components.minute = minute
-            components.second = second
-            guard let tomorrow = calendar.date(from: components) else { throw unreadable(text) }
-            date = tomorrow
+            civil = civil.addingDays(1)
+            placement = place(civil, in: zone)
         }
-        // A time the clocks skip (turned forward) comes out as another: say so.
-        let shownComponents = calendar.dateComponents([.hour, .minute, .second], from: date)
-        if shownComponents.hour != hour || shownComponents.minute != minute || shownComponents.second != second {
-            throw ParseError(description: "'\(text)' does not exist here: the clocks skip it (they go forward, to \(shown(date, timeZone))); give that time, or an offset")
+        switch placement {
+        case .once(let instant):
+            return Resolved(unixMilliseconds: instant * 1000)
+        case .twice(let first, let second):
+            let note = "\(civil.text) happens twice (the clocks go back); taking the first, \(shown(first * 1000, zone)), not \(shown(second * 1000, zone)); give an offset (2026-10-25T02:30+01:00) for the other"
+            return Resolved(unixMilliseconds: first * 1000, note: note)
+        case .skipped(let shifted):
+            throw ParseError(description: "'\(text)' does not exist here: the clocks skip it (they go forward, to \(shown(shifted * 1000, zone))); give that time, or an offset")
         }
-        return Int64((date.timeIntervalSince1970 * 1000).rounded())
     }
 
-    private static func isoDate(_ text: String, calendar: Calendar) throws(ParseError) -> Date? {
-        let parts = text.split(separator: "-").map { Int($0) }
+    /// `2026-12-24`: a date, or `nil` when the text is not one; a date the calendar lacks
+    /// (`2027-02-29`) is refused, saying how many days its month has.
+    private static func isoDate(_ text: String) throws(ParseError) -> CivilTime? {
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false).map { Int($0) }
         guard parts.count == 3, let year = parts[0], let month = parts[1], let day = parts[2],
-              (1...12).contains(month), (1...31).contains(day) else { return nil }
-        guard let date = calendar.date(from: DateComponents(year: year, month: month, day: day)) else { return nil }
-        // Foundation rolls 2027-02-29 over to March 1: refuse a date that does not exist instead.
-        let back = calendar.dateComponents([.year, .month, .day], from: date)
-        guard back.year == year, back.month == month, back.day == day else {
-            let days = calendar.range(of: .day, in: .month, for: calendar.date(from: DateComponents(year: year, month: month, day: 1)) ?? date)?.count ?? 28
-            throw ParseError(description: "'\(text)' is not a date: \(String(format: "%04d-%02d", year, month)) has \(days) days")
+              (1...9999).contains(year), (1...12).contains(month), (1...31).contains(day) else { return nil }
+        let date = CivilTime(year: year, month: month, day: day)
+        guard date.isValid else {
+            throw ParseError(description: "'\(text)' is not a date: \(date.monthText) has \(CivilTime.daysIn(month: month, year: year)) days")
         }
         return date
     }

@@ -1,5 +1,4 @@
 import CountdownCore
-import Foundation
 import Glibc
 
 /// `cdctl start NAME DURATION --then CMD`: a shell command that runs when the countdown is done,
@@ -36,9 +35,8 @@ enum ThenAction {
     /// Starts waiting for `name` to be done, then running `command`.
     /// - Returns: where it waits, or a message saying why it could not.
     static func launch(command: String, name: String, socket: String, environment: [String: String]) -> Result<Launched, ThenError> {
-        let cdctl = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        let arguments = [cdctl, socket, name, command]
-        if let unit = try? viaUserManager(arguments, name: name, command: command, environment: environment) {
+        let arguments = [executablePath(), socket, name, command]
+        if case .success(let unit) = viaUserManager(arguments, name: name, command: command, environment: environment) {
             return .success(.unit(unit))
         }
         return detached(arguments).map(Launched.detached)
@@ -49,27 +47,72 @@ enum ThenAction {
         var description: String
     }
 
-    private static func viaUserManager(_ arguments: [String], name: String, command: String, environment: [String: String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-run")
+    /// This cdctl's own file, so the waiter runs the same version; `argv[0]` if /proc is away.
+    private static func executablePath() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        guard length > 0 else { return CommandLine.arguments[0] }
+        return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The working directory, for the unit to run the command where the user asked; `/` when
+    /// it is gone or unreadable.
+    private static func workingDirectory() -> String {
+        guard let path = getcwd(nil, 0) else { return "/" }
+        defer { free(path) }
+        return String(cString: path)
+    }
+
+    /// `systemd-run --user …`: the unit's name, or systemd-run's own words on why not.
+    private static func viaUserManager(_ arguments: [String], name: String, command: String, environment: [String: String]) -> Result<String, ThenError> {
         var options = ["--user", "--collect", "--description=cdctl: when '\(name)' is done: \(command.prefix(200))",
-                       "--working-directory=\(FileManager.default.currentDirectoryPath)"]
+                       "--working-directory=\(workingDirectory())"]
         for variable in passedVariables where environment[variable] != nil {
             options.append("--setenv=\(variable)")
         }
-        process.arguments = options + ["--", "/bin/sh", "-c", script] + arguments
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        guard process.terminationStatus == 0,
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Running as unit: ") }) else {
-            throw ThenError(description: text)
+        let argv = ["/usr/bin/systemd-run"] + options + ["--", "/bin/sh", "-c", script] + arguments
+        var errors: [Int32] = [-1, -1]
+        // Close-on-exec at once (pipe2 is not in Swift's Glibc module): cdctl runs one thread here.
+        guard pipe(&errors) == 0 else {
+            return .failure(ThenError(description: "cannot make a pipe: \(String(cString: strerror(errno)))"))
         }
-        return String(line.dropFirst("Running as unit: ".count))
+        guard fcntl(errors[0], F_SETFD, FD_CLOEXEC) == 0, fcntl(errors[1], F_SETFD, FD_CLOEXEC) == 0 else {
+            close(errors[0])
+            close(errors[1])
+            return .failure(ThenError(description: "cannot make a pipe: \(String(cString: strerror(errno)))"))
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0)
+        // dup2 clears O_CLOEXEC on the copy: systemd-run writes its unit's name there.
+        posix_spawn_file_actions_adddup2(&actions, errors[1], STDERR_FILENO)
+        let spawned = spawn(argv, actions: &actions, attributes: nil)
+        // Our copy of the write end must go, or the read below never sees the end of the output.
+        close(errors[1])
+        defer { close(errors[0]) }
+        guard case .success(let pid) = spawned else {
+            if case .failure(let error) = spawned { return .failure(error) }
+            return .failure(ThenError(description: "cannot start systemd-run"))
+        }
+        var output: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while output.count < 65_536 {
+            let count = read(errors[0], &chunk, chunk.count)
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            output += chunk[..<count]
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let text = String(decoding: output, as: UTF8.self)
+        // WIFEXITED and WEXITSTATUS, which Swift's Glibc module does not export as functions.
+        let exitedCleanly = status & 0x7f == 0 && (status >> 8) & 0xff == 0
+        guard exitedCleanly, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Running as unit: ") }) else {
+            return .failure(ThenError(description: text))
+        }
+        return .success(String(line.dropFirst("Running as unit: ".count)))
     }
 
     /// glibc's `POSIX_SPAWN_SETSID` (2.26 and later), which Swift's Glibc module does not export.
@@ -89,14 +132,20 @@ enum ThenAction {
         for descriptor in [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO] {
             posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == STDIN_FILENO ? O_RDONLY : O_WRONLY, 0)
         }
-        let argv = ["/bin/sh", "-c", script] + arguments
+        return spawn(["/bin/sh", "-c", script] + arguments, actions: &actions, attributes: &attributes)
+    }
+
+    /// posix_spawn of `argv[0]` with this environment.
+    private static func spawn(
+        _ argv: [String], actions: inout posix_spawn_file_actions_t, attributes: UnsafePointer<posix_spawnattr_t>?
+    ) -> Result<pid_t, ThenError> {
         var cStrings = argv.map { strdup($0) }
         cStrings.append(nil)
         defer { cStrings.forEach { free($0) } }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, "/bin/sh", &actions, &attributes, cStrings, environ)
+        let result = posix_spawn(&pid, argv[0], &actions, attributes, cStrings, environ)
         guard result == 0 else {
-            return .failure(ThenError(description: "cannot start /bin/sh: \(String(cString: strerror(result)))"))
+            return .failure(ThenError(description: "cannot start \(argv[0]): \(String(cString: strerror(result)))"))
         }
         return .success(pid)
     }

@@ -69,28 +69,10 @@ public enum WallClockTime {
         } else {
             return nil
         }
-        guard index == text.count, (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
+        guard index == text.count, (1...12).contains(month), day >= 1, day <= CivilTime.daysIn(month: month, year: year),
               hour < 24, minute < 60, second < 61 else { return nil }
-        let days = daysFromCivil(year: year, month: month, day: day)
+        let days = CivilTime.daysFromCivil(year: year, month: month, day: day)
         let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + min(second, 59)) - Int64(offsetMinutes * 60)
         return seconds * 1000 + Int64(millisecond)
-    }
-
-    static func daysIn(month: Int, year: Int) -> Int {
-        switch month {
-        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
-        case 4, 6, 9, 11: return 30
-        default: return 31
-        }
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
     }
 }

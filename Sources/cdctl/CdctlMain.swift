@@ -1,5 +1,5 @@
 import CountdownCLI
-import Foundation
+import Glibc
 
 /// `cdctl`: parse the command line, hand over to `Cdctl`.
 @main
@@ -10,7 +10,7 @@ enum CdctlMain {
         do {
             invocation = try CdctlCommandLine.parse(
                 Array(CommandLine.arguments.dropFirst()),
-                environment: ProcessInfo.processInfo.environment,
+                environment: ProcessEnvironment.current(),
                 uid: getuid(),
                 stdoutIsTerminal: console.isTerminal
             )

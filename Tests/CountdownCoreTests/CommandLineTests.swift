@@ -1,5 +1,6 @@
 import CountdownCLI
 import CountdownCore
+import Foundation
 import Testing
 
 @Suite("Argument parsing")
@@ -166,6 +167,17 @@ struct FormattingTests {
         let event = EventInfo(sequence: 4, kind: .tick, name: "tea", remainingMilliseconds: 2000, totalMilliseconds: 3000)
         #expect(Formatting.json(event) == #"{"kind":"tick","name":"tea","remaining_ms":2000,"seq":4,"total_ms":3000}"# + "\n")
         #expect(Formatting.eventLine(event) == "4 tick tea 2000 3000\n")
+        // An array; Booleans; a name another uid's (its slash not escaped); every string escaped
+        // as JSON asks, and the result read back by a JSON parser (Foundation's, in the test only).
+        let pinned = CountdownInfo(
+            name: "1000/otp:+49\"\\\u{1}x", state: .running, remainingMilliseconds: 1, totalMilliseconds: 2,
+            deadlineUnixMilliseconds: 1_798_135_200_000, isPinned: true, pausesOnSuspend: false)
+        let text = Formatting.json([pinned, info])
+        #expect(text == #"[{"at":true,"deadline_unix_ms":1798135200000,"name":"1000/otp:+49\"\\\u0001x","remaining_ms":1,"state":"running","total_ms":2},"#
+            + #"{"name":"tea","owner_uid":1000,"remaining_ms":90000,"state":"paused","total_ms":180000}]"# + "\n")
+        let decoded = try? JSONDecoder().decode([CountdownInfo].self, from: Data(text.utf8))
+        #expect(decoded == [pinned, info])
+        #expect(Formatting.json([CountdownInfo]()) == "[]\n")
     }
 }
 

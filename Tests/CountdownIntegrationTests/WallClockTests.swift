@@ -49,6 +49,49 @@ extension Integration {
             #expect(both.status == 2 && both.stderr.contains("not both"))
         }
 
+        @Test("cdctl --at reads local time through the C library's zone (TZ): an offset, a skipped and a doubled hour")
+        func cdctlAtLocalZones() throws {
+            let daemon = try DaemonProcess()
+            let s = daemon.socketPath
+            func run(_ zone: String, _ arguments: [String]) throws -> CommandResult {
+                try runCommand(TestBinaries.cdctl, ["--socket", s] + arguments, environment: ["TZ": zone])
+            }
+            // A day 30 days on, at 18:00 in UTC+05:30 (a POSIX TZ string: no tzdata needed).
+            let day = CivilTime(unixSeconds: Int64(unixNowMilliseconds() / 1000)).addingDays(30)
+            let date = String(day.text.prefix(10))
+            let india = try run("IST-5:30", ["start", "kolkata", "--at", "\(date) 18:00"])
+            #expect(india.status == 0, "\(india.stderr)")
+            #expect(india.stdout.contains(", until \(date) 18:00"), "shown in the same zone: \(india.stdout)")
+            let expected = CivilTime(year: day.year, month: day.month, day: day.day, hour: 18).unixSeconds(offset: 19_800) * 1000
+            let status = try #require(try daemon.connect().request("STATUS kolkata").countdowns.first)
+            #expect(status.deadlineUnixMilliseconds == expected)
+
+            // Central Europe's rules: the next last Sunday of March and of October, 2 to 365 days on.
+            let europe = "CET-1CEST,M3.5.0,M10.5.0/3"
+            func nextLastSunday(_ month: Int) -> CivilTime {
+                let today = CivilTime(unixSeconds: Int64(unixNowMilliseconds() / 1000))
+                for year in [today.year, today.year + 1] {
+                    let last = CivilTime.daysFromCivil(year: year, month: month, day: 31)
+                    let sunday = last - (last + 4) % 7  // 1970-01-01 was a Thursday.
+                    let (y, m, d) = CivilTime.civil(fromDays: sunday)
+                    if sunday - CivilTime.daysFromCivil(year: today.year, month: today.month, day: today.day) >= 2 {
+                        return CivilTime(year: y, month: m, day: d, hour: 2, minute: 30)
+                    }
+                }
+                return today
+            }
+            let spring = nextLastSunday(3), autumn = nextLastSunday(10)
+            let skipped = try run(europe, ["start", "spring", "--at", String(spring.text.prefix(16))])
+            #expect(skipped.status == 2, "\(skipped.stdout)")
+            #expect(skipped.stderr.contains("does not exist here: the clocks skip it (they go forward, to \(spring.text.prefix(10)) 03:30:00 CEST)"), "\(skipped.stderr)")
+            let doubled = try run(europe, ["start", "autumn", "--at", String(autumn.text.prefix(16))])
+            #expect(doubled.status == 0, "\(doubled.stderr)")
+            #expect((doubled.stdout + doubled.stderr).contains("\(autumn.text) happens twice (the clocks go back); taking the first, \(autumn.text) CEST, not \(autumn.text) CET"),
+                    "\(doubled.stdout) \(doubled.stderr)")
+            let first = try #require(try daemon.connect().request("STATUS autumn").countdowns.first)
+            #expect(first.deadlineUnixMilliseconds == autumn.unixSeconds(offset: 7200) * 1000, "the first: still summer time")
+        }
+
         @Test(
             "a real wall-clock step moves a countdown to a time of day and leaves a plain one alone",
             .enabled(if: getuid() == 0, "setting the clock needs root"),
