@@ -73,8 +73,9 @@ test-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null >/dev/null; fi
 
 # As root, the suite also installs the package into a booted systemd (Tests/Scripts/booted-systemd.sh):
-# `make deb` builds it, and a minimal bookworm root is bootstrapped once into .build/booted.
-BOOTED_IMAGE := .build/booted/bookworm-minbase.tar
+# `make deb` builds it, and a minimal bookworm root is bootstrapped once into .build/booted (a new
+# name whenever the packages in it change: libpam-systemd gives lingering users a user manager).
+BOOTED_IMAGE := .build/booted/bookworm-minbase-2.tar
 test: deps test-deps test-package
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
@@ -116,7 +117,7 @@ test-package:
 booted-image:
 	@[ -f $(BOOTED_IMAGE) ] || { rm -rf $(BOOTED_IMAGE) $(BOOTED_IMAGE).part.tar && mkdir -p $(dir $(BOOTED_IMAGE)) && \
 	  command -v mmdebstrap >/dev/null && \
-	  mmdebstrap --quiet --format=tar --variant=minbase --include=systemd,systemd-sysv,dbus,libsystemd0,libsqlite3-0,libcurl4 \
+	  mmdebstrap --quiet --format=tar --variant=minbase --include=systemd,systemd-sysv,dbus,libpam-systemd,libsystemd0,libsqlite3-0,libcurl4 \
 	    bookworm $(BOOTED_IMAGE).part.tar && mv $(BOOTED_IMAGE).part.tar $(BOOTED_IMAGE); } || \
 	  { rm -rf $(BOOTED_IMAGE).part.tar; echo "could not bootstrap a bookworm root (mmdebstrap needs Debian's mirror): the booted-systemd test is skipped"; }
 
@@ -183,13 +184,15 @@ deb-deps: deps
 
 deb: deb-deps
 	rm -rf .build/deb
-	dpkg-buildpackage -b -us -uc
 	mkdir -p .build/deb
 	version=$$(dpkg-parsechangelog -S Version) && arch=$$(dpkg-architecture -qDEB_HOST_ARCH) && \
-	for built in countdownd_$${version}_$${arch}.deb countdownd-dbgsym_$${version}_$${arch}.deb \
-	    countdownd_$${version}_$${arch}.changes countdownd_$${version}_$${arch}.buildinfo; do \
-	  if [ -e ../$$built ]; then mv ../$$built .build/deb/; fi; done && \
-	lintian --fail-on error,warning --display-info --pedantic .build/deb/countdownd_$${version}_$${arch}.changes
+	out="$(CURDIR)/.build/deb" && changes="$$out/countdownd_$${version}_$${arch}.changes" && \
+	DEB_OUTPUT_DIR="$$out" dpkg-buildpackage -b -us -uc \
+	  --changes-file="$$changes" --buildinfo-file="$$out/countdownd_$${version}_$${arch}.buildinfo" \
+	  --changes-option=-u"$$out" --buildinfo-option=-u"$$out" && \
+	lintian --fail-on error,warning --display-info --pedantic "$$changes" && \
+	for built in "$$out"/*.deb; do \
+	  echo "$$(basename "$$built"): $$(stat -c %s "$$built") bytes, installed $$(dpkg-deb -f "$$built" Installed-Size) KiB"; done
 
 # libFuzzer over the request path (framer, parser, engine, encoder). SwiftPM cannot link a fuzzer
 # executable, so the pure core is compiled with swiftc directly (Fuzz/README.md).

@@ -159,6 +159,7 @@ final class EventPoller: @unchecked Sendable {
         let created = pthread_create(&thread, nil, { context in
             // The context was retained for this thread, which runs for the life of the process:
             // `run` never returns. The argument is the non-nil pointer passed below.
+            ThreadName.poll.apply()
             Unmanaged<PollThreadContext>.fromOpaque(context!).takeRetainedValue().run()
         }, context)
         guard created == 0 else {

@@ -12,7 +12,7 @@ private let builtPackage: String? = {
 }()
 
 /// The minimal bookworm root `make test` bootstraps once (mmdebstrap), as a tarball.
-private let bootedImage = packageRoot + "/.build/booted/bookworm-minbase.tar"
+private let bootedImage = packageRoot + "/.build/booted/bookworm-minbase-2.tar"
 
 /// Whether that tarball is there (a regular file, not a directory left by a failed bootstrap).
 private let bootedImageExists: Bool = {

@@ -44,6 +44,12 @@ tar -xf "$tarball" -C "$root" || { echo "not ok - unpack $tarball"; exit 1; }
 # Not under /tmp: the booted system mounts a fresh tmpfs there.
 cp "$deb" "$root/root/countdownd.deb"
 
+# The package's size, as apt shows it before a download and after an install.
+deb_bytes=$(stat -c %s "$deb")
+installed_kib=$(dpkg-deb -f "$deb" Installed-Size)
+check "the .deb is at most 8 MB ($deb_bytes bytes)" test "$deb_bytes" -le 8000000
+check "…and at most 25 MB installed ($installed_kib KiB)" test "$((installed_kib * 1024))" -le 25000000
+
 # Installed as an operator would, before the boot: dpkg runs the maintainer scripts (the group
 # through systemd-sysusers, the socket enabled through deb-systemd-helper).
 check "dpkg -i installs the package" chroot "$root" dpkg -i /root/countdownd.deb
@@ -87,6 +93,12 @@ check "cdctl start socket-activates the service" run cdctl --socket "$socket" st
 check "the service is active" test "$(run systemctl is-active countdownd.service)" = active
 status_shows() { run systemctl status --no-pager countdownd.service | grep -q 'Status: "1 running'; }
 check "systemctl status shows STATUS=" wait_for 10 status_shows
+# Threads named after their work, as top -H and systemd's messages show them, not libdispatch's.
+daemon_pid=$(run systemctl show -p MainPID --value countdownd.service)
+threads=$(run sh -c "cat /proc/$daemon_pid/task/*/comm" 2>&1 | sort -u | tr '\n' ' ')
+check "the daemon's threads are named after their work ($threads)" \
+    sh -c 'case " $1" in *" countdownd "*) ;; *) exit 1 ;; esac; for t in $1; do case $t in countdownd | cd-*) ;; *) exit 1 ;; esac; done' - "$threads"
+
 libraries=$(run ldd /usr/bin/countdownd)
 check "ldd runs in the container" test -n "$libraries"
 check "…and names no toolchain path" sh -c "! printf '%s' \"\$1\" | grep -q -e 'not found' -e /opt/swift -e swift" - "$libraries"
@@ -138,6 +150,23 @@ run systemctl stop countdownd.service
 check "systemctl stop is clean" test "$(run systemctl show -p Result --value countdownd.service)" = success
 check "…and the daemon exited 0" test "$(run systemctl show -p ExecMainStatus --value countdownd.service)" = 0
 
+# A regular user's own instance, as the README says to run it: lingering gives bob a user
+# manager; he enables the per-user socket, and his plain cdctl finds it (before the system's).
+bob_uid=$(run id -u bob)
+run loginctl enable-linger bob
+user_manager_up() { [ "$(run systemctl is-active "user@$bob_uid.service")" = active ]; }
+check "bob's user manager runs (loginctl enable-linger)" wait_for 60 user_manager_up
+user_manager_up || { run systemctl status --no-pager "user@$bob_uid.service"; run loginctl list-users; run journalctl -b --no-pager -n 40; } 2>&1 | sed 's/^/    /'
+as_bob() { nsenter -t "$pid1" -a runuser -u bob -- env XDG_RUNTIME_DIR="/run/user/$bob_uid" "$@"; }
+check "bob enables his own countdownd.socket" as_bob systemctl --user enable --now countdownd.socket
+check "…and his plain cdctl starts his own daemon" as_bob cdctl start mine 5m
+bob_used=$(as_bob cdctl --verbose list 2>&1 >/dev/null)
+check "…which --verbose names ($bob_used)" sh -c "printf '%s' \"\$1\" | grep -q 'at /run/user/$bob_uid/countdownd/countdownd.sock'" - "$bob_used"
+bob_score=$(as_bob systemd-analyze --user security countdownd.service 2>&1 | sed -n 's/.*Overall exposure level for countdownd.service: \([0-9.]*\).*/\1/p')
+bob_root_line=$(as_bob systemd-analyze --user security countdownd.service 2>&1 | grep -c 'Service runs as root user')
+check "his per-user service scores 1.5 or lower under his manager ($bob_score), 0.3 of it 'runs as root' (README)" \
+    sh -c "[ -n '$bob_score' ] && awk 'BEGIN { exit !($bob_score <= 1.5) }' && [ '$bob_root_line' = 1 ]"
+
 # The daemon's own entries in the whole journal, every field: nothing at warning or worse it did
 # not mean to write, none of libdispatch's thread-priority complaints, and no name.
 run journalctl -b --no-pager -o export SYSLOG_IDENTIFIER=countdownd > "$work/daemon.log" 2>&1
@@ -159,6 +188,7 @@ check "…and not failed" sh -c "! nsenter -t $pid1 -a systemctl is-failed --qui
 run mkdir -p "$metrics_dir"
 run systemctl start countdownd-metrics.service
 check "with the directory, it writes the figures" run test -s "$metrics_dir/countdownd.prom"
+check "…readable by node_exporter (0644), though the service's umask is 0077" test "$(run stat -c %a "$metrics_dir/countdownd.prom")" = 644
 
 # Removed while running: stopped, then purged with its state.
 check "socket activation once more before the purge" run cdctl --socket "$socket" status tea
@@ -169,6 +199,8 @@ check "…the service is stopped" test "$(run systemctl is-active countdownd.ser
 check "…and the socket's enablement" test ! -e "$root/etc/systemd/system/sockets.target.wants/countdownd.socket"
 check "…and the metrics file, which node_exporter would serve for ever" run test ! -e "$metrics_dir/countdownd.prom"
 check "…and the conffile" run test ! -e /etc/countdownd
+bob_left=$(run sh -c "for p in /proc/[0-9]*; do [ \"\$(cat \$p/comm 2>/dev/null)\" = countdownd ] && stat -c %U \$p; done; echo end" 2>/dev/null | tr '\n' ' ')
+check "…and bob's own daemon is stopped too, not left running a deleted binary" test "$bob_left" = "end "
 failed_units=$(run systemctl list-units --failed --plain --no-legend 2>&1)
 check "…no unit of ours is failed (the timer stopped before its service went)" sh -c "! printf '%s' \"\$1\" | grep -q countdownd" - "$failed_units"
 check "…and the system's state is as it was at boot ($state_at_boot)" test "$(run systemctl is-system-running 2>/dev/null)" = "$state_at_boot"

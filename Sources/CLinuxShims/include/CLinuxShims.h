@@ -10,6 +10,10 @@ int countdownd_peer_uid(int fd, uint32_t *uid);
 /// Sets this thread's timer slack in nanoseconds (PR_SET_TIMERSLACK). Returns 0 on success.
 int countdownd_set_timer_slack(unsigned long nanoseconds);
 
+/// Names the calling thread (PR_SET_NAME; the kernel keeps 15 bytes), as ps, top and systemd's
+/// messages show it. Returns 0 on success, -1 with errno.
+int countdownd_set_thread_name(const char *name);
+
 /// mallopt(M_MMAP_THRESHOLD, bytes): allocations of at least `bytes` are mappings of their own,
 /// returned to the system when freed. Returns 1 on success (mallopt's convention).
 int countdownd_set_mmap_threshold(int bytes);

@@ -42,7 +42,10 @@ final class DescriptorCloser: Sendable {
         }
         switch action {
         case .scheduleDrain:
-            thread.async { self.drain() }
+            thread.async {
+                ThreadName.closer.apply()
+                self.drain()
+            }
         case .nothing:
             break
         case .closeHere:

@@ -53,6 +53,7 @@ final class SystemdNotifier: Sendable {
         }
         guard wasIdle else { return }
         statusQueue.async { [self] in
+            ThreadName.status.apply()
             guard let latest = pendingStatus.withLock({ pending in
                 defer { pending = nil }
                 return pending

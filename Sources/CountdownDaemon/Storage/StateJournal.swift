@@ -556,6 +556,7 @@ final class StateJournal: @unchecked Sendable {
         let started = SystemClock.now()
         let epoch = directoryEpoch
         snapshotQueue.async { [self] in
+            ThreadName.snapshot.apply()
             let contents = SnapshotFile.Contents(
                 image, events: events, eventsKeptAfter: keptAfter, bootID: bootID, journalGeneration: covered, clock: clock
             )
@@ -568,6 +569,7 @@ final class StateJournal: @unchecked Sendable {
             }
             let count = contents.rows.count
             queue.async { [self] in
+                ThreadName.state.apply()
                 snapshotFinished(result, covering: covered, countdowns: count, started: started, epoch: epoch)
             }
         }
