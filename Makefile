@@ -34,7 +34,7 @@ TEST_PACKAGES := zsh fish etcd-server systemd-container mmdebstrap prometheus ma
 FUZZ_BIN     := .build/fuzz-request-parser
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps test-deps build release run test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done bench-clients test-python test-clients
+.PHONY: all deps test-deps build release run check test test-loaded test-package booted-image install uninstall deb deb-deps clean fuzz fuzz-smoke bench bench-smoke bench-linking bench-hostile bench-instructions bench-leaderkill bench-cluster-done bench-clients test-python test-clients
 
 all: build
 
@@ -71,6 +71,14 @@ test-deps:
 	if [ -n "$$missing" ] && [ "$$(id -u)" -eq 0 ]; then \
 	  echo "installing for the tests:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing </dev/null >/dev/null; fi
+
+# The fast lane, for work in progress: the pure core's suites (CountdownCoreTests) and the daemon
+# components' (CountdownDaemonTests) on real descriptors, without the package, the booted
+# container, a real daemon, etcd or fuzzing; about a minute here. `make test` is the whole suite,
+# and what CI runs.
+check: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build --filter '^CountdownCoreTests\.' --filter '^CountdownDaemonTests\.' --skip '\.EtcdClientTests'
 
 # As root, the suite also installs the package into a booted systemd (Tests/Scripts/booted-systemd.sh):
 # `make deb` builds it, and a minimal bookworm root is bootstrapped once into .build/booted (a new
