@@ -38,7 +38,7 @@ let package = Package(
         .target(name: "CountdownDaemon", dependencies: ["CountdownCore", "CSystemd", "CSQLite", "CCurl", "CLinuxShims"]),
 
         // Connection and request/response logic shared by cdctl and the tests.
-        .target(name: "CountdownClient", dependencies: ["CountdownCore"]),
+        .target(name: "CountdownClient", dependencies: ["CountdownCore", "CLinuxShims"]),
 
         // cdctl's argument parsing, commands and output formatting.
         .target(name: "CountdownCLI", dependencies: ["CountdownCore", "CountdownClient", "CLinuxShims"]),

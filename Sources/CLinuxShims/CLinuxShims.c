@@ -20,6 +20,12 @@ int countdownd_peer_uid(int fd, uint32_t *uid) {
     return 0;
 }
 
+void countdownd_close(int fd) {
+    int saved = errno;
+    (void)close(fd);
+    errno = saved;
+}
+
 int countdownd_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0);
 }

@@ -190,6 +190,7 @@ struct LiveWatch {
     private func installTerminalRestore() {
         let restore: @convention(c) (Int32) -> Void = { signalNumber in
             let text: StaticString = "\u{1B}[?25h\u{1B}[0m\n"
+            // Ignored on purpose: in a signal handler, just before _exit; nothing else can be done.
             _ = write(STDOUT_FILENO, text.utf8Start, text.utf8CodeUnitCount)
             _exit(128 + signalNumber)
         }

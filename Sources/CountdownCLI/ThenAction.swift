@@ -1,3 +1,4 @@
+import CLinuxShims
 import CountdownCore
 import Glibc
 
@@ -77,8 +78,8 @@ enum ThenAction {
             return .failure(ThenError(description: "cannot make a pipe: \(String(cString: strerror(errno)))"))
         }
         guard fcntl(errors[0], F_SETFD, FD_CLOEXEC) == 0, fcntl(errors[1], F_SETFD, FD_CLOEXEC) == 0 else {
-            close(errors[0])
-            close(errors[1])
+            countdownd_close(errors[0])
+            countdownd_close(errors[1])
             return .failure(ThenError(description: "cannot make a pipe: \(String(cString: strerror(errno)))"))
         }
         var actions = posix_spawn_file_actions_t()
@@ -90,8 +91,8 @@ enum ThenAction {
         posix_spawn_file_actions_adddup2(&actions, errors[1], STDERR_FILENO)
         let spawned = spawn(argv, actions: &actions, attributes: nil)
         // Our copy of the write end must go, or the read below never sees the end of the output.
-        close(errors[1])
-        defer { close(errors[0]) }
+        countdownd_close(errors[1])
+        defer { countdownd_close(errors[0]) }
         guard case .success(let pid) = spawned else {
             if case .failure(let error) = spawned { return .failure(error) }
             return .failure(ThenError(description: "cannot start systemd-run"))

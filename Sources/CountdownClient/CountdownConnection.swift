@@ -1,3 +1,4 @@
+import CLinuxShims
 import CountdownCore
 import Glibc
 
@@ -47,7 +48,7 @@ public final class CountdownConnection {
         }
         if result != 0 {
             let code = errno
-            Glibc.close(fd)
+            countdownd_close(fd)
             if code == EACCES || code == EPERM {
                 throw .permissionDenied(path: path)
             }
@@ -69,7 +70,7 @@ public final class CountdownConnection {
     }
 
     deinit {
-        Glibc.close(descriptor)
+        countdownd_close(descriptor)
     }
 
     /// Connects to the first of `paths` that answers: a missing, refused or forbidden socket
@@ -130,7 +131,9 @@ public final class CountdownConnection {
 
     /// Half-closes the connection: the daemon answers what was sent, then closes.
     public func finishSending() {
-        shutdown(descriptor, Int32(SHUT_WR))
+        // Ignored on purpose: it fails only on a connection already gone, which the next read
+        // reports as its end.
+        _ = shutdown(descriptor, Int32(SHUT_WR))
     }
 
     /// Reads one line (without its LF).

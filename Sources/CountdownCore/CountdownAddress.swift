@@ -52,7 +52,7 @@ public enum CountdownAddress {
         // a whole name of the longest length is a prefix too (of itself).
         do throws(ProtocolError) {
             if (try? validate(bytes: Array(bytes))) == nil {
-                _ = try validate(bytes: Array(bytes) + [UInt8(ascii: "a")])
+                _ = try validate(bytes: Array(bytes) + [UInt8(ascii: "a")])  // Only whether it throws matters.
             }
         } catch {
             throw ProtocolError(

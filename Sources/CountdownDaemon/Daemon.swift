@@ -185,7 +185,7 @@ public final class Daemon: @unchecked Sendable {
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         later.onEarlierDeadline = { [unowned self] in armTimer() }
         journal.onSnapshotFinished = { [unowned self] in snapshotLanded() }
-        wallClock = try WallClockWatcher(poller: poller) { [unowned self] in wallClockStepped() }
+        wallClock = try WallClockWatcher(poller: poller) { [unowned self] failure in wallClockStepped(watchFailure: failure) }
         watchStateDirectory(poller: poller)
         try service.watchSignals(on: poller)
         let openForClients = { [unowned self] () throws(DaemonError) in
@@ -237,6 +237,8 @@ public final class Daemon: @unchecked Sendable {
         var limit = rlimit()
         if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_cur < limit.rlim_max {
             limit.rlim_cur = limit.rlim_max
+            // Ignored on purpose: raising the soft limit up to the hard one is always allowed;
+            // were it refused, accept's EMFILE handling serves within the old limit.
             _ = setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
         }
     }
@@ -248,6 +250,7 @@ public final class Daemon: @unchecked Sendable {
     /// resident as free memory, 157 bytes of RSS per countdown at a million against about 85 in
     /// use (measured after the snapshot had finished, with nothing else running).
     private func returnLargeBlocksToTheSystem() {
+        // Ignored on purpose: a tuning; refused, glibc's default only keeps more memory resident.
         _ = countdownd_set_mmap_threshold(128 * 1024)
     }
 
@@ -288,10 +291,13 @@ public final class Daemon: @unchecked Sendable {
 
     /// The wall clock was set: countdowns to a time of day follow it (plain durations, on the
     /// boot clock, do not move). The batch's end re-arms the timer for the new schedule.
-    private func wallClockStepped() {
+    private func wallClockStepped(watchFailure: DaemonError?) {
         let now = SystemClock.now()
         let moved = engine.wallClockChanged(to: SystemClock.mapping(at: now), now: now)
         logger.log(.notice, "the wall clock was set\(moved > 0 ? "; \(moved) countdowns to a time of day follow it" : "")")
+        if let watchFailure {
+            logger.log(.warning, "cannot watch the wall clock any more (\(watchFailure)): countdowns to a time of day will not follow its next steps until countdownd is restarted")
+        }
         advanceTime(to: now)
     }
 
@@ -464,7 +470,7 @@ public final class Daemon: @unchecked Sendable {
     /// - Returns: whether to keep retrying.
     func retryStorage() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
-        _ = journal.retry()
+        _ = journal.retry()  // Its answer is the journal's health, read below.
         stateWatcher?.watch()  // A recreated directory is a new inode.
         takeSnapshotIfDue()
         service.report(statusCounts(), now: SystemClock.now())

@@ -14,6 +14,8 @@ public enum DaemonError: Error, CustomStringConvertible, Equatable {
     case unusablePassedSocket(String)
     /// A problem with the state database.
     case storage(String)
+    /// A library the daemon links (libcurl, for cluster mode) cannot be used.
+    case unusableLibrary(String)
 
     public var description: String {
         switch self {
@@ -29,6 +31,8 @@ public enum DaemonError: Error, CustomStringConvertible, Equatable {
             return "the socket passed by systemd cannot be used: \(why); check ListenStream= in countdownd.socket"
         case .storage(let why):
             return why
+        case .unusableLibrary(let why):
+            return "\(why); check that the system's library works (reinstall libcurl4), or run without cluster mode"
         }
     }
 }

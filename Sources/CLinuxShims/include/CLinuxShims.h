@@ -7,6 +7,14 @@
 /// The uid of the peer of a connected Unix socket (SO_PEERCRED). Returns 0 on success, -1 with errno.
 int countdownd_peer_uid(int fd, uint32_t *uid);
 
+/// close(2) for a descriptor the caller owns and never uses again; errno is kept. Its result is
+/// ignored on purpose, here once for every caller (as sd-event's safe_close): Linux releases the
+/// descriptor whatever close returns, EINTR included, so a retry could close a descriptor another
+/// thread has just been given; and what it can report (a delayed write error on a network file
+/// system) concerns only files whose writes the caller has checked already (the journal's
+/// fdatasync, the snapshot's fsync) or whose loss costs nothing (a lock file's pid note).
+void countdownd_close(int fd);
+
 /// Sets this thread's timer slack in nanoseconds (PR_SET_TIMERSLACK). Returns 0 on success.
 int countdownd_set_timer_slack(unsigned long nanoseconds);
 

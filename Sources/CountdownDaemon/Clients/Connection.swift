@@ -1,3 +1,4 @@
+import CLinuxShims
 import CountdownCore
 import Glibc
 
@@ -171,9 +172,7 @@ final class Connection {
         if let closer {
             closer.close(descriptor)
         } else {
-            // Ignored on purpose: the descriptor is released either way (Linux closes it even
-            // when close reports EINTR or EIO), and a socket has no unwritten data to report.
-            _ = Glibc.close(descriptor)
+            countdownd_close(descriptor)
         }
     }
 

@@ -1,3 +1,4 @@
+import CLinuxShims
 import Dispatch
 import Glibc
 import Synchronization
@@ -81,8 +82,6 @@ final class DescriptorCloser: Sendable {
     }
 
     private static func release(_ descriptor: Int32) {
-        // Ignored on purpose: the descriptor is released either way (Linux closes it even when
-        // close reports EINTR or EIO), and a socket has no unwritten data to report.
-        _ = Glibc.close(descriptor)
+        countdownd_close(descriptor)
     }
 }

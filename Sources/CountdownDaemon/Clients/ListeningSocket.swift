@@ -33,7 +33,9 @@ final class ListeningSocket {
             if UnixSocket.isLive(path) {
                 throw .alreadyRunning(path: path)
             }
-            unlink(path)
+            // Ignored on purpose: a stale socket that cannot be removed makes bind fail next,
+            // with the error the operator needs (EADDRINUSE, EACCES).
+            _ = unlink(path)
         }
         let fd = countdownd_unix_stream_socket(1)
         guard fd >= 0 else { throw .system("socket(AF_UNIX)", errno) }
@@ -43,25 +45,25 @@ final class ListeningSocket {
         // meanwhile got 0600 ones.)
         guard fchmod(fd, 0o600) == 0 else {
             let code = errno
-            Glibc.close(fd)
+            countdownd_close(fd)
             throw .system("fchmod(socket)", code)
         }
         let bound = try UnixSocket.withAddress(path) { address, length in Glibc.bind(fd, address, length) }
         let bindErrno = errno
         guard bound == 0 else {
-            Glibc.close(fd)
+            countdownd_close(fd)
             throw .system("bind(\(path))", bindErrno)
         }
         guard chmod(path, mode) == 0 else {
             let code = errno
-            Glibc.close(fd)
-            unlink(path)
+            countdownd_close(fd)
+            _ = unlink(path)  // Ignored on purpose: the start fails with the error above.
             throw .system("chmod(\(path))", code)
         }
         guard listen(fd, SOMAXCONN) == 0 else {
             let code = errno
-            Glibc.close(fd)
-            unlink(path)
+            countdownd_close(fd)
+            _ = unlink(path)  // Ignored on purpose: the start fails with the error above.
             throw .system("listen(\(path))", code)
         }
         return ListeningSocket(descriptor: fd, ownedPath: path, displayPath: path)
@@ -114,13 +116,15 @@ final class ListeningSocket {
     /// Stops accepting, closes the descriptor and removes the socket file the daemon created.
     func close() {
         if let path = ownedPath {
-            unlink(path)
+            // Ignored on purpose: a socket file left behind is stale, and the next start
+            // finds no daemon on it and replaces it.
+            _ = unlink(path)
         }
         if let poller, let token {
             poller.unregister(token)
             self.token = nil
         }
-        Glibc.close(descriptor)
+        countdownd_close(descriptor)
     }
 
     private static func createParentDirectory(of path: String) throws(DaemonError) {

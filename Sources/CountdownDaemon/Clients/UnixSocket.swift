@@ -42,7 +42,7 @@ enum UnixSocket {
     static func isLive(_ path: String) -> Bool {
         let fd = countdownd_unix_stream_socket(0)
         guard fd >= 0 else { return false }
-        defer { close(fd) }
+        defer { countdownd_close(fd) }
         let result = try? withAddress(path) { address, length in connect(fd, address, length) }
         return result == 0
     }

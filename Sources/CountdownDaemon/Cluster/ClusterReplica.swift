@@ -215,7 +215,7 @@ final class ClusterReplica: @unchecked Sendable {
         spec.it_interval.tv_nsec = 200_000_000
         guard timerfd_settime(fd, 0, &spec, nil) == 0 else {
             let code = errno
-            close(fd)
+            countdownd_close(fd)
             throw .system("timerfd_settime (cluster housekeeping)", code)
         }
         housekeepingToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
@@ -675,6 +675,6 @@ final class ClusterReplica: @unchecked Sendable {
         if let watch { client.cancel(watch) }
         driver?.close()
         if let housekeepingToken { poller.unregister(housekeepingToken) }
-        close(housekeepingDescriptor)
+        countdownd_close(housekeepingDescriptor)
     }
 }

@@ -96,28 +96,29 @@ final class CurlDriver {
     private var timerToken: EventPoller.Token?
 
     /// libcurl's global state, set up once before the first handle.
-    private static let globalSetUp: Void = {
-        _ = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
-    }()
+    private static let globalSetUp: CURLcode = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 
     /// Creates the driver and registers its timer with `poller`. Call on the queue.
     init(poller: EventPoller, queue: DispatchQueue) throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        _ = Self.globalSetUp
+        guard Self.globalSetUp == CURLE_OK else {
+            throw .unusableLibrary("libcurl could not set itself up (curl_global_init: \(String(cString: curl_easy_strerror(Self.globalSetUp))))")
+        }
         self.queue = queue
         self.poller = poller
         guard let multi = curl_multi_init() else { throw .system("curl_multi_init", ENOMEM) }
         self.multi = multi
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else {
-            curl_multi_cleanup(multi)
-            throw .system("timerfd_create(CLOCK_MONOTONIC)", errno)
+            let code = errno
+            Self.release(multi)
+            throw .system("timerfd_create(CLOCK_MONOTONIC)", code)
         }
         timerDescriptor = fd
         // The callbacks get this driver back through an unretained pointer: the driver outlives
         // every call, since `close` clears the callbacks before it goes.
         let context = Unmanaged.passUnretained(self).toOpaque()
-        _ = countdownd_curl_multi_set_socket_function(multi, { _, socket, what, context, _ in
+        let socketFunction = countdownd_curl_multi_set_socket_function(multi, { _, socket, what, context, _ in
             // The context is the driver set just above: never nil.
             // Always 0, on purpose: -1 would make libcurl abort every transfer of the multi
             // handle, the watch included. A socket the poller cannot watch leaves its transfer to
@@ -125,13 +126,17 @@ final class CurlDriver {
             _ = Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().socketChanged(socket, what: what)
             return 0
         }, context)
-        _ = countdownd_curl_multi_set_timer_function(multi, { _, milliseconds, context in
+        let timerFunction = countdownd_curl_multi_set_timer_function(multi, { _, milliseconds, context in
             // 0 for the same reason. Should the timerfd not take the time, the transfers' own
             // deadlines end them when their sockets are next active.
             _ = Unmanaged<CurlDriver>.fromOpaque(context!).takeUnretainedValue().timerChanged(milliseconds)
             return 0
         }, context)
-        do {
+        do throws(DaemonError) {
+            guard socketFunction == CURLM_OK, timerFunction == CURLM_OK else {
+                let code = socketFunction == CURLM_OK ? timerFunction : socketFunction
+                throw .unusableLibrary("libcurl refused the daemon's socket or timer callback (\(String(cString: curl_multi_strerror(code))))")
+            }
             timerToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
                 var expirations: UInt64 = 0
                 // Ignored on purpose: only clears the timer; EAGAIN means it was re-armed meanwhile.
@@ -139,10 +144,16 @@ final class CurlDriver {
                 act(on: CURL_SOCKET_TIMEOUT, flags: 0)
             }
         } catch {
-            Glibc.close(fd)
-            curl_multi_cleanup(multi)
+            countdownd_close(fd)
+            Self.release(multi)
             throw error
         }
+    }
+
+    /// curl_multi_cleanup. Ignored on purpose: it fails only for a handle that is not a multi
+    /// handle, and nothing is left to do with one being thrown away.
+    private static func release(_ multi: UnsafeMutableRawPointer) {
+        _ = curl_multi_cleanup(multi)
     }
 
     /// How many transfers are in flight.
@@ -160,35 +171,47 @@ final class CurlDriver {
             return nil
         }
         let transfer = Transfer(handle: handle, onData: onData, completion: completion)
-        _ = countdownd_curl_easy_set_string(handle, CURLOPT_URL, request.url)
-        _ = countdownd_curl_easy_set_long(handle, CURLOPT_POSTFIELDSIZE, request.body.count)
+        // Every option is checked: a refused one (out of memory, a TLS option this libcurl's
+        // back end lacks) fails the transfer before it starts, rather than sending it without.
+        var refused: (option: String, code: CURLcode)?
+        func set(_ option: String, _ code: CURLcode) {
+            if code != CURLE_OK && refused == nil { refused = (option, code) }
+        }
+        set("URL", countdownd_curl_easy_set_string(handle, CURLOPT_URL, request.url))
+        set("POSTFIELDSIZE", countdownd_curl_easy_set_long(handle, CURLOPT_POSTFIELDSIZE, request.body.count))
         request.body.withUnsafeBufferPointer { body in
             // Copied by libcurl: the bytes need not outlive this call.
-            _ = countdownd_curl_easy_set_pointer(handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: body.baseAddress ?? UnsafePointer(bitPattern: 1)))
+            set("COPYPOSTFIELDS", countdownd_curl_easy_set_pointer(handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: body.baseAddress ?? UnsafePointer(bitPattern: 1))))
         }
         var headers: UnsafeMutablePointer<curl_slist>?
         for line in ["Content-Type: application/json", "Expect:"] + request.headers {
             headers = curl_slist_append(headers, line)
         }
         transfer.headerList = headers
-        _ = countdownd_curl_easy_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers))
-        _ = countdownd_curl_easy_set_long(handle, CURLOPT_TIMEOUT_MS, request.timeoutMilliseconds)
-        _ = countdownd_curl_easy_set_long(handle, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeoutMilliseconds)
-        _ = countdownd_curl_easy_set_long(handle, CURLOPT_NOSIGNAL, 1)
-        _ = countdownd_curl_easy_set_long(handle, CURLOPT_TCP_NODELAY, 1)
+        if headers == nil { set("HTTPHEADER", CURLE_OUT_OF_MEMORY) }
+        set("HTTPHEADER", countdownd_curl_easy_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers)))
+        set("TIMEOUT_MS", countdownd_curl_easy_set_long(handle, CURLOPT_TIMEOUT_MS, request.timeoutMilliseconds))
+        set("CONNECTTIMEOUT_MS", countdownd_curl_easy_set_long(handle, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeoutMilliseconds))
+        set("NOSIGNAL", countdownd_curl_easy_set_long(handle, CURLOPT_NOSIGNAL, 1))
+        set("TCP_NODELAY", countdownd_curl_easy_set_long(handle, CURLOPT_TCP_NODELAY, 1))
         if let tls = request.tls {
-            if let file = tls.certificateAuthority { _ = countdownd_curl_easy_set_string(handle, CURLOPT_CAINFO, file) }
-            if let file = tls.certificate { _ = countdownd_curl_easy_set_string(handle, CURLOPT_SSLCERT, file) }
-            if let file = tls.key { _ = countdownd_curl_easy_set_string(handle, CURLOPT_SSLKEY, file) }
+            if let file = tls.certificateAuthority { set("CAINFO", countdownd_curl_easy_set_string(handle, CURLOPT_CAINFO, file)) }
+            if let file = tls.certificate { set("SSLCERT", countdownd_curl_easy_set_string(handle, CURLOPT_SSLCERT, file)) }
+            if let file = tls.key { set("SSLKEY", countdownd_curl_easy_set_string(handle, CURLOPT_SSLKEY, file)) }
         }
-        _ = countdownd_curl_easy_set_write_function(handle) { data, size, count, context in
+        set("WRITEFUNCTION", countdownd_curl_easy_set_write_function(handle) { data, size, count, context in
             // The context is the transfer, kept alive by the driver's table until it completes.
             let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
             transfer.append(UnsafeRawBufferPointer(start: data, count: size * count))
             return size * count
-        }
-        _ = countdownd_curl_easy_set_pointer(handle, CURLOPT_WRITEDATA, Unmanaged.passUnretained(transfer).toOpaque())
+        })
+        set("WRITEDATA", countdownd_curl_easy_set_pointer(handle, CURLOPT_WRITEDATA, Unmanaged.passUnretained(transfer).toOpaque()))
         transfers[handle] = transfer
+        if let refused {
+            let message = "libcurl refused CURLOPT_\(refused.option): \(String(cString: curl_easy_strerror(refused.code)))"
+            finish(handle, result: .failure(HTTPFailure(code: Int32(refused.code.rawValue), message: message, mayHaveArrived: false)))
+            return nil
+        }
         let added = curl_multi_add_handle(multi, handle)
         guard added == CURLM_OK else {
             finish(handle, result: .failure(HTTPFailure(code: Int32(added.rawValue), message: String(cString: curl_multi_strerror(added)), mayHaveArrived: false)))
@@ -212,8 +235,8 @@ final class CurlDriver {
         }
         if let timerToken { poller.unregister(timerToken) }
         timerToken = nil
-        Glibc.close(timerDescriptor)
-        curl_multi_cleanup(multi)
+        countdownd_close(timerDescriptor)
+        Self.release(multi)
     }
 
     // MARK: - libcurl's callbacks (inside curl_multi_* calls, on the queue)
@@ -263,6 +286,8 @@ final class CurlDriver {
 
     private func act(on socket: Int32, flags: Int32) {
         var running: Int32 = 0
+        // Ignored on purpose: its error concerns only this call (a socket libcurl has already
+        // dropped); each transfer's own outcome comes through collectFinished.
         _ = curl_multi_socket_action(multi, socket, flags, &running)
         deliverStreams()
         collectFinished()
@@ -286,14 +311,17 @@ final class CurlDriver {
             guard countdownd_curl_message_done(message, &handle, &code) != 0, let handle else { continue }
             if code == CURLE_OK {
                 var status = 0
+                // Ignored on purpose: a finished transfer always has it; were it missing, status
+                // 0 is no HTTP answer, which every caller takes as a failure.
                 _ = countdownd_curl_easy_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
                 finish(handle, result: .success(HTTPResponse(status: status, body: transfers[handle]?.received ?? [])))
             } else {
                 // Nothing of the request was sent (no connection, a failed TLS handshake): it
                 // cannot have arrived, and another member may be tried.
                 var sent = 0
-                _ = countdownd_curl_easy_get_long(handle, CURLINFO_REQUEST_SIZE, &sent)
-                let arrived = sent > 0
+                // Unknown (the query failed) counts as sent: then it may have arrived.
+                let known = countdownd_curl_easy_get_long(handle, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK
+                let arrived = !known || sent > 0
                 finish(handle, result: .failure(HTTPFailure(code: Int32(code.rawValue), message: String(cString: curl_easy_strerror(code)), mayHaveArrived: arrived)))
             }
         }
@@ -301,7 +329,9 @@ final class CurlDriver {
 
     private func finish(_ handle: UnsafeMutableRawPointer, result: Result<HTTPResponse, HTTPFailure>) {
         guard let transfer = transfers.removeValue(forKey: handle) else { return }
-        curl_multi_remove_handle(multi, handle)
+        // Ignored on purpose: a transfer refused before it was added is not there to remove; its
+        // handle is cleaned up either way.
+        _ = curl_multi_remove_handle(multi, handle)
         curl_easy_cleanup(handle)
         curl_slist_free_all(transfer.headerList)
         transfer.completion(result)

@@ -71,6 +71,8 @@ final class Logger {
         line += "\n"
         // stderr is the journal, a terminal or a file; one write(2) per line keeps lines whole.
         var bytes = Array(line.utf8)
+        // Ignored on purpose: stderr is where a failure would be reported; a full pipe or a
+        // closed journal loses this line only.
         _ = bytes.withUnsafeMutableBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
     }
 

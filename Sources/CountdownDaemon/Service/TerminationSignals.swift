@@ -41,8 +41,8 @@ final class TerminationSignals {
                 }
             }
         } catch {
-            // Ignored on purpose: the descriptor was never watched; startup fails with `error`.
-            _ = close(fd)
+            // Never watched; startup fails with `error`.
+            countdownd_close(fd)
             throw error
         }
     }

@@ -20,16 +20,24 @@ final class SQLiteDatabase {
         let result = sqlite3_open_v2(path, &handle, flags, nil)
         guard result == SQLITE_OK else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
-            sqlite3_close_v2(handle)
+            // Ignored on purpose: closing a connection that failed to open reports nothing more.
+            _ = sqlite3_close_v2(handle)
             handle = nil
             throw SQLiteError(code: result, message: "cannot open \(path): \(message)")
         }
-        sqlite3_extended_result_codes(handle, 1)
-        sqlite3_busy_timeout(handle, 5000)
+        for (what, code) in [("extended result codes", sqlite3_extended_result_codes(handle, 1)), ("a busy timeout", sqlite3_busy_timeout(handle, 5000))]
+        where code != SQLITE_OK {
+            let message = lastError
+            _ = sqlite3_close_v2(handle)  // As above.
+            handle = nil
+            throw SQLiteError(code: code, message: "cannot set \(what) on \(path): \(message)")
+        }
     }
 
     deinit {
-        sqlite3_close_v2(handle)
+        // Ignored on purpose: close_v2 defers the close until every statement is finalized and
+        // reports no error of its own for a valid handle; every write was committed and checked.
+        _ = sqlite3_close_v2(handle)
     }
 
     /// Runs SQL that returns no rows (several statements allowed).
@@ -38,7 +46,7 @@ final class SQLiteDatabase {
         let result = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         guard result == SQLITE_OK else {
             let message = errorMessage.map { String(cString: $0) } ?? lastError
-            sqlite3_free(errorMessage)
+            sqlite3_free(errorMessage)  // Returns nothing.
             throw SQLiteError(code: result, message: message)
         }
     }
@@ -91,29 +99,34 @@ final class SQLiteStatement {
     }
 
     deinit {
-        sqlite3_finalize(statement)
+        // Ignored on purpose: finalize repeats the last step's error, which `step` has reported.
+        _ = sqlite3_finalize(statement)
     }
 
     /// Binds an integer, or NULL for `nil` (1-based index).
-    func bind(_ index: Int32, _ value: Int64?) {
+    /// - Throws: when SQLite refuses (no such parameter, out of memory): a value silently left
+    ///   NULL would be stored as if it were the data.
+    func bind(_ index: Int32, _ value: Int64?) throws(SQLiteError) {
+        try check(value.map { sqlite3_bind_int64(statement, index, $0) } ?? sqlite3_bind_null(statement, index), index)
+    }
+
+    /// Binds text (1-based index); throws as the integer form does.
+    func bind(_ index: Int32, _ value: String) throws(SQLiteError) {
+        try check(sqlite3_bind_text(statement, index, value, -1, Self.transient), index)
+    }
+
+    /// Binds text, or NULL for `nil` (1-based index); throws as the integer form does.
+    func bind(_ index: Int32, _ value: String?) throws(SQLiteError) {
         if let value {
-            sqlite3_bind_int64(statement, index, value)
+            try bind(index, value)
         } else {
-            sqlite3_bind_null(statement, index)
+            try check(sqlite3_bind_null(statement, index), index)
         }
     }
 
-    /// Binds text (1-based index).
-    func bind(_ index: Int32, _ value: String) {
-        sqlite3_bind_text(statement, index, value, -1, Self.transient)
-    }
-
-    /// Binds text, or NULL for `nil` (1-based index).
-    func bind(_ index: Int32, _ value: String?) {
-        if let value {
-            bind(index, value)
-        } else {
-            sqlite3_bind_null(statement, index)
+    private func check(_ result: Int32, _ index: Int32) throws(SQLiteError) {
+        guard result == SQLITE_OK else {
+            throw SQLiteError(code: result, message: "cannot bind parameter \(index): \(database.lastError)")
         }
     }
 
@@ -130,13 +143,15 @@ final class SQLiteStatement {
     /// Runs a statement that returns no rows, then resets it for reuse.
     func run() throws(SQLiteError) {
         defer { reset() }
-        _ = try step()
+        _ = try step()  // A statement without rows: only its error matters.
     }
 
     /// Resets for another execution and clears the bindings.
     func reset() {
-        sqlite3_reset(statement)
-        sqlite3_clear_bindings(statement)
+        // Ignored on purpose: reset repeats the last step's error, which `step` has reported;
+        // clearing bindings always succeeds.
+        _ = sqlite3_reset(statement)
+        _ = sqlite3_clear_bindings(statement)
     }
 
     /// Column `index` (0-based) as an integer, or `nil` for NULL.

@@ -236,29 +236,29 @@ enum SnapshotFile {
             try database.transaction { () throws(SQLiteError) in
                 let insert = try database.prepare("INSERT OR REPLACE INTO countdowns VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")
                 for row in contents.rows {
-                    insert.bind(1, row.name)
-                    insert.bind(2, row.state.rawValue)
-                    insert.bind(3, row.totalMilliseconds)
-                    insert.bind(4, row.deadlineUnixMilliseconds)
-                    insert.bind(5, row.deadlineBootNanoseconds)
-                    insert.bind(6, row.remainingNanoseconds)
-                    insert.bind(7, row.finishedUnixMilliseconds)
-                    insert.bind(8, Int64(row.owner))
-                    insert.bind(9, row.lateMilliseconds)
-                    insert.bind(10, row.pinnedUnixMilliseconds)
-                    insert.bind(11, row.pausesOnSuspend ? SuspendPolicy.pause.rawValue : nil)
+                    try insert.bind(1, row.name)
+                    try insert.bind(2, row.state.rawValue)
+                    try insert.bind(3, row.totalMilliseconds)
+                    try insert.bind(4, row.deadlineUnixMilliseconds)
+                    try insert.bind(5, row.deadlineBootNanoseconds)
+                    try insert.bind(6, row.remainingNanoseconds)
+                    try insert.bind(7, row.finishedUnixMilliseconds)
+                    try insert.bind(8, Int64(row.owner))
+                    try insert.bind(9, row.lateMilliseconds)
+                    try insert.bind(10, row.pinnedUnixMilliseconds)
+                    try insert.bind(11, row.pausesOnSuspend ? SuspendPolicy.pause.rawValue : nil)
                     try insert.run()
                 }
                 let event = try database.prepare("INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
                 for item in contents.events {
-                    event.bind(1, Int64(bitPattern: item.sequence))
-                    event.bind(2, item.kind.rawValue)
-                    event.bind(3, CountdownAddress.display(item.name, owner: item.owner, to: item.owner))
-                    event.bind(7, Int64(item.owner))
-                    event.bind(4, item.remainingMilliseconds)
-                    event.bind(5, item.totalMilliseconds)
-                    event.bind(6, item.lateMilliseconds)
-                    event.bind(8, item.causedBySuspend ? Self.suspendCause : nil)
+                    try event.bind(1, Int64(bitPattern: item.sequence))
+                    try event.bind(2, item.kind.rawValue)
+                    try event.bind(3, CountdownAddress.display(item.name, owner: item.owner, to: item.owner))
+                    try event.bind(7, Int64(item.owner))
+                    try event.bind(4, item.remainingMilliseconds)
+                    try event.bind(5, item.totalMilliseconds)
+                    try event.bind(6, item.lateMilliseconds)
+                    try event.bind(8, item.causedBySuspend ? Self.suspendCause : nil)
                     try event.run()
                 }
                 let meta = try database.prepare("INSERT INTO meta VALUES (?1, ?2)")
@@ -271,8 +271,8 @@ enum SnapshotFile {
                     ("written_unix_ms", "\(SystemClock.unixNanoseconds() / 1_000_000)"),
                 ]
                 for case let (key, value?) in values {
-                    meta.bind(1, key)
-                    meta.bind(2, value)
+                    try meta.bind(1, key)
+                    try meta.bind(2, value)
                     try meta.run()
                 }
             }
@@ -284,7 +284,7 @@ enum SnapshotFile {
         // A WAL left by countdownd 0.1 belongs to the old file; SQLite must not apply it to this one.
         // (Ignored on purpose when there is none, the usual case.)
         _ = unlink(path + "-wal")
-        _ = unlink(path + "-shm")
+        _ = unlink(path + "-shm")  // As above.
         guard rename(temporary, path) == 0 else {
             let code = errno
             _ = unlink(temporary)  // As above.

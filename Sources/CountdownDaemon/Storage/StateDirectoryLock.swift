@@ -1,3 +1,4 @@
+import CLinuxShims
 import Glibc
 
 /// An exclusive `flock` on `countdownd.lock` in the state directory, held for the daemon's life:
@@ -24,7 +25,7 @@ final class StateDirectoryLock {
             let code = errno
             var buffer = [UInt8](repeating: 0, count: 32)
             let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
-            close(descriptor)
+            countdownd_close(descriptor)
             guard code == EWOULDBLOCK else {
                 throw .system(what: "cannot lock \(path)", errno: code)
             }
@@ -35,7 +36,7 @@ final class StateDirectoryLock {
         // Ignored on purpose: the pid is a note for the operator's message; the flock is the lock
         // (a read-only lock file takes no note at all).
         _ = ftruncate(descriptor, 0)
-        _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
+        _ = pid.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }  // As above.
         self.descriptor = descriptor
     }
 
@@ -47,6 +48,6 @@ final class StateDirectoryLock {
     }
 
     deinit {
-        close(descriptor)
+        countdownd_close(descriptor)
     }
 }

@@ -1,3 +1,4 @@
+import CLinuxShims
 import Glibc
 
 /// Notices at once when the state directory, or a file in it, is deleted or moved away: an
@@ -35,8 +36,8 @@ final class StateDirectoryWatcher {
                 changed()
             }
         } catch {
-            // Ignored on purpose: the descriptor was never watched; startup fails with `error`.
-            _ = close(fd)
+            // Never watched; startup fails with `error`.
+            countdownd_close(fd)
             throw error
         }
         watch()

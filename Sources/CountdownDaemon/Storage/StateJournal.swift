@@ -1,3 +1,4 @@
+import CLinuxShims
 import CountdownCore
 import Dispatch
 import Glibc
@@ -127,7 +128,7 @@ final class StateJournal: @unchecked Sendable {
     }
 
     deinit {
-        if file >= 0 { close(file) }
+        if file >= 0 { countdownd_close(file) }
     }
 
     /// Whether changes are taken now.
@@ -338,12 +339,12 @@ final class StateJournal: @unchecked Sendable {
             guard fdatasync(descriptor) == 0 else { throw .system(what: "fdatasync \(path)", errno: errno) }
             try FileSystem.sync(path: directory)
         } catch {
-            close(descriptor)
+            countdownd_close(descriptor)
             // Ignored on purpose: a journal file with no frame after its header reads as empty.
             _ = unlink(path)
             throw error
         }
-        if file >= 0 { close(file) }
+        if file >= 0 { countdownd_close(file) }
         headerFrameLength = Int64(frame.count)
         file = descriptor
         filePath = path
@@ -441,7 +442,7 @@ final class StateJournal: @unchecked Sendable {
             // file system said so) left it to the once-a-second retry: recreated now instead.
             // Storage failing otherwise (a full disk) is the retry loop's.
             guard case .directoryGone = error else { return false }
-            _ = retry()
+            _ = retry()  // Whether changes are accepted again is `health`'s to say, read by the caller.
             return true
         }
         guard file >= 0 else { return false }
@@ -454,7 +455,7 @@ final class StateJournal: @unchecked Sendable {
             return false
         }
         enterFailing(.directoryGone(path: directory))
-        _ = retry()
+        _ = retry()  // As above.
         return true
     }
 

@@ -1,3 +1,4 @@
+import CLinuxShims
 import Glibc
 
 /// Why storage failed, worded for the person reading the log or the `ERR unavailable` line.
@@ -74,7 +75,7 @@ enum FileSystem {
     static func sync(path: String) throws(StorageError) {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .system(what: "open \(path) to sync it", errno: errno) }
-        defer { close(descriptor) }
+        defer { countdownd_close(descriptor) }
         guard fsync(descriptor) == 0 else { throw .system(what: "fsync \(path)", errno: errno) }
     }
 
@@ -97,7 +98,7 @@ enum FileSystem {
     static func readAll(_ path: String, limit: Int = .max) throws(StorageError) -> [UInt8] {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .unreadable(path: path, errno: errno) }
-        defer { close(descriptor) }
+        defer { countdownd_close(descriptor) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         while bytes.count <= limit {

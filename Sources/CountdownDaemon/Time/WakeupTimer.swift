@@ -57,7 +57,7 @@ final class WakeupTimer {
                 handler()
             }
         } catch {
-            close(fd)
+            countdownd_close(fd)
             throw error
         }
     }
@@ -102,7 +102,6 @@ final class WakeupTimer {
         guard let token else { return }
         poller.unregister(token)
         self.token = nil
-        // Ignored on purpose: nothing is pending on a timer, and a failed close leaves nothing to do.
-        _ = close(descriptor)
+        countdownd_close(descriptor)
     }
 }

@@ -10,15 +10,17 @@ final class WallClockWatcher {
     private let poller: EventPoller
     private var token: EventPoller.Token?
 
-    /// Starts watching; `stepped` runs on the daemon's queue, in a batch, after each step.
-    init(poller: EventPoller, stepped: @escaping () -> Void) throws(DaemonError) {
+    /// Starts watching; `stepped` runs on the daemon's queue, in a batch, after each step, with
+    /// `nil`, or with the error that stopped the watch (the timer could not be armed again:
+    /// later steps go unnoticed, and the daemon says so).
+    init(poller: EventPoller, stepped: @escaping (DaemonError?) -> Void) throws(DaemonError) {
         let fd = timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else { throw DaemonError.system("timerfd_create(CLOCK_REALTIME)", errno) }
         descriptor = fd
         self.poller = poller
         guard arm() else {
             let code = errno
-            close(fd)
+            countdownd_close(fd)
             throw DaemonError.system("timerfd_settime(TFD_TIMER_CANCEL_ON_SET)", code)
         }
         do {
@@ -27,11 +29,10 @@ final class WallClockWatcher {
                 // ECANCELED: the clock was set. Anything else (EAGAIN) is not a step.
                 let count = read(descriptor, &expirations, MemoryLayout<UInt64>.size)
                 guard count < 0 && errno == ECANCELED else { return }
-                _ = arm()
-                stepped()
+                stepped(arm() ? nil : DaemonError.system("timerfd_settime(TFD_TIMER_CANCEL_ON_SET)", errno))
             }
         } catch {
-            close(fd)
+            countdownd_close(fd)
             throw error
         }
     }
