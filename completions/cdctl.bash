@@ -63,7 +63,7 @@ _cdctl() {
 
     local options=""
     case $command in
-        start) options="--at --replace --if-idle --wait --then --pause-on-suspend" ;;
+        start) options="--at --replace --if-idle --wait --then --pause-on-suspend --count-on-suspend" ;;
         status) options="--json --format --follow" ;;
         list) options="--json --format --state --prefix" ;;
         watch) options="--json --since --events" ;;

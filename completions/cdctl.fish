@@ -83,6 +83,7 @@ complete -c cdctl -n "__fish_seen_subcommand_from start" -l wait -d 'block until
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l at -x -a "09:30 17:00 now+25min now+1h" -d 'until a time of day'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l then -x -a '(__fish_complete_command)' -d 'run a command when done'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l pause-on-suspend -d 'stand still while the machine sleeps'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l count-on-suspend -d 'count on while the machine sleeps'
 complete -c cdctl -n "__fish_seen_subcommand_from status list watch" -l json -d 'JSON output'
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l since -r -d 'replay after event number'
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l events -x -a 'lifecycle all started tick paused resumed extended done cancelled snapshot removed' -d 'only these kinds'

@@ -57,8 +57,8 @@ public struct Cdctl {
                 try subscribe(connection, to: [name], events: "lifecycle")
             }
             var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
-            if pauseOnSuspend {
-                line += " ON-SUSPEND pause"
+            if let pauseOnSuspend {
+                line += pauseOnSuspend ? " ON-SUSPEND pause" : " ON-SUSPEND count"
             }
             // --replace says whether it replaced anything.
             var replacing: CountdownInfo?

@@ -23,11 +23,12 @@ public enum StatsFormat: Equatable, Sendable {
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
     /// `start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]
-    /// [--pause-on-suspend]`;
-    /// `atUnixMilliseconds` for a countdown to a wall-clock time.
+    /// [--pause-on-suspend | --count-on-suspend]`;
+    /// `atUnixMilliseconds` for a countdown to a wall-clock time; `pauseOnSuspend` `nil` keeps
+    /// what the name had (a new one counts on).
     case start(
         name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil,
-        pauseOnSuspend: Bool = false
+        pauseOnSuspend: Bool? = nil
     )
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
@@ -96,7 +97,7 @@ public enum CdctlCommandLine {
 
         Commands:
           start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait]
-                [--then COMMAND] [--pause-on-suspend]
+                [--then COMMAND] [--pause-on-suspend | --count-on-suspend]
                                  start a countdown (default 60s), or one until a time
                                  of day (--at 09:30, 'tomorrow 09:30', '2026-12-24
                                  18:00', 'now + 3 min'; it follows the wall clock if
@@ -106,7 +107,9 @@ public enum CdctlCommandLine {
                                  (a shell line) when it is done, from your user
                                  manager, with no terminal kept open;
                                  --pause-on-suspend stands still while the machine
-                                 sleeps (a pomodoro), instead of counting on
+                                 sleeps (a pomodoro), instead of counting on, and
+                                 --count-on-suspend counts on; without either, a
+                                 name started again keeps its setting
           status [NAME] [--json | --format TEMPLATE] [--follow]
                                  show one countdown, or all; --follow prints again on
                                  every change (every second while running), for bars
@@ -171,6 +174,7 @@ public enum CdctlCommandLine {
         .init(["--then"], takesValue: true),
         .init(["--at"], takesValue: true),
         .init(["--pause-on-suspend"]),
+        .init(["--count-on-suspend"]),
         .init(["--since"], takesValue: true),
         .init(["--state"], takesValue: true),
         .init(["--prefix"], takesValue: true),
@@ -182,6 +186,21 @@ public enum CdctlCommandLine {
         .init(["--version", "-V"]),
     ])
 
+    /// An option cdctl does not know, in cdctl's words: a negative duration says so (`-5s` is not
+    /// an option), a typo gets the option meant.
+    static func explain(_ failure: ArgumentParser.Failure) -> String {
+        guard case .unknownOption(let spelling) = failure else { return "\(failure); see cdctl --help" }
+        let unsigned = String(spelling.dropFirst())
+        if !unsigned.hasPrefix("-"), (try? CountdownDuration.parse(unsigned)) != nil {
+            return "a duration cannot be negative ('\(spelling)'): a countdown runs for a time to come, such as \(unsigned)"
+        }
+        let known = parser.spellings.filter { $0.hasPrefix("--") }
+        if spelling.hasPrefix("--"), let meant = Suggestion.closest(to: spelling, among: known) {
+            return "unknown option '\(spelling)'; did you mean '\(meant)'? see cdctl --help"
+        }
+        return "\(failure); see cdctl --help"
+    }
+
     /// Parses arguments (without the program name).
     /// - Throws: `UsageError` naming the problem.
     public static func parse(
@@ -191,7 +210,7 @@ public enum CdctlCommandLine {
         do {
             parsed = try parser.parse(arguments)
         } catch {
-            throw UsageError("\(error); see cdctl --help")
+            throw UsageError(Self.explain(error))
         }
         let socketCandidates = parsed.value("socket").map { [$0] } ?? SocketPath.clientCandidates(environment: environment, uid: uid)
         let socketPath = socketCandidates[0]
@@ -224,8 +243,8 @@ public enum CdctlCommandLine {
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait", "if-idle", "then", "at", "pause-on-suspend"]
-            let startUsage = "start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend]"
+            allowedFlags = ["replace", "wait", "if-idle", "then", "at", "pause-on-suspend", "count-on-suspend"]
+            let startUsage = "start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend | --count-on-suspend]"
             guard !operands.isEmpty else {
                 throw UsageError("start needs a NAME, as in cdctl start tea 3m or cdctl start standup --at 09:30; usage: cdctl \(startUsage)")
             }
@@ -253,6 +272,9 @@ public enum CdctlCommandLine {
             guard at == nil || !parsed.has("pause-on-suspend") else {
                 throw UsageError("--pause-on-suspend does not go with --at: a time of day comes whether the machine sleeps or not; give a DURATION")
             }
+            guard !(parsed.has("pause-on-suspend") && parsed.has("count-on-suspend")) else {
+                throw UsageError("--pause-on-suspend and --count-on-suspend exclude each other: give the one you want")
+            }
             guard !(parsed.has("replace") && parsed.has("if-idle")) else {
                 throw UsageError("--replace and --if-idle exclude each other: one restarts a running countdown, the other leaves it alone")
             }
@@ -264,7 +286,7 @@ public enum CdctlCommandLine {
                 wait: parsed.has("wait"),
                 then: parsed.value("then"),
                 atUnixMilliseconds: at,
-                pauseOnSuspend: parsed.has("pause-on-suspend")
+                pauseOnSuspend: parsed.has("pause-on-suspend") ? true : parsed.has("count-on-suspend") ? false : nil
             )
         case "status":
             allowedFlags = ["json", "format", "follow"]
@@ -346,7 +368,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at", "pause-on-suspend"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at", "pause-on-suspend", "count-on-suspend"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

@@ -22,6 +22,8 @@ public struct OutputTemplate: Equatable, Sendable {
         case percent
         /// A 10-cell bar of the time left: `█████░░░░░`.
         case bar
+        /// What it does while the machine sleeps: `pause` or `count`.
+        case onSuspend = "on_suspend"
     }
 
     enum Part: Equatable, Sendable {
@@ -100,6 +102,7 @@ public struct OutputTemplate: Equatable, Sendable {
         case .bar:
             let bar = Formatting.bar(remaining: remaining, total: total, width: 10, filled: "█", empty: "░")
             return String(bar.dropFirst().dropLast())
+        case .onSuspend: return countdown.pausesOnSuspend == true ? SuspendPolicy.pause.rawValue : SuspendPolicy.count.rawValue
         }
     }
 }

@@ -66,6 +66,11 @@ public struct ArgumentParser: Sendable {
         optionsBySpelling = table
     }
 
+    /// Every spelling of every option, sorted.
+    public var spellings: [String] {
+        optionsBySpelling.keys.sorted()
+    }
+
     /// The option spelled `spelling` (`--socket`), if there is one.
     public func option(spelled spelling: String) -> Option? {
         optionsBySpelling[spelling]

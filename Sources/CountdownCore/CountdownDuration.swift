@@ -1,9 +1,10 @@
 /// Parsing and rendering of countdown durations.
 ///
-/// Accepted forms: a bare integer means seconds (`90`); otherwise one or more `<integer><unit>`
+/// Accepted forms: a bare number means seconds (`90`); otherwise one or more `<number><unit>`
 /// with units `ms`, `s`, `m`, `h`, `d`, `w` and systemd.time(7)'s spellings of them (`msec`,
 /// `sec`, `min`, `hr`, `hours`, `days`, `weeks`, …): `90s`, `1m30s`, `1500ms`, `5min`,
-/// `1h30min`. The result must be more than zero and at most 366 days.
+/// `1h30min`. A number may have a decimal fraction, as in systemd (`1.5h`, `0.5min`), kept to
+/// the whole millisecond below. The result must be more than zero and at most 366 days.
 public enum CountdownDuration {
     /// The longest duration accepted, 366 days, in milliseconds.
     public static let maximumMilliseconds: Int64 = 366 * 86_400_000
@@ -13,7 +14,7 @@ public enum CountdownDuration {
 
     /// The accepted forms, for error messages and `--help`.
     public static let acceptedForms =
-        "a whole number of seconds (90) or <number><unit> parts with units ms, s, m, h, d, w or their systemd spellings (90s, 1m30s, 1500ms, 5min, 1h30min, 2days), more than 0 and at most 366d"
+        "a number of seconds (90) or <number><unit> parts with units ms, s, m, h, d, w or their systemd spellings (90s, 1m30s, 1500ms, 5min, 1h30min, 1.5h, 2days), more than 0 and at most 366d"
 
     /// Parses a duration.
     /// - Returns: the duration in milliseconds.
@@ -64,6 +65,25 @@ public enum CountdownDuration {
             if digits == 0 {
                 return nil
             }
+            // A fraction: `.` and at least one digit; digits past the ninth cannot change a
+            // whole millisecond of any unit, and are read and dropped.
+            var fraction: Int64 = 0
+            var fractionScale: Int64 = 1
+            if index != bytes.endIndex, bytes[index] == UInt8(ascii: ".") {
+                index = bytes.index(after: index)
+                var fractionDigits = 0
+                while index != bytes.endIndex, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+                    if fractionDigits < 9 {
+                        fraction = fraction * 10 + Int64(bytes[index] - UInt8(ascii: "0"))
+                        fractionScale *= 10
+                    }
+                    fractionDigits += 1
+                    index = bytes.index(after: index)
+                }
+                if fractionDigits == 0 {
+                    return nil
+                }
+            }
             // Unit.
             let unitStart = index
             while index != bytes.endIndex, bytes[index] >= UInt8(ascii: "a"), bytes[index] <= UInt8(ascii: "z") {
@@ -82,8 +102,10 @@ public enum CountdownDuration {
             }
             sawUnit = true
             // value <= tooLong, but a week's scale times that passes Int64.max: clamp, never trap.
+            // The fraction is below 10^9 and a scale at most a week's 6.05 × 10^8 ms: no overflow.
             let (product, overflow) = value.multipliedReportingOverflow(by: scale)
-            total = overflow ? tooLong : min(total + min(product, tooLong), tooLong)
+            let part = overflow ? tooLong : min(product, tooLong) + fraction * scale / fractionScale
+            total = min(total + min(part, tooLong), tooLong)
         }
         return total
     }

@@ -396,6 +396,8 @@ public struct CountdownEngine {
     /// set, in which case the old one is reported `cancelled` and the new one `started`. With
     /// `onSuspend: .pause` it stands still while the machine sleeps (`machineSlept(for:now:events:)`);
     /// a countdown to a wall-clock time (`pinnedTo`) cannot: the time of day comes regardless.
+    /// Without `onSuspend`, a name started again (replaced, or after it finished) keeps the
+    /// setting it had, so a status bar's restart click does not drop it; a new name counts on.
     /// - Throws: `bad-duration`, `bad-request` (`.pause` with `pinnedTo`), `busy`, `forbidden`
     ///   (replacing someone else's), `limit`.
     @discardableResult
@@ -405,7 +407,7 @@ public struct CountdownEngine {
         replace: Bool = false,
         requester: UInt32,
         pinnedTo pinnedUnixMilliseconds: Int64? = nil,
-        onSuspend: SuspendPolicy = .count,
+        onSuspend: SuspendPolicy? = nil,
         now: Instant,
         events: inout [CountdownEvent]
     ) throws(ProtocolError) -> CountdownSnapshot {
@@ -413,7 +415,7 @@ public struct CountdownEngine {
         guard milliseconds > 0, milliseconds <= CountdownDuration.maximumMilliseconds else {
             throw ProtocolError(.badDuration, "duration must be more than 0 and at most 366 days")
         }
-        guard onSuspend == .count || pinnedUnixMilliseconds == nil else {
+        guard onSuspend != .pause || pinnedUnixMilliseconds == nil else {
             throw ProtocolError(
                 .badRequest,
                 "a countdown to a time of day (AT) cannot pause while the machine sleeps: that time comes regardless; give a duration for ON-SUSPEND pause"
@@ -421,9 +423,13 @@ public struct CountdownEngine {
         }
         let slot: Int32
         var generation: UInt32 = 0
+        var pausesOnSuspend = onSuspend == .pause
         let hash = NameIndex.hash(name)
         if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }),
            let old = records[Int(existing)] {
+            if onSuspend == nil && pinnedUnixMilliseconds == nil {
+                pausesOnSuspend = old.pausesOnSuspend
+            }
             if old.state.isActive {
                 guard replace else {
                     let remaining = snapshot(of: old, now: now).remainingMilliseconds
@@ -462,7 +468,7 @@ public struct CountdownEngine {
             generation: generation,
             lateMilliseconds: nil,
             pinned: pinnedUnixMilliseconds ?? Self.notPinned,
-            pausesOnSuspend: onSuspend == .pause
+            pausesOnSuspend: pausesOnSuspend
         )
         records[Int(slot)] = record
         countState(.running, of: record.owner, 1)

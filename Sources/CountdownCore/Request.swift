@@ -1,8 +1,9 @@
 /// One parsed client request of protocol v1.
 public enum Request: Equatable, Sendable {
     /// `START <name> [<duration>] [REPLACE] [ON-SUSPEND pause|count]`; the duration defaults to
-    /// 60 s, and the countdown counts on while the machine sleeps unless told to pause.
-    case start(name: String, milliseconds: Int64, replace: Bool, onSuspend: SuspendPolicy = .count)
+    /// 60 s. Without `ON-SUSPEND` (`nil`), a name started again keeps its setting; a new one
+    /// counts on while the machine sleeps.
+    case start(name: String, milliseconds: Int64, replace: Bool, onSuspend: SuspendPolicy? = nil)
     /// `START <name> AT <time> [REPLACE]`: until a wall-clock time (Unix ms), and pinned to it.
     case startAt(name: String, unixMilliseconds: Int64, replace: Bool)
     /// `STATUS <name>`
@@ -158,7 +159,7 @@ public enum RequestParser {
                     )
                 }
             }
-            return .start(name: name, milliseconds: milliseconds, replace: replace, onSuspend: onSuspend ?? .count)
+            return .start(name: name, milliseconds: milliseconds, replace: replace, onSuspend: onSuspend)
         }
         if keyword(verb, is: "STATUS") {
             return .status(name: try oneName(arguments, usage: "STATUS <name>"))

@@ -224,7 +224,7 @@ extension Daemon {
         switch request {
         case .start(let address, let milliseconds, let replace, let onSuspend):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            guard cluster == nil || onSuspend == .count else {
+            guard cluster == nil || onSuspend != .pause else {
                 // The shared store has no notion of one machine's sleep, and a fleet's countdowns
                 // must not move because one host was suspended.
                 throw ProtocolError(

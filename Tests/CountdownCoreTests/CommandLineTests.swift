@@ -102,6 +102,8 @@ struct CommandLineTests {
         (["list", "--follow"], "does not apply"), (["status", "--json", "--format", "{name}"], "exclude each other"),
         (["start", "a", "--replace", "--if-idle"], "exclude each other"), (["start", "a", "--at", "09:30", "--pause-on-suspend"], "does not go with --at"), (["list", "--pause-on-suspend"], "does not apply"), (["status", "--format", "{nope}"], "unknown placeholder"),
         (["status", "--format", "{name"], "not closed"), (["cancel", "a", "--if-idle"], "does not apply"),
+        (["start", "tea3", "-5s"], "a duration cannot be negative ('-5s')"), (["start", "tea", "--replce"], "did you mean '--replace'?"),
+        (["start", "a", "--pause-on-suspend", "--count-on-suspend"], "exclude each other"),
     ] as [([String], String)])
     func cdctlUsageErrors(arguments: [String], fragment: String) {
         do {

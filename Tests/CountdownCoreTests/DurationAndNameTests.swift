@@ -9,13 +9,16 @@ struct DurationAndNameTests {
         // systemd.time(7) spellings.
         ("5min", 300_000), ("1h30min", 5_400_000), ("2days", 172_800_000), ("1week", 604_800_000), ("2w", 1_209_600_000),
         ("90sec", 90_000), ("3hours", 10_800_000), ("1hr", 3_600_000), ("250msec", 250), ("1minute30seconds", 90_000),
+        // Fractions, as systemd.time(7) takes them, kept to the whole millisecond below.
+        ("1.5h", 5_400_000), ("1.5min", 90_000), ("0.25s", 250), ("1.5", 1500), ("1h0.5min", 3_630_000),
+        ("1.0009s", 1000), ("2.5ms", 2), ("0.5w", 302_400_000), ("1.99999999999999999999s", 1999), ("366.0d", 366 * 86_400_000),
     ] as [(String, Int64)])
     func accepted(text: String, milliseconds: Int64) throws {
         #expect(try CountdownDuration.parse(text) == milliseconds)
     }
 
     @Test("rejected durations are bad-duration", arguments: [
-        "", "0", "0s", "-5", "+5", "5x", "1.5s", "s", "1m30", "90 s", "367d", "8785h", "99999999999999999999999",
+        "", "0", "0s", "-5", "+5", "5x", "1.s", ".5s", "1..5s", "1.5.5s", "0.0001s", "366.5d", "-1.5h", "s", "1m30", "90 s", "367d", "8785h", "99999999999999999999999",
         "9223372036854775807ms", "1e3", "１", "5S", "\u{0}", "5mins5", "1fortnight", "53w", "5minute s",
         // Found by the fuzzer: a huge count of the largest unit must be "too long", not a trap.
         "999999999999999w", "99999999999weeks99999h", "999999999999999w99999h11m",

@@ -86,7 +86,7 @@ struct EngineSuspendTests {
         #expect(clock.engine.machineSlept(for: 0, now: .seconds(50), events: &events) == 0 && events.isEmpty)
     }
 
-    @Test("the policy is kept in durable state and restored; REPLACE without it counts on; AT cannot pause")
+    @Test("the policy is kept in durable state and restored; REPLACE with ON-SUSPEND count counts on (without it: settingKept); AT cannot pause")
     func storedAndRestored() throws {
         var clock = ManualClock()
         try clock.start("pomodoro", 1_500_000, onSuspend: .pause)
@@ -98,7 +98,7 @@ struct EngineSuspendTests {
         #expect(restored.restore(persisted, now: .seconds(1), events: &events))
         #expect(try restored.status(of: "pomodoro", now: .seconds(1)).pausesOnSuspend)
         #expect(restored.machineSlept(for: 5_000_000_000, now: .seconds(6), events: &events) == 1)
-        #expect(try clock.start("pomodoro", 60_000, replace: true).pausesOnSuspend == false)
+        #expect(try clock.start("pomodoro", 60_000, replace: true, onSuspend: .count).pausesOnSuspend == false)
         #expect(throws: ProtocolError.self) {
             try clock.perform { engine, now, events throws(ProtocolError) in
                 try engine.start("meeting", milliseconds: 60_000, requester: 1000, pinnedTo: 1_800_000_000_000, onSuspend: .pause, now: now, events: &events)
@@ -117,5 +117,28 @@ struct EngineSuspendTests {
         let kept = try clock.engine.status(of: "kept", now: clock.now)
         #expect(kept.pausesOnSuspend && kept.state == .running)
         #expect(try clock.engine.status(of: "plain", now: clock.now).pausesOnSuspend == false)
+    }
+
+    @Test("started again without ON-SUSPEND, a name keeps its setting (replaced, or after it finished); count clears it; a new name and AT count on")
+    func settingKept() throws {
+        var clock = ManualClock()
+        try clock.start("pomodoro", 1_500_000, onSuspend: .pause)
+        try clock.start("pomodoro", 1_500_000, replace: true)
+        #expect(try clock.engine.status(of: "pomodoro", now: clock.now).pausesOnSuspend, "a bar's restart click keeps it")
+        clock.advance(byMilliseconds: 1_500_000)
+        #expect(try clock.engine.status(of: "pomodoro", now: clock.now).state == .done)
+        try clock.start("pomodoro", 1_500_000)
+        #expect(try clock.engine.status(of: "pomodoro", now: clock.now).pausesOnSuspend, "started again once done")
+        try clock.start("pomodoro", 1_500_000, replace: true, onSuspend: .count)
+        #expect(try clock.engine.status(of: "pomodoro", now: clock.now).pausesOnSuspend == false, "count clears it")
+        try clock.start("pomodoro", 1_500_000, replace: true)
+        #expect(try clock.engine.status(of: "pomodoro", now: clock.now).pausesOnSuspend == false, "and that is kept too")
+        try clock.start("fresh", 60_000)
+        #expect(try clock.engine.status(of: "fresh", now: clock.now).pausesOnSuspend == false)
+        try clock.start("meeting", 60_000, onSuspend: .pause)
+        try clock.perform { engine, now, events throws(ProtocolError) in
+            try engine.start("meeting", milliseconds: 60_000, replace: true, requester: 1000, pinnedTo: 1_800_000_000_000, now: now, events: &events)
+        }
+        #expect(try clock.engine.status(of: "meeting", now: clock.now).pausesOnSuspend == false, "a countdown to a time of day cannot pause")
     }
 }

@@ -59,7 +59,7 @@ struct ManualClock {
     /// Starts a countdown owned by `uid` at the current instant.
     @discardableResult
     mutating func start(
-        _ name: String, _ milliseconds: Int64, replace: Bool = false, uid: UInt32 = 1000, onSuspend: SuspendPolicy = .count
+        _ name: String, _ milliseconds: Int64, replace: Bool = false, uid: UInt32 = 1000, onSuspend: SuspendPolicy? = nil
     ) throws(ProtocolError) -> CountdownSnapshot {
         try perform { engine, now, events throws(ProtocolError) in
             try engine.start(name, milliseconds: milliseconds, replace: replace, requester: uid, onSuspend: onSuspend, now: now, events: &events)
