@@ -421,10 +421,11 @@ public struct Cdctl {
             console.error("cdctl: unexpected reply from countdownd\n")
             return .refused
         }
+        let fields = reply.errorFields
         // A countdown that already finished exists: "not-found" would say the opposite.
-        let alreadyFinished = code == .notFound && message.contains("already finished")
-        var text = "cdctl: \(Self.inCdctlTerms(message, name: name))" + (alreadyFinished ? "" : " (\(rawCode))")
-        if code == .notFound, let name, !message.contains("finished"),
+        let finished = fields["state"].flatMap(CountdownState.init(rawValue:)).map { !$0.isActive } ?? false
+        var text = "cdctl: \(Self.inCdctlTerms(message, fields: fields, name: name))" + (finished ? "" : " (\(rawCode))")
+        if code == .notFound, let name, !finished,
            let list = try? connection.request("LIST"),
            let suggestion = Suggestion.closest(to: name, among: list.countdowns.map(\.name)) {
             text += "; did you mean '\(suggestion)'?"
@@ -433,27 +434,47 @@ public struct Cdctl {
         return ExitCode(errorCode: code)
     }
 
-    /// The daemon's messages name protocol requests (`CANCEL it`); a person at cdctl wants the
-    /// cdctl command to run next.
-    static func inCdctlTerms(_ message: String, name: String?) -> String {
-        let target = name ?? "NAME"
-        let phrases: [(String, String)] = [
-            ("wait for it, CANCEL it, or START it with REPLACE", "wait for it (cdctl wait \(target)), cancel it (cdctl cancel \(target)), or restart it (cdctl start \(target) --replace)"),
-            ("LIST shows the existing ones", "cdctl list shows the existing ones"),
-            ("RESUME it to continue", "cdctl resume \(target) continues it"),
-            ("START it again to reuse the name", "cdctl start \(target) starts it again"),
-            ("CANCEL it first", "cdctl cancel \(target) first"),
-            ("SUBSCRIBE without SINCE for the current state", "cdctl watch without --since shows the current state"),
-            ("SUBSCRIBE with no names follows all", "cdctl watch with no names follows all"),
-            ("REMOVE finished ones", "cdctl rm finished ones"),
-        ]
-        var text = message
-        for (protocolPhrase, cdctlPhrase) in phrases {
-            text = text.replacing(protocolPhrase, with: cdctlPhrase)
+    /// The daemon's message as a person at cdctl should read it, decided by the error's fields,
+    /// never by its English: with an `advice` field, the message's last clause (after its last
+    /// `; `) is that advice in protocol terms (`CANCEL it first`), replaced here by the cdctl
+    /// command to run next; a replay asked `--since` a number the daemon never had is worded
+    /// from its `since` and `last_seq`. Anything else is shown as the daemon wrote it.
+    public static func inCdctlTerms(_ message: String, fields: [String: String], name: String?) -> String {
+        guard let token = fields["advice"], let advice = ProtocolError.Advice(rawValue: token) else { return message }
+        let what: Substring
+        if let since = fields["since"], let last = fields["last_seq"] {
+            what = "--since \(since) is ahead of the last event (\(last)): this daemon's history never had it"
+        } else if let cut = lastClauseStart(message) {
+            what = message[..<cut]
+        } else {
+            return message
         }
-        // `SINCE 99999 is ahead …` is cdctl's --since.
-        text = text.replacing(#/\bSINCE (\d+)/#) { "--since \($0.1)" }
-        return text
+        let target = name ?? "NAME"
+        let words: String
+        switch advice {
+        case .waitCancelOrReplace:
+            words = "wait for it (cdctl wait \(target)), cancel it (cdctl cancel \(target)), or restart it (cdctl start \(target) --replace)"
+        case .list: words = "cdctl list shows the existing ones"
+        case .resume: words = "cdctl resume \(target) continues it"
+        case .startAgain: words = "cdctl start \(target) starts it again"
+        case .cancelFirst: words = "cdctl cancel \(target) first"
+        case .removeFinished: words = "cdctl rm finished ones"
+        case .subscribeWithoutSince: words = "cdctl watch without --since shows the current state"
+        case .subscribeEverything: words = "cdctl watch with no names follows all"
+        }
+        return what + "; " + words
+    }
+
+    /// Where the last `; ` of a message begins.
+    private static func lastClauseStart(_ message: String) -> String.Index? {
+        var index = message.endIndex
+        while index > message.startIndex {
+            index = message.index(before: index)
+            if message[index] == ";", message.index(after: index) < message.endIndex, message[message.index(after: index)] == " " {
+                return index
+            }
+        }
+        return nil
     }
 
     /// Blocks until every name is finished: `success` if all are done, `cancelled` if any was

@@ -258,7 +258,7 @@ public struct CountdownEngine {
     /// - Throws: `not-found` when there is none.
     public func status(of name: String, now: Instant) throws(ProtocolError) -> CountdownSnapshot {
         guard let slot = slot(named: name), let record = records[Int(slot)] else {
-            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
+            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones", fields: [.advice(.list)])
         }
         return snapshot(of: record, now: now)
     }
@@ -437,7 +437,7 @@ public struct CountdownEngine {
                     throw ProtocolError(
                         .busy,
                         "'\(name)' is \(old.state.rawValue) with \(left) left; wait for it, CANCEL it, or START it with REPLACE",
-                        fields: [.init("remaining_ms", "\(remaining)"), .init("state", old.state.rawValue)]
+                        fields: [.init("remaining_ms", "\(remaining)"), .init("state", old.state.rawValue), .advice(.waitCancelOrReplace)]
                     )
                 }
                 try authorize(requester, toChange: old, verb: "replace")
@@ -498,13 +498,15 @@ public struct CountdownEngine {
         guard held < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {
             throw ProtocolError(
                 .limit,
-                "\(holder) holds \(held) of its \(configuration.maximumCountdowns) countdowns\(counted), and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root; REMOVE finished ones, or ask for a higher --max-countdowns"
+                "\(holder) holds \(held) of its \(configuration.maximumCountdowns) countdowns\(counted), and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root (a higher --max-countdowns makes room); REMOVE finished ones",
+                fields: [.advice(.removeFinished)]
             )
         }
         guard owner == 0 || tally(of: owner).held + (pending.byOwner[owner] ?? 0) < configuration.maximumCountdownsPerOwner else {
             throw ProtocolError(
                 .limit,
-                "uid \(owner) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns\(configuration.decidesLocally ? "" : " across the fleet")\(counted) (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed); REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
+                "uid \(owner) already holds its maximum of \(configuration.maximumCountdownsPerOwner) countdowns\(configuration.decidesLocally ? "" : " across the fleet")\(counted) (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed; a higher --max-countdowns-per-user allows more); REMOVE finished ones",
+                fields: [.advice(.removeFinished)]
             )
         }
     }
@@ -540,7 +542,7 @@ public struct CountdownEngine {
         advance(to: now, events: &events)
         let (slot, old) = try activeRecord(name, verb: "pause")
         guard old.state == .running else {
-            throw ProtocolError(.busy, "'\(name)' is already paused; RESUME it to continue")
+            throw ProtocolError(.busy, "'\(name)' is already paused; RESUME it to continue", fields: [.init("state", "paused"), .advice(.resume)])
         }
         try authorize(requester, toChange: old, verb: "pause")
         var record = old
@@ -834,10 +836,10 @@ public struct CountdownEngine {
     ) throws(ProtocolError) -> CountdownSnapshot {
         advance(to: now, events: &events)
         guard let slot = slot(named: name), let record = records[Int(slot)] else {
-            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
+            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones", fields: [.advice(.list)])
         }
         guard !record.state.isActive else {
-            throw ProtocolError(.busy, "'\(name)' is \(record.state.rawValue), not finished; CANCEL it first")
+            throw ProtocolError(.busy, "'\(name)' is \(record.state.rawValue), not finished; CANCEL it first", fields: [.init("state", record.state.rawValue), .advice(.cancelFirst)])
         }
         try authorize(requester, toChange: record, verb: "remove")
         let result = snapshot(of: record, now: now)
@@ -945,12 +947,13 @@ public struct CountdownEngine {
 
     private func activeRecord(_ name: String, verb: String) throws(ProtocolError) -> (Int32, Record) {
         guard let slot = slot(named: name), let record = records[Int(slot)] else {
-            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones")
+            throw ProtocolError(.notFound, "no countdown named '\(name)'; LIST shows the existing ones", fields: [.advice(.list)])
         }
         guard record.state.isActive else {
             throw ProtocolError(
                 .notFound,
-                "'\(name)' already finished (\(record.state.rawValue)); there is nothing to \(verb). START it again to reuse the name"
+                "'\(name)' already finished (\(record.state.rawValue)); there is nothing to \(verb); START it again to reuse the name",
+                fields: [.init("state", record.state.rawValue), .advice(.startAgain)]
             )
         }
         return (slot, record)

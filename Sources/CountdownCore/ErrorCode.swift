@@ -41,6 +41,32 @@ public struct ProtocolError: Error, Equatable, Sendable, CustomStringConvertible
             self.key = key
             self.value = value
         }
+
+        /// `advice=<token>`: the message's last clause (after its last `; `) is this advice, in
+        /// protocol terms; a client with commands of its own (cdctl) words it in those instead.
+        public static func advice(_ advice: Advice) -> Field {
+            Field("advice", advice.rawValue)
+        }
+    }
+
+    /// What to do next, as the `advice` field names it (PROTOCOL.md, *Errors*).
+    public enum Advice: String, Sendable, CaseIterable {
+        /// A `START` on a running or paused name: wait for it, `CANCEL` it, or `START … REPLACE`.
+        case waitCancelOrReplace = "wait-cancel-or-replace"
+        /// No such countdown: `LIST` shows the existing ones.
+        case list
+        /// Already paused: `RESUME` it.
+        case resume
+        /// Already finished: `START` it again to reuse the name.
+        case startAgain = "start-again"
+        /// Still running or paused: `CANCEL` it first.
+        case cancelFirst = "cancel-first"
+        /// A limit of countdowns: `REMOVE` finished ones.
+        case removeFinished = "remove-finished"
+        /// A replay that cannot be had: `SUBSCRIBE` without `SINCE` for the current state.
+        case subscribeWithoutSince = "subscribe-without-since"
+        /// Too many names on one connection: `SUBSCRIBE` with no names follows all.
+        case subscribeEverything = "subscribe-everything"
     }
 
     /// The machine-readable code.

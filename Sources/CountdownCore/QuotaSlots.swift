@@ -144,8 +144,9 @@ public struct QuotaSlots: Sendable {
             throw ProtocolError(
                 .limit,
                 owner == 0 || usable == maximumCountdowns
-                    ? "the fleet already holds its maximum of \(maximumCountdowns) countdowns, counting those being created; REMOVE finished ones, or raise --max-countdowns on every host"
-                    : "the fleet holds \(usable) of its \(maximumCountdowns) countdowns that users other than root may have, counting those being created (the last \(RootReserve.share(of: maximumCountdowns)) are kept for root); REMOVE finished ones, or ask for a higher --max-countdowns"
+                    ? "the fleet already holds its maximum of \(maximumCountdowns) countdowns, counting those being created (a higher --max-countdowns on every host makes room); REMOVE finished ones"
+                    : "the fleet holds \(usable) of its \(maximumCountdowns) countdowns that users other than root may have, counting those being created (the last \(RootReserve.share(of: maximumCountdowns)) are kept for root; a higher --max-countdowns makes room); REMOVE finished ones",
+                fields: [.advice(.removeFinished)]
             )
         }
         claimed.insert(shared)
@@ -154,7 +155,8 @@ public struct QuotaSlots: Sendable {
             claimed.remove(shared)
             throw ProtocolError(
                 .limit,
-                "uid \(owner) already holds its maximum of \(maximumPerOwner) countdowns across the fleet, counting those being created; REMOVE finished ones, or ask for a higher --max-countdowns-per-user"
+                "uid \(owner) already holds its maximum of \(maximumPerOwner) countdowns across the fleet, counting those being created (a higher --max-countdowns-per-user allows more); REMOVE finished ones",
+                fields: [.advice(.removeFinished)]
             )
         }
         claimed.insert(own)

@@ -399,7 +399,8 @@ extension Daemon {
         guard sequence <= engine.lastSequence else {
             throw ProtocolError(
                 .badRequest,
-                "SINCE \(sequence) is ahead of the last event (\(engine.lastSequence)): this daemon's history never had it; SUBSCRIBE without SINCE for the current state"
+                "SINCE \(sequence) is ahead of the last event (\(engine.lastSequence)): this daemon's history never had it; SUBSCRIBE without SINCE for the current state",
+                fields: [.init("since", "\(sequence)"), .init("last_seq", "\(engine.lastSequence)"), .advice(.subscribeWithoutSince)]
             )
         }
         var replay: [CountdownEvent]
@@ -410,7 +411,8 @@ extension Daemon {
             let whose = viewer == 0 && owner != 0 ? "uid \(owner)'s events" : "events"
             throw ProtocolError(
                 .gone,
-                "\(whose) after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events keeps each uid's last \(ring.share) at least); SUBSCRIBE without SINCE for the current state"
+                "\(whose) after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events keeps each uid's last \(ring.share) at least); SUBSCRIBE without SINCE for the current state",
+                fields: [.init("kept_after", "\(keptAfter)"), .advice(.subscribeWithoutSince)]
             )
         }
         for event in batch.lifecycleEvents where event.sequence > sequence && (keys?.contains(event.name) ?? true)

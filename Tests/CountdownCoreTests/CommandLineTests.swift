@@ -162,6 +162,21 @@ struct FormattingTests {
             """)
     }
 
+    @Test("cdctl words the daemon's advice from its fields, never its English: each token, the since fields, an unknown token and none")
+    func adviceInCdctlTerms() {
+        func words(_ message: String, _ fields: [String: String]) -> String { Cdctl.inCdctlTerms(message, fields: fields, name: "tea") }
+        #expect(words("a; b; CANCEL it first", ["advice": "cancel-first"]) == "a; b; cdctl cancel tea first")
+        #expect(words("x; SUBSCRIBE with no names follows all", ["advice": "subscribe-everything"]) == "x; cdctl watch with no names follows all")
+        #expect(words("SINCE 9 is ahead; SUBSCRIBE without SINCE for the current state", ["advice": "subscribe-without-since", "since": "9", "last_seq": "3"])
+            == "--since 9 is ahead of the last event (3): this daemon's history never had it; cdctl watch without --since shows the current state")
+        #expect(words("x; FROB it", ["advice": "frob"]) == "x; FROB it", "a token this cdctl does not know: the message as it is")
+        #expect(words("no advice; as is", [:]) == "no advice; as is")
+        for advice in ProtocolError.Advice.allCases {
+            let worded = words("what; PROTOCOL ADVICE", ["advice": advice.rawValue])
+            #expect(worded.hasPrefix("what; cdctl ") || worded.hasPrefix("what; wait for it (cdctl wait tea)"), "\(advice): \(worded)")
+        }
+    }
+
     @Test("JSON output is golden: snake_case keys, sorted, absent fields omitted")
     func json() {
         let info = CountdownInfo(name: "tea", state: .paused, remainingMilliseconds: 90_000, totalMilliseconds: 180_000, owner: 1000)

@@ -14,8 +14,8 @@ struct EngineMutationTests {
         } catch {
             #expect(error.code == .busy)
             #expect(error.message.contains("0:00:42"))
-            // For programs: the time left in milliseconds, and the state.
-            #expect(error.fields == [.init("remaining_ms", "42000"), .init("state", "running")])
+            // For programs: the time left in milliseconds, the state, and what to do.
+            #expect(error.fields == [.init("remaining_ms", "42000"), .init("state", "running"), .advice(.waitCancelOrReplace)])
         }
         clock.advance(byMilliseconds: 42_000)
         #expect(try clock.engine.status(of: "otp:+4915112345678", now: clock.now).state == .done)
@@ -64,7 +64,7 @@ struct EngineMutationTests {
             try clock.perform { e, now, ev throws(ProtocolError) in try e.resume("x", requester: 1000, now: now, events: &ev) }
         }
         try clock.perform { e, now, ev throws(ProtocolError) in try e.pause("x", requester: 1000, now: now, events: &ev) }
-        #expect(throws: ProtocolError(.busy, "'x' is already paused; RESUME it to continue")) {
+        #expect(throws: ProtocolError(.busy, "'x' is already paused; RESUME it to continue", fields: [.init("state", "paused"), .advice(.resume)])) {
             try clock.perform { e, now, ev throws(ProtocolError) in try e.pause("x", requester: 1000, now: now, events: &ev) }
         }
     }

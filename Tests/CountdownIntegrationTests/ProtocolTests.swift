@@ -21,7 +21,7 @@ extension Integration {
             _ = try c.request("START otp:+4915112345678 60")
             try c.send("START otp:+4915112345678 60\n")
             let line = try #require(try c.readLine(timeout: 30))
-            let match = try #require(line.wholeMatch(of: #/ERR busy 'otp:\+4915112345678' is running with 0:0[01]:\d\d left; .* REPLACE remaining_ms=(\d+) state=running/#), "\(line)")
+            let match = try #require(line.wholeMatch(of: #/ERR busy 'otp:\+4915112345678' is running with 0:0[01]:\d\d left; .* REPLACE remaining_ms=(\d+) state=running advice=wait-cancel-or-replace/#), "\(line)")
             let remaining = try #require(Int(match.1))
             #expect(remaining > 0 && remaining <= 60_000)
             // The Swift client hands the fields over apart, and the message without them.

@@ -141,7 +141,8 @@ final class EventFanOut {
         if !names.isEmpty && subscriber.subscription != .all && wanted.count > maximumNamesPerConnection {
             throw ProtocolError(
                 .limit,
-                "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all"
+                "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all",
+                fields: [.advice(.subscribeEverything)]
             )
         }
         subscribers[subscriber.id] = subscriber
