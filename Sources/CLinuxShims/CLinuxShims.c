@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "CLinuxShims.h"
 #include <malloc.h>
+#include <spawn.h>
 #include <errno.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -24,6 +25,10 @@ void countdownd_close(int fd) {
     int saved = errno;
     (void)close(fd);
     errno = saved;
+}
+
+int countdownd_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
 }
 
 int countdownd_set_timer_slack(unsigned long nanoseconds) {

@@ -88,10 +88,11 @@ public enum LocalTime {
     }
 
     private static func read(_ text: String, now: Int64, zone: some LocalZone) throws(ParseError) -> Resolved {
-        let trimmed = String(text.drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed())
+        // Blanks of any kind (a tab, a no-break space pasted from a chat) around and between words.
+        let trimmed = String(text.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed())
         let lower = trimmed.lowercased()
         if lower.hasPrefix("now") {
-            let rest = lower.dropFirst(3).filter { $0 != " " }
+            let rest = lower.dropFirst(3).filter { !$0.isWhitespace }
             guard rest.hasPrefix("+") else {
                 throw ParseError(description: "'\(text)' is not a time; after 'now' comes '+ DURATION', as in now + 3 min")
             }
@@ -108,7 +109,7 @@ public enum LocalTime {
         }
         let nowSeconds = now >= 0 ? now / 1000 : (now - 999) / 1000
         let today = CivilTime(unixSeconds: nowSeconds, offset: zone.offset(atUnixSeconds: nowSeconds).seconds)
-        let words = lower.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        let words = lower.split(whereSeparator: \.isWhitespace).map(String.init)
         var day: CivilTime?
         var clock = words.last ?? ""
         switch words.count {
@@ -139,6 +140,10 @@ public enum LocalTime {
         let date = day ?? today
         var civil = CivilTime(year: date.year, month: date.month, day: date.day, hour: hour, minute: minute, second: second)
         var placement = place(civil, in: zone)
+        if case .twice(let first, let second) = placement, first * 1000 <= now, second * 1000 > now {
+            // In the hour the clocks went back, past the first 02:30: the second is still to come.
+            return Resolved(unixMilliseconds: second * 1000)
+        }
         if day == nil && placement.first * 1000 <= now {
             // A bare time of day means the next one: the same clock time tomorrow.
             civil = civil.addingDays(1)
@@ -148,7 +153,8 @@ public enum LocalTime {
         case .once(let instant):
             return Resolved(unixMilliseconds: instant * 1000)
         case .twice(let first, let second):
-            let note = "\(civil.text) happens twice (the clocks go back); taking the first, \(shown(first * 1000, zone)), not \(shown(second * 1000, zone)); give an offset (2026-10-25T02:30+01:00) for the other"
+            let other = "\(civil.text.prefix(10))T\(civil.text.dropFirst(11).prefix(5))\(offsetText(zone.offset(atUnixSeconds: second).seconds))"
+            let note = "\(civil.text) happens twice (the clocks go back); taking the first, \(shown(first * 1000, zone)), not \(shown(second * 1000, zone)); give an offset (\(other)) for the other"
             return Resolved(unixMilliseconds: first * 1000, note: note)
         case .skipped(let shifted):
             throw ParseError(description: "'\(text)' does not exist here: the clocks skip it (they go forward, to \(shown(shifted * 1000, zone))); give that time, or an offset")
@@ -166,6 +172,13 @@ public enum LocalTime {
             throw ParseError(description: "'\(text)' is not a date: \(date.monthText) has \(CivilTime.daysIn(month: month, year: year)) days")
         }
         return date
+    }
+
+    /// `+01:00`, `-03:30`: an offset as RFC 3339 writes it.
+    static func offsetText(_ seconds: Int) -> String {
+        let minutes = abs(seconds) / 60
+        let hours = String(minutes / 60), rest = String(minutes % 60)
+        return (seconds < 0 ? "-" : "+") + (hours.count < 2 ? "0" : "") + hours + ":" + (rest.count < 2 ? "0" : "") + rest
     }
 
     private static func unreadable(_ text: String) -> ParseError {

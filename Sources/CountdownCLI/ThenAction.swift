@@ -97,13 +97,15 @@ enum ThenAction {
             if case .failure(let error) = spawned { return .failure(error) }
             return .failure(ThenError(description: "cannot start systemd-run"))
         }
+        // Read to the end, keeping the first 64 KiB: a child that writes more must not block
+        // on a full pipe while we wait for it.
         var output: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
-        while output.count < 65_536 {
+        while true {
             let count = read(errors[0], &chunk, chunk.count)
             if count < 0 && errno == EINTR { continue }
             guard count > 0 else { break }
-            output += chunk[..<count]
+            if output.count < 65_536 { output += chunk[..<count] }
         }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
@@ -113,7 +115,9 @@ enum ThenAction {
         guard exitedCleanly, let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Running as unit: ") }) else {
             return .failure(ThenError(description: text))
         }
-        return .success(String(line.dropFirst("Running as unit: ".count)))
+        // systemd 256 and later add "; invocation ID: …" after the unit's name.
+        let unit = line.dropFirst("Running as unit: ".count).prefix { $0 != ";" && $0 != " " }
+        return .success(String(unit))
     }
 
     /// glibc's `POSIX_SPAWN_SETSID` (2.26 and later), which Swift's Glibc module does not export.
@@ -140,6 +144,12 @@ enum ThenAction {
     private static func spawn(
         _ argv: [String], actions: inout posix_spawn_file_actions_t, attributes: UnsafePointer<posix_spawnattr_t>?
     ) -> Result<pid_t, ThenError> {
+        // Only 0, 1 and 2 reach the child: a lock or a pipe the caller holds must not stay held
+        // by a waiter that lives as long as the countdown.
+        let closed = countdownd_spawn_close_from(&actions, STDERR_FILENO + 1)
+        guard closed == 0 else {
+            return .failure(ThenError(description: "cannot prepare \(argv[0]): \(String(cString: strerror(closed)))"))
+        }
         var cStrings = argv.map { strdup($0) }
         cStrings.append(nil)
         defer { cStrings.forEach { free($0) } }

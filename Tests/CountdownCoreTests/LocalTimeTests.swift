@@ -37,6 +37,10 @@ struct LocalTimeTests {
         #expect(try LocalTime.parse("2026-12-24T18:00+01:00", now: now, zone: utc) == 1_798_135_200_000 - hour)
         #expect(try LocalTime.parse("now + 3 min", now: now, zone: utc) == base + 180_000)
         #expect(try LocalTime.parse("now+90s", now: now, zone: utc) == base + 90_000)
+        // Blanks of any kind: a tab, a no-break space.
+        #expect(try LocalTime.parse("\t10:30\u{A0}", now: now, zone: utc) == base + hour / 2)
+        #expect(try LocalTime.parse("tomorrow\t09:30", now: now, zone: utc) == base + 23 * hour + hour / 2)
+        #expect(try LocalTime.parse("now\t+\t90s", now: now, zone: utc) == base + 90_000)
         // Local time: 18:00 in Berlin (UTC+1 in December) is 17:00 UTC.
         #expect(try LocalTime.parse("2026-12-24 18:00", now: now, zone: berlin) == 1_798_135_200_000 - hour)
         #expect(try LocalTime.parse("2027-07-01 18:00", now: now, zone: berlin) == 1_814_464_800_000 - 2 * hour, "summer: UTC+2")
@@ -74,6 +78,13 @@ struct LocalTimeTests {
             #expect(twice.note?.contains("2027-10-31 02:30:00 happens twice") == true, "\(twice)")
             #expect(twice.note?.contains("taking the first, 2027-10-31 02:30:00 CEST, not 2027-10-31 02:30:00 CET") == true, "\(twice)")
             #expect(twice.unixMilliseconds == CivilTime(year: 2027, month: 10, day: 31, hour: 0, minute: 30).unixSeconds() * 1000)
+            #expect(twice.note?.contains("give an offset (2027-10-31T02:30+01:00) for the other") == true, "the other's own offset: \(twice)")
+            // Inside the doubled hour, past the first 02:30 (02:10 CET, the second pass): the
+            // second 02:30 is still to come, today, not tomorrow's.
+            let secondPass = CivilTime(year: 2027, month: 10, day: 31, hour: 1, minute: 10).unixSeconds() * 1000
+            let second = CivilTime(year: 2027, month: 10, day: 31, hour: 1, minute: 30).unixSeconds() * 1000
+            #expect(try LocalTime.resolve("02:30", now: secondPass, zone: berlin).unixMilliseconds == second)
+            #expect(try LocalTime.resolve("today 02:30", now: secondPass, zone: berlin).unixMilliseconds == second)
             // 2027-03-28: they go forward from 02:00 to 03:00; 02:30 never comes.
             #expect(refusal("2027-03-28 02:30", berlin).contains("does not exist here: the clocks skip it (they go forward, to 2027-03-28 03:30:00 CEST)"))
             // A bare time is tomorrow's when today's has passed: checked on the day it lands on.

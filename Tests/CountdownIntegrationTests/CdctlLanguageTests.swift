@@ -220,6 +220,17 @@ extension Integration {
             try waitUntil(timeout: 60) { kill(pid, 0) != 0 }
             #expect(!FileManager.default.fileExists(atPath: cancelled))
             #expect(try runCommand(TestBinaries.cdctl, ["start", "x", "--then", "  "]).status == 2, "an empty --then is a usage error")
+            // A descriptor the caller holds (a lock on fd 9) does not reach the waiter, which
+            // lives as long as the countdown: it has only /dev/null open (the shell keeps a copy
+            // of its stdout on fd 10 while it runs `cdctl wait >/dev/null`).
+            let lock = daemon.directory.file("lock")
+            let held = try runCommand("/bin/sh", ["-c", "exec 9>\"$1\"; exec \"$2\" --socket \"$3\" start held 1h --then true", "sh", lock, TestBinaries.cdctl, daemon.socketPath], environment: environment)
+            let waiter = try #require(held.stdout.firstMatch(of: #/from process (\d+)/#).flatMap { pid_t($0.1) }, "\(held.stdout)\(held.stderr)")
+            let descriptors = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(waiter)/fd").sorted()
+            let targets = descriptors.map { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(waiter)/fd/\($0)")) ?? "?" }
+            #expect(!descriptors.contains("9") && targets.allSatisfy { $0 == "/dev/null" }, "the waiter holds \(zip(descriptors, targets).map { "\($0)->\($1)" })")
+            _ = try cdctl(["cancel", "held"], socket: daemon.socketPath)
+            try waitUntil(timeout: 60) { kill(waiter, 0) != 0 }
         }
 
         @Test("a subscriber to one name among 1,000 running countdowns makes only that one tick (counted by STATS)")

@@ -2,6 +2,7 @@
 #define COUNTDOWND_CLINUXSHIMS_H
 #include <stddef.h>
 #include <stdint.h>
+#include <spawn.h>
 #include <sys/timerfd.h>
 
 /// The uid of the peer of a connected Unix socket (SO_PEERCRED). Returns 0 on success, -1 with errno.
@@ -14,6 +15,10 @@ int countdownd_peer_uid(int fd, uint32_t *uid);
 /// system) concerns only files whose writes the caller has checked already (the journal's
 /// fdatasync, the snapshot's fsync) or whose loss costs nothing (a lock file's pid note).
 void countdownd_close(int fd);
+
+/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34; GNU, so not in Swift's Glibc module):
+/// the spawned process gets no descriptor from `from` up, whatever its caller had open.
+int countdownd_spawn_close_from(posix_spawn_file_actions_t *actions, int from);
 
 /// Sets this thread's timer slack in nanoseconds (PR_SET_TIMERSLACK). Returns 0 on success.
 int countdownd_set_timer_slack(unsigned long nanoseconds);
