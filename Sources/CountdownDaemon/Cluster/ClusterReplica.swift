@@ -162,6 +162,8 @@ final class ClusterReplica: @unchecked Sendable {
     private var backlogNext = 0
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
+    /// Where deadlines, schedules and lag are measured.
+    private let clock: DaemonClock
 
     /// The replica on a real etcd, through libcurl on the daemon's poller; `stateDirectory`
     /// names this host among others on the same machine.
@@ -190,15 +192,17 @@ final class ClusterReplica: @unchecked Sendable {
     /// `limits` are the engine's, made exact across the fleet by the quota slots.
     init(
         configuration: ClusterConfiguration, limits: EngineConfiguration = EngineConfiguration(), client: any EtcdTransport,
-        driver: CurlDriver?, poller: EventPoller, queue: DispatchQueue, logger: Logger, stateDirectory: String = ""
+        driver: CurlDriver?, poller: EventPoller, queue: DispatchQueue, logger: Logger, stateDirectory: String = "",
+        clock: DaemonClock = .system
     ) throws(DaemonError) {
         self.configuration = configuration
+        self.clock = clock
         quota = QuotaSlots(limits: limits)
         self.queue = queue
         self.logger = logger
         self.client = client
         self.driver = driver
-        commits = GroupCommit(client: client)
+        commits = GroupCommit(client: client, clock: clock)
         var name = [CChar](repeating: 0, count: 256)
         // A name that does not fit is cut (and then not NUL-terminated): the last byte stays 0,
         // and the state directory tells hosts with one name apart.
@@ -228,11 +232,11 @@ final class ClusterReplica: @unchecked Sendable {
 
     /// Runs `action` on the housekeeping timer, `seconds` from now.
     private func schedule(after seconds: Double, _ action: @escaping () -> Void) {
-        scheduled.append((SystemClock.now().advanced(byNanoseconds: Int64(seconds * 1e9)), action))
+        scheduled.append((clock.now().advanced(byNanoseconds: Int64(seconds * 1e9)), action))
     }
 
     private func housekeeping() {
-        let now = SystemClock.now()
+        let now = clock.now()
         let due = scheduled.filter { $0.at <= now }
         scheduled.removeAll { $0.at <= now }
         for item in due { item.action() }
@@ -302,7 +306,7 @@ final class ClusterReplica: @unchecked Sendable {
             return
         }
         let fullKey = configuration.prefix + key
-        let timeout = deadline.map { Int($0.nanoseconds(since: SystemClock.now()) / 1_000_000) } ?? Self.changeTimeoutMilliseconds
+        let timeout = deadline.map { Int($0.nanoseconds(since: clock.now()) / 1_000_000) } ?? Self.changeTimeoutMilliseconds
         guard timeout > 0 else {
             body(nil)
             return
@@ -494,7 +498,7 @@ final class ClusterReplica: @unchecked Sendable {
         if isHeartbeat {
             if event.kind == .put {
                 let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
-                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: SystemClock.now())
+                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: clock.now())
             }
             appliedSequence = sequence
             revision = changedAt
@@ -532,11 +536,11 @@ final class ClusterReplica: @unchecked Sendable {
             resume(true)
             return
         }
-        let committed = SystemClock.now()
+        let committed = clock.now()
         let suspectWatchAt = committed.advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)
         expected.append((wanted, suspectWatchAt))
         waiters.append((wanted, min(suspectWatchAt, answerBy ?? suspectWatchAt), { [self] caughtUp in
-            if caughtUp { lastLagMicroseconds = SystemClock.now().nanoseconds(since: committed) / 1000 }
+            if caughtUp { lastLagMicroseconds = clock.now().nanoseconds(since: committed) / 1000 }
             resume(caughtUp)
         }))
     }
@@ -591,7 +595,7 @@ final class ClusterReplica: @unchecked Sendable {
         commits.propose(
             prefix + key, to: value, expecting: expectation, claiming: claimed.map { prefix + $0.key }, freeing: freed,
             holder: Array(key.utf8),
-            deadline: deadline ?? SystemClock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
+            deadline: deadline ?? clock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
         ) { [self] outcome in
             if !claimed.isEmpty {
                 if case .committed(let revision) = outcome {
