@@ -17,10 +17,10 @@ extension Daemon {
 
     /// Starts the replica; `ready` runs once the first read of etcd is applied.
     func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
-        engine.setTicksEnabled(false, now: SystemClock.now())
+        engine.setTicksEnabled(false, now: time.now())
         let replica = try ClusterReplica(
             configuration: configuration, limits: self.configuration.engine, stateDirectory: self.configuration.stateDirectory,
-            poller: poller, queue: queue, logger: logger
+            poller: poller, queue: queue, logger: logger, time: time
         )
         replica.resume(from: engine.lastSequence)
         cluster = replica
@@ -35,8 +35,8 @@ extension Daemon {
     /// the watch needed. Countdowns no longer there are dropped; numbering continues after
     /// the read's `sequence`, and events before it can no longer be replayed.
     private func loadReplica(_ countdowns: [(key: String, value: ClusterValue)], sequence: UInt64) {
-        let now = SystemClock.now()
-        let clock = SystemClock.mapping(at: now)
+        let now = time.now()
+        let clock = time.mapping(at: now)
         let present = Set(countdowns.map(\.key))
         // Each is also noted in the journal (a `snapshot` record numbered with the read), so the
         // copy kept in the state directory is whole after a restart.
@@ -88,10 +88,10 @@ extension Daemon {
     /// One change from the watch: applied, and announced numbered `sequence` (its revision and
     /// its place in its transaction).
     private func applyReplicated(_ key: String, _ value: ClusterValue?, sequence: UInt64) {
-        let now = SystemClock.now()
+        let now = time.now()
         var changes: [CountdownEvent] = []
         engine.applyReplicated(
-            key, state: value?.persisted(key: key, clock: SystemClock.mapping(at: now)), event: value?.event ?? .removed,
+            key, state: value?.persisted(key: key, clock: time.mapping(at: now)), event: value?.event ?? .removed,
             eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0,
             replacedRemainingMilliseconds: value?.replacedRemainingMilliseconds, sequence: sequence, now: now, events: &changes
         )
@@ -171,24 +171,24 @@ extension Daemon {
                 cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] caughtUp in
                     if let creating { creationsInFlight.remove(creating) }
                     answer(connection, ticket: ticket) { out in
-                        let now = SystemClock.now()
+                        let now = time.now()
                         // Committed either way; from the replica once it has it, else as proposed.
                         let snapshot = (caughtUp ? try? engine.status(of: key, now: now) : nil) ?? proposal.reply
-                        WireEncoder.appendOK(snapshot.shown(to: uid), clock: SystemClock.mapping(at: now), to: &out)
+                        WireEncoder.appendOK(snapshot.shown(to: uid), clock: time.mapping(at: now), to: &out)
                     }
                 }
             case .conflict(_, let revision):
                 // Another host changed it first: once the replica has that change, the request
                 // is judged again against it (a START then finds it running: busy).
                 cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] _ in
-                    let now = SystemClock.now()
+                    let now = time.now()
                     do throws(ProtocolError) {
                         let timeLeft = attempt.answerBy.nanoseconds(since: now) / 1_000_000
                         guard attempt.number < Self.clusterAttempts, timeLeft >= ClusterReplica.minimumRetryMilliseconds else {
                             throw ProtocolError(.busy, "'\(key)' was changed by other clients at the same moment (or, for a new countdown, the quota slots it claimed were taken by other hosts' creations), \(attempt.number) times in a row; try again")
                         }
                         try checkStorageAcceptsChanges()
-                        try execute(request, uid: uid, connection: connection, now: now, clock: SystemClock.mapping(at: now), attempt: attempt.next)
+                        try execute(request, uid: uid, connection: connection, now: now, clock: time.mapping(at: now), attempt: attempt.next)
                     } catch {
                         answer(connection, ticket: ticket) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
                     }
@@ -235,8 +235,8 @@ extension Daemon {
         guard let cluster else { return }
         let due = engine.takeDue()
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
-        let now = SystemClock.now()
-        let clock = SystemClock.mapping(at: now)
+        let now = time.now()
+        let clock = time.mapping(at: now)
         for key in due.finish {
             guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
             if leavesToWriter(key, dueAt: deadline, now: now, cluster: cluster) { continue }

@@ -13,7 +13,7 @@ extension Daemon {
         precondition(phase == .serving || phase == .sealing, "events published outside a batch")
         var clock: WallClockMapping?
         for event in events where event.kind.isLifecycle {
-            let mapping = clock ?? SystemClock.mapping()
+            let mapping = clock ?? time.mapping()
             clock = mapping
             journal.note(event, state: engine.persistentState(of: event.name, hint: event.slotHint), clock: mapping)
             batch.lifecycleEvents.append(event)

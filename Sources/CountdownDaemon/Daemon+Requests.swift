@@ -53,7 +53,7 @@ extension Daemon {
         // One with changes in etcd is not read from its socket (reading is paused), but its
         // framed requests are served as far as `mayServeNext` allows.
         guard clients.mayServe(connection) else { return }
-        let now = SystemClock.now()
+        let now = time.now()
         turnsThisBatch += 1
         var budget = !batchIsOutOfTime ? Self.requestsPerPass : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
         if batch.work(of: connection.peerUID) >= Self.workPerUserPerBatch {
@@ -83,7 +83,7 @@ extension Daemon {
 
     /// Whether the current batch has used its time for requests.
     var batchIsOutOfTime: Bool {
-        SystemClock.now() >= batchDeadline
+        time.now() >= batchDeadline
     }
 
     /// Handles complete lines the connection has buffered, in order: all of them, or up to
@@ -123,7 +123,7 @@ extension Daemon {
                     parsed = true
                     batch.items.append((connection, .request(request)))
                     // Read the wall clock once per pass, and only when a request needs it.
-                    let mapping = clock ?? SystemClock.mapping(at: now)
+                    let mapping = clock ?? time.mapping(at: now)
                     clock = mapping
                     try execute(request, from: connection, now: now, clock: mapping)
                 } catch {

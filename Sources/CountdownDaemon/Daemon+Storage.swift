@@ -12,15 +12,15 @@ extension Daemon {
     /// changes refused until storage works again.
     func recoverState() throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let began = SystemClock.now()
-        let clock = SystemClock.mapping(at: began)
+        let began = time.now()
+        let clock = time.mapping(at: began)
         var recovered: StateJournal.Recovered
         do throws(StorageError) {
             recovered = try journal.recover(clock: clock, bootID: SystemClock.bootID, keepEvents: configuration.replayEventCapacity)
         } catch {
             throw .storage("cannot start: \(error); \(error.advice)")
         }
-        let now = SystemClock.now()
+        let now = time.now()
         for remark in recovered.remarks {
             logger.log(.warning, remark)
         }
@@ -55,8 +55,8 @@ extension Daemon {
         retryStorageWhileFailing()
         enter(.flushing)  // Nothing to write: no client is connected yet.
         enter(.idle)
-        let milliseconds = SystemClock.now().nanoseconds(since: began) / 1_000_000
-        let restoring = SystemClock.now().nanoseconds(since: now) / 1_000_000
+        let milliseconds = time.now().nanoseconds(since: began) / 1_000_000
+        let restoring = time.now().nanoseconds(since: now) / 1_000_000
         logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (snapshot \(recovered.snapshotMilliseconds) ms, journal \(recovered.journalMilliseconds) ms, engine \(restoring) ms)")
     }
 
@@ -69,7 +69,7 @@ extension Daemon {
                 // After the batch, between batches, once per burst of events.
                 guard !stateCheckScheduled else { return }
                 stateCheckScheduled = true
-                later.schedule(at: SystemClock.now()) { [unowned self] _ in
+                later.schedule(at: time.now()) { [unowned self] _ in
                     stateCheckScheduled = false
                     checkStateDirectory()
                 }
@@ -86,7 +86,7 @@ extension Daemon {
         journal.checkDirectory()
         retryStorageWhileFailing()
         takeSnapshotIfDue()
-        service.report(statusCounts(), now: SystemClock.now())
+        service.report(statusCounts(), now: time.now())
         stateWatcher?.watch()
     }
 
@@ -94,17 +94,17 @@ extension Daemon {
     /// (a commit, the directory watcher, a snapshot); idempotent.
     func retryStorageWhileFailing() {
         guard case .failing = journal.health else { return }
-        service.startRetrying(now: SystemClock.now()) { [unowned self] in retryStorage() }
+        service.startRetrying(now: time.now()) { [unowned self] in retryStorage() }
     }
 
     /// A snapshot finished (on its own queue, handed back outside any batch): what it leaves to
     /// do (another snapshot after a lost directory, a retry, the status) is done after a batch,
     /// which the delayed work's timer brings about at once.
     func snapshotLanded() {
-        later.schedule(at: SystemClock.now()) { [unowned self] _ in
+        later.schedule(at: time.now()) { [unowned self] _ in
             retryStorageWhileFailing()
             takeSnapshotIfDue()
-            service.report(statusCounts(), now: SystemClock.now())
+            service.report(statusCounts(), now: time.now())
         }
     }
 }

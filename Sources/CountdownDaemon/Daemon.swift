@@ -63,7 +63,7 @@ public final class Daemon: @unchecked Sendable {
     /// Notices that the machine slept, at the start of each batch.
     var sleepDetector: SleepDetector
     /// When the last batch ended: the machine was awake until then.
-    var lastBatchEnded = SystemClock.now()
+    var lastBatchEnded: Instant
     /// Notices the state directory deleted or moved (`nil` when inotify is not available).
     var stateWatcher: StateDirectoryWatcher?
     var stateCheckScheduled = false
@@ -88,7 +88,7 @@ public final class Daemon: @unchecked Sendable {
     /// Connections that had a turn in the running batch (see `minimumTurnsPerBatch`).
     var turnsThisBatch = 0
     /// Events by kind and lateness, for `STATS`.
-    var statistics = DaemonStatistics(startedAt: SystemClock.now())
+    var statistics: DaemonStatistics
 
     /// The lifecycle log lines, at most `--log-lifecycle-limit` per 10 s.
     let lifecycleLog: RateLimitedWarning
@@ -100,20 +100,31 @@ public final class Daemon: @unchecked Sendable {
     var events: [CountdownEvent] = []
     var replyBuffer: [UInt8] = []
 
+    /// Where the daemon and its components read the time (the system's clocks but in tests).
+    let time: DaemonClock
+
     /// Creates a daemon; nothing happens until `run()`.
-    public init(configuration: DaemonConfiguration, environment: [String: String]) {
+    public convenience init(configuration: DaemonConfiguration, environment: [String: String]) {
+        self.init(configuration: configuration, environment: environment, time: .system)
+    }
+
+    /// Creates a daemon whose components read `time`.
+    init(configuration: DaemonConfiguration, environment: [String: String], time: DaemonClock) {
+        self.time = time
+        lastBatchEnded = time.now()
+        statistics = DaemonStatistics(startedAt: lastBatchEnded)
         self.configuration = configuration
         self.engine = CountdownEngine(configuration: configuration.engine)
         let logger = Logger(threshold: configuration.logLevel, environment: environment)
         self.logger = logger
         self.journal = StateJournal(
-            directory: configuration.stateDirectory, durability: configuration.durability, logger: logger, queue: queue
+            directory: configuration.stateDirectory, durability: configuration.durability, logger: logger, queue: queue, time: time
         )
         self.ring = EventRing(capacity: configuration.replayEventCapacity)
         let later = DelayedWork(queue: queue)
         self.later = later
-        self.service = ServiceManager(queue: queue, later: later, statusInterval: configuration.statusIntervalMilliseconds, logger: logger)
-        let clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration)
+        self.service = ServiceManager(queue: queue, later: later, statusInterval: configuration.statusIntervalMilliseconds, logger: logger, time: time)
+        let clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration, time: time)
         self.clients = clients
         lifecycleLog = RateLimitedWarning(
             "lifecycle events", level: .info, burst: configuration.lifecycleLogLimit == 0 ? .max : configuration.lifecycleLogLimit,
@@ -157,12 +168,12 @@ public final class Daemon: @unchecked Sendable {
         clients.onOutputDrained = { [unowned self] connection in fanOut.outputDrained(connection) }
         // Ticks only where someone looks: the fan-out tells the engine who follows what.
         fanOut.tickInterest = EventFanOut.TickInterest(
-            everything: { [unowned self] on in engine.setTicksEnabled(on, now: SystemClock.now()) },
+            everything: { [unowned self] on in engine.setTicksEnabled(on, now: time.now()) },
             owner: { [unowned self] owner, on in
-                if on { engine.watchOwner(owner, now: SystemClock.now()) } else { engine.unwatchOwner(owner) }
+                if on { engine.watchOwner(owner, now: time.now()) } else { engine.unwatchOwner(owner) }
             },
             key: { [unowned self] key, on in
-                if on { engine.watch(key, now: SystemClock.now()) } else { engine.unwatch(key) }
+                if on { engine.watch(key, now: time.now()) } else { engine.unwatch(key) }
             }
         )
     }
@@ -192,7 +203,7 @@ public final class Daemon: @unchecked Sendable {
             try listener.startAccepting(with: poller) { [unowned self] in
                 clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
             }
-            service.startWatchdog(now: SystemClock.now())
+            service.startWatchdog(now: time.now())
             logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
             service.ready(status: statusCounts())
         }
@@ -292,8 +303,8 @@ public final class Daemon: @unchecked Sendable {
     /// The wall clock was set: countdowns to a time of day follow it (plain durations, on the
     /// boot clock, do not move). The batch's end re-arms the timer for the new schedule.
     private func wallClockStepped(watchFailure: DaemonError?) {
-        let now = SystemClock.now()
-        let moved = engine.wallClockChanged(to: SystemClock.mapping(at: now), now: now)
+        let now = time.now()
+        let moved = engine.wallClockChanged(to: time.mapping(at: now), now: now)
         logger.log(.notice, "the wall clock was set\(moved > 0 ? "; \(moved) countdowns to a time of day follow it" : "")")
         if let watchFailure {
             logger.log(.warning, "cannot watch the wall clock any more (\(watchFailure)): countdowns to a time of day will not follow its next steps until countdownd is restarted")
@@ -307,7 +318,7 @@ public final class Daemon: @unchecked Sendable {
     private func noticeSleep() {
         let slept = sleepDetector.sleptSinceLastCheck()
         guard slept > 0 else { return }
-        let now = SystemClock.now()
+        let now = time.now()
         timer?.clockMoved()
         events.removeAll(keepingCapacity: true)
         let stoodStill = engine.machineSlept(for: slept, now: now, awakeUntil: lastBatchEnded, events: &events)
@@ -318,7 +329,7 @@ public final class Daemon: @unchecked Sendable {
     }
 
     private func timerFired() {
-        let now = SystemClock.now()
+        let now = time.now()
         timer?.fired(at: now)
         advanceTime(to: now)
     }
@@ -334,13 +345,13 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         beginBatch()
         noticeSleep()
-        batchDeadline = SystemClock.now().advanced(byNanoseconds: requestTimeBudget)
+        batchDeadline = time.now().advanced(byNanoseconds: requestTimeBudget)
         pollerBatch.deliverUrgent()
         if let cluster, cluster.isCatchingUp { cluster.continueCatchUp() }  // A slice per batch.
         for connection in clients.takeCarriedOver(rotation: Self.minimumTurnsPerBatch) {
             readable(connection)
         }
-        continueListings(now: SystemClock.now())
+        continueListings(now: time.now())
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
@@ -368,14 +379,14 @@ public final class Daemon: @unchecked Sendable {
     private func endBatch() {
         dispatchPrecondition(condition: .onQueue(queue))
         // What fell due while the batch ran goes out with it, without waiting for the timer.
-        advanceTime(to: SystemClock.now())
+        advanceTime(to: time.now())
         // Every change of the batch in one etcd transaction; still serving, since sending may
         // answer a change whose time ran out while it waited.
         cluster?.sendPending()
         enter(.sealing)
-        let commitStarted = SystemClock.now()
+        let commitStarted = time.now()
         let committed = journal.commit()
-        lastCommitNanoseconds = SystemClock.now().nanoseconds(since: commitStarted)
+        lastCommitNanoseconds = time.now().nanoseconds(since: commitStarted)
         switch committed {
         case .durable, .deferred:
             release(batch.lifecycleEvents)
@@ -388,15 +399,15 @@ public final class Daemon: @unchecked Sendable {
             undoBatch(because: error)
         }
         retryStorageWhileFailing()
-        statistics.recordTimeEvents(batch.timeEvents, writtenAt: SystemClock.now())
+        statistics.recordTimeEvents(batch.timeEvents, writtenAt: time.now())
         enter(.flushing)
         clients.flushTouched()  // The only place output is written while running.
         enter(.idle)
         takeSnapshotIfDue()
-        service.report(statusCounts(), now: SystemClock.now())
-        later.runDue(now: SystemClock.now())
+        service.report(statusCounts(), now: time.now())
+        later.runDue(now: time.now())
         armTimer()
-        lastBatchEnded = SystemClock.now()
+        lastBatchEnded = time.now()
     }
 
     /// Lifecycle events are released: they join the replay ring and the log, in that order, once.
@@ -404,7 +415,7 @@ public final class Daemon: @unchecked Sendable {
     /// released anyway, as nothing can be refused to time.)
     func release(_ lifecycle: [CountdownEvent]) {
         statistics.count(lifecycle)
-        let now = SystemClock.now()
+        let now = time.now()
         for event in lifecycle {
             ring.append(event)
             logLifecycle(event, now: now)
@@ -416,7 +427,7 @@ public final class Daemon: @unchecked Sendable {
     /// `ERR unavailable` and everything else (replies to reads, due events) as before.
     private func undoBatch(because error: StorageError) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let now = SystemClock.now()
+        let now = time.now()
         for (name, previous) in batch.undo.reversed() {
             engine.revert(name, to: previous, now: now)
         }
@@ -431,7 +442,7 @@ public final class Daemon: @unchecked Sendable {
         enter(.serving)
         batch.timeEvents = timeEvents
         publish(timeEvents)
-        let clock = SystemClock.mapping(at: now)
+        let clock = time.mapping(at: now)
         var slicesRedone = 0
         for (connection, item) in items where clients.isOpen(connection) && rolledBack.contains(connection.id) {
             if case .listingSlice(let saved) = item {
@@ -473,13 +484,13 @@ public final class Daemon: @unchecked Sendable {
         _ = journal.retry()  // Its answer is the journal's health, read below.
         stateWatcher?.watch()  // A recreated directory is a new inode.
         takeSnapshotIfDue()
-        service.report(statusCounts(), now: SystemClock.now())
+        service.report(statusCounts(), now: time.now())
         return journal.health != .available
     }
 
     func takeSnapshotIfDue() {
-        guard journal.snapshotIsDue(now: SystemClock.now()) else { return }
-        journal.takeSnapshot(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
+        guard journal.snapshotIsDue(now: time.now()) else { return }
+        journal.takeSnapshot(engine.durableImage(), ring: ring, clock: time.mapping())
     }
 
     /// How often the poll thread wakes by itself while the wake-up timer cannot be armed: each
@@ -518,7 +529,7 @@ public final class Daemon: @unchecked Sendable {
         WireEncoder.appendShutdown("countdownd is stopping", to: &notice)
         clients.closeAll(notice: notice)
         cluster?.stop()
-        journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: SystemClock.mapping())
+        journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: time.mapping())
         logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
         exit(0)
     }

@@ -17,7 +17,7 @@ struct ClusterReplicaTests {
         return try #require(queue.sync {
             try? ClusterReplica(
                 configuration: ClusterConfiguration(endpoints: store.endpoints), limits: limits, client: store, driver: nil,
-                poller: poller, queue: queue, logger: Logger(threshold: .error, environment: [:]), clock: time.clock
+                poller: poller, queue: queue, logger: Logger(threshold: .error, environment: [:]), time: time.clock
             )
         })
     }

@@ -14,7 +14,9 @@ struct DaemonListingTests {
         let scratch = ScratchDirectory()
         var configuration = DaemonConfiguration(socketPath: scratch.path + "/d.sock", stateDirectory: scratch.path + "/state")
         configuration.outputHardLimit = 64 * 1024
-        let daemon = Daemon(configuration: configuration, environment: [:])
+        // Time moves when the test moves it: the `soon` countdowns fall due by an advance, not a sleep.
+        let time = ManualTime()
+        let daemon = Daemon(configuration: configuration, environment: [:], time: time.clock)
         let poller = try EventPoller(queue: daemon.queue)
         var pair: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
@@ -25,12 +27,12 @@ struct DaemonListingTests {
         let connection = Connection(id: 1, descriptor: pair[0], peerUID: 0, poller: poller)
         func run(_ line: String) {
             daemon.replyBuffer.removeAll(keepingCapacity: true)
-            let now = SystemClock.now()
+            let now = time.clock.now()
             guard let request = try? RequestParser.parse(Array(line.utf8)) else {
                 Issue.record("cannot parse \(line)")
                 return
             }
-            #expect(throws: Never.self) { try daemon.execute(request, from: connection, now: now, clock: SystemClock.mapping(at: now)) }
+            #expect(throws: Never.self) { try daemon.execute(request, from: connection, now: now, clock: time.clock.mapping(at: now)) }
             daemon.appendReply(to: connection)
         }
         let dueBy: Instant = daemon.queue.sync {
@@ -42,12 +44,13 @@ struct DaemonListingTests {
             connection.output.discardAllButCurrentLine()  // Only what follows SUBSCRIBE matters.
             run("SUBSCRIBE")
             #expect(daemon.listings[connection.id] != nil && daemon.clients.isListing(connection), "snapshots in slices")
-            return SystemClock.now().advanced(byMilliseconds: 50)
+            return time.clock.now().advanced(byMilliseconds: 50)
         }
         // Until the `soon` countdowns are due: their 3,000 `done`s pass the 64 KiB limit.
-        while SystemClock.now() < dueBy { usleep(10_000) }
+        time.advance(byMilliseconds: 50)
+        #expect(time.clock.now() >= dueBy)
         daemon.queue.sync {
-            daemon.continueListings(now: SystemClock.now())
+            daemon.continueListings(now: time.clock.now())
             #expect(daemon.clients.isClosing(connection), "cut off for overflow")
             #expect(!daemon.clients.isListing(connection) && daemon.listings[connection.id] == nil, "its listing ended with it")
             #expect(!daemon.hasListingWithRoom)

@@ -70,7 +70,11 @@ final class ClientTable: @unchecked Sendable {
     /// takes ticks again).
     var onOutputDrained: (Connection) -> Void = { _ in }
 
-    init(queue: DispatchQueue, later: DelayedWork, logger: Logger, configuration: DaemonConfiguration) {
+    /// Where the times of warnings and delayed closes are read.
+    private let time: DaemonClock
+
+    init(queue: DispatchQueue, later: DelayedWork, logger: Logger, configuration: DaemonConfiguration, time: DaemonClock = .system) {
+        self.time = time
         self.queue = queue
         self.later = later
         self.logger = logger
@@ -115,7 +119,7 @@ final class ClientTable: @unchecked Sendable {
                 // If the poller cannot stop watching it, the socket is reported again at once:
                 // accepting goes on being tried, which costs CPU but loses nothing.
                 try? listener.setAccepting(false)
-                later.schedule(at: SystemClock.now().advanced(byNanoseconds: 100_000_000)) { [self] _ in
+                later.schedule(at: time.now().advanced(byNanoseconds: 100_000_000)) { [self] _ in
                     guard !isStopping else { return }
                     do throws(DaemonError) {
                         try self.listener?.setAccepting(true)
@@ -145,7 +149,7 @@ final class ClientTable: @unchecked Sendable {
             var line: [UInt8] = []
             WireEncoder.appendError(ProtocolError(.limit, "too many connections (\(why)"), to: &line)
             refuse(descriptor, with: line)
-            refusedForLimit.warn("refused a connection of uid \(peerUID): \(connections.count) of \(connectionLimit) connections in use\(reserve)", now: SystemClock.now())
+            refusedForLimit.warn("refused a connection of uid \(peerUID): \(connections.count) of \(connectionLimit) connections in use\(reserve)", now: time.now())
             return
         }
         guard peerUID == 0 || connectionsByUID[peerUID, default: 0] < configuration.maximumConnectionsPerUser else {
@@ -155,7 +159,7 @@ final class ClientTable: @unchecked Sendable {
                 to: &line
             )
             refuse(descriptor, with: line)
-            refusedForUserLimit.warn("refused a connection of uid \(peerUID): its limit of \(configuration.maximumConnectionsPerUser) reached", now: SystemClock.now())
+            refusedForUserLimit.warn("refused a connection of uid \(peerUID): its limit of \(configuration.maximumConnectionsPerUser) reached", now: time.now())
             return
         }
         let connection = Connection(
@@ -557,7 +561,7 @@ final class ClientTable: @unchecked Sendable {
     /// The same, saying why (`--output-limit`, or its user's `--output-limit-per-user`).
     private func overflow(_ connection: Connection, because reason: String, advice: String) {
         dispatchPrecondition(condition: .onQueue(queue))
-        overflowed.warn("connection \(connection.id) (uid \(connection.peerUID)): \(reason); disconnecting it", now: SystemClock.now())
+        overflowed.warn("connection \(connection.id) (uid \(connection.peerUID)): \(reason); disconnecting it", now: time.now())
         onClose(connection)
         // Its listing, if any, was dropped with its subscriptions (`onClose`): nothing follows
         // the ERR line, and the connection closes as soon as that is written.
@@ -571,7 +575,7 @@ final class ClientTable: @unchecked Sendable {
         touched[connection.id] = connection
         let id = connection.id
         let grace = Int64(configuration.overflowGraceMilliseconds) * 1_000_000
-        later.schedule(at: SystemClock.now().advanced(byNanoseconds: grace)) { [self] _ in
+        later.schedule(at: time.now().advanced(byNanoseconds: grace)) { [self] _ in
             if let connection = connections[id] {
                 close(connection)
             }
@@ -587,7 +591,7 @@ final class ClientTable: @unchecked Sendable {
     private func releaseMemorySoon() {
         guard !memoryReleaseScheduled else { return }
         memoryReleaseScheduled = true
-        later.schedule(at: SystemClock.now().advanced(byNanoseconds: 1_000_000_000)) { [self] _ in
+        later.schedule(at: time.now().advanced(byNanoseconds: 1_000_000_000)) { [self] _ in
             memoryReleaseScheduled = false
             // Returns whether any memory was released: either way is fine.
             _ = countdownd_release_free_memory()

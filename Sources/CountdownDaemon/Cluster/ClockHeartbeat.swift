@@ -43,7 +43,11 @@ final class ClockHeartbeat {
     /// Each other host's samples and estimate, in ms. Positive: its clock is behind this one's.
     private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
 
-    init(client: any EtcdTransport, prefix: String, hostID: String, logger: Logger) {
+    /// Where the wall clock is read.
+    private let time: DaemonClock
+
+    init(client: any EtcdTransport, prefix: String, hostID: String, logger: Logger, time: DaemonClock = .system) {
+        self.time = time
         self.client = client
         self.hostID = hostID
         self.logger = logger
@@ -59,7 +63,7 @@ final class ClockHeartbeat {
     func beat(now: Instant) {
         guard phase != .inFlight, lastBeat.map({ now.nanoseconds(since: $0) >= Self.intervalNanoseconds }) ?? true else { return }
         lastBeat = now
-        let written = SystemClock.mapping(at: now).unixMilliseconds(of: now)
+        let written = time.mapping(at: now).unixMilliseconds(of: now)
         let wasConfirming = phase == .confirmingEtcd
         phase = .inFlight
         if wasConfirming {
@@ -81,7 +85,7 @@ final class ClockHeartbeat {
     func received(from host: String, value: [UInt8], live: Bool, now: Instant) {
         guard live, host != hostID,
               let written = (try? JSONDecoder().decode(Beat.self, from: Data(value)))?.written_unix_ms else { return }
-        let sample = SystemClock.mapping(at: now).unixMilliseconds(of: now) - written
+        let sample = time.mapping(at: now).unixMilliseconds(of: now) - written
         var entry = skews[host] ?? (sample, [], nil)
         entry.samples.append(sample)
         if entry.samples.count > Self.samplesKept { entry.samples.removeFirst(entry.samples.count - Self.samplesKept) }

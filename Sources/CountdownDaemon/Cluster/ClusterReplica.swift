@@ -163,13 +163,13 @@ final class ClusterReplica: @unchecked Sendable {
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
     /// Where deadlines, schedules and lag are measured.
-    private let clock: DaemonClock
+    private let time: DaemonClock
 
     /// The replica on a real etcd, through libcurl on the daemon's poller; `stateDirectory`
     /// names this host among others on the same machine.
     convenience init(
         configuration: ClusterConfiguration, limits: EngineConfiguration, stateDirectory: String, poller: EventPoller,
-        queue: DispatchQueue, logger: Logger
+        queue: DispatchQueue, logger: Logger, time: DaemonClock = .system
     ) throws(DaemonError) {
         let driver = try CurlDriver(poller: poller, queue: queue)
         var credentials: (user: String, password: String)?
@@ -181,10 +181,10 @@ final class ClusterReplica: @unchecked Sendable {
             while let last = trimmed.last, last.isNewline { trimmed.removeLast() }  // A file ends in one.
             credentials = (user, trimmed)
         }
-        let client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue)
+        let client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue, time: time)
         try self.init(
             configuration: configuration, limits: limits, client: client, driver: driver, poller: poller, queue: queue, logger: logger,
-            stateDirectory: stateDirectory
+            stateDirectory: stateDirectory, time: time
         )
     }
 
@@ -193,23 +193,23 @@ final class ClusterReplica: @unchecked Sendable {
     init(
         configuration: ClusterConfiguration, limits: EngineConfiguration = EngineConfiguration(), client: any EtcdTransport,
         driver: CurlDriver?, poller: EventPoller, queue: DispatchQueue, logger: Logger, stateDirectory: String = "",
-        clock: DaemonClock = .system
+        time: DaemonClock = .system
     ) throws(DaemonError) {
         self.configuration = configuration
-        self.clock = clock
+        self.time = time
         quota = QuotaSlots(limits: limits)
         self.queue = queue
         self.logger = logger
         self.client = client
         self.driver = driver
-        commits = GroupCommit(client: client, clock: clock)
+        commits = GroupCommit(client: client, time: time)
         var name = [CChar](repeating: 0, count: 256)
         // A name that does not fit is cut (and then not NUL-terminated): the last byte stays 0,
         // and the state directory tells hosts with one name apart.
         _ = gethostname(&name, name.count - 1)
         let hostName = name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
         hostID = String(decoding: hostName, as: UTF8.self) + ":" + stateDirectory
-        heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger)
+        heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
         self.poller = poller
         let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
         guard fd >= 0 else { throw .system("timerfd_create(CLOCK_MONOTONIC)", errno) }
@@ -232,11 +232,11 @@ final class ClusterReplica: @unchecked Sendable {
 
     /// Runs `action` on the housekeeping timer, `seconds` from now.
     private func schedule(after seconds: Double, _ action: @escaping () -> Void) {
-        scheduled.append((clock.now().advanced(byNanoseconds: Int64(seconds * 1e9)), action))
+        scheduled.append((time.now().advanced(byNanoseconds: Int64(seconds * 1e9)), action))
     }
 
     private func housekeeping() {
-        let now = clock.now()
+        let now = time.now()
         let due = scheduled.filter { $0.at <= now }
         scheduled.removeAll { $0.at <= now }
         for item in due { item.action() }
@@ -306,7 +306,7 @@ final class ClusterReplica: @unchecked Sendable {
             return
         }
         let fullKey = configuration.prefix + key
-        let timeout = deadline.map { Int($0.nanoseconds(since: clock.now()) / 1_000_000) } ?? Self.changeTimeoutMilliseconds
+        let timeout = deadline.map { Int($0.nanoseconds(since: time.now()) / 1_000_000) } ?? Self.changeTimeoutMilliseconds
         guard timeout > 0 else {
             body(nil)
             return
@@ -498,7 +498,7 @@ final class ClusterReplica: @unchecked Sendable {
         if isHeartbeat {
             if event.kind == .put {
                 let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
-                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: clock.now())
+                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: time.now())
             }
             appliedSequence = sequence
             revision = changedAt
@@ -536,11 +536,11 @@ final class ClusterReplica: @unchecked Sendable {
             resume(true)
             return
         }
-        let committed = clock.now()
+        let committed = time.now()
         let suspectWatchAt = committed.advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)
         expected.append((wanted, suspectWatchAt))
         waiters.append((wanted, min(suspectWatchAt, answerBy ?? suspectWatchAt), { [self] caughtUp in
-            if caughtUp { lastLagMicroseconds = clock.now().nanoseconds(since: committed) / 1000 }
+            if caughtUp { lastLagMicroseconds = time.now().nanoseconds(since: committed) / 1000 }
             resume(caughtUp)
         }))
     }
@@ -595,7 +595,7 @@ final class ClusterReplica: @unchecked Sendable {
         commits.propose(
             prefix + key, to: value, expecting: expectation, claiming: claimed.map { prefix + $0.key }, freeing: freed,
             holder: Array(key.utf8),
-            deadline: deadline ?? clock.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
+            deadline: deadline ?? time.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
         ) { [self] outcome in
             if !claimed.isEmpty {
                 if case .committed(let revision) = outcome {

@@ -62,8 +62,15 @@ final class EtcdClient {
     private var authToken: String?
     private let credentials: (user: String, password: String)?
 
-    init(endpoints: [String], tls: TLSFiles? = nil, credentials: (user: String, password: String)? = nil, driver: CurlDriver, queue: DispatchQueue) {
+    /// Where its deadlines are measured.
+    private let time: DaemonClock
+
+    init(
+        endpoints: [String], tls: TLSFiles? = nil, credentials: (user: String, password: String)? = nil, driver: CurlDriver, queue: DispatchQueue,
+        time: DaemonClock = .system
+    ) {
         precondition(!endpoints.isEmpty, "an etcd client needs at least one member")
+        self.time = time
         self.endpoints = endpoints
         self.tlsFiles = tls
         self.credentials = credentials
@@ -85,7 +92,7 @@ final class EtcdClient {
             completion(.failure(.malformed("the request to \(path) could not be encoded")))
             return
         }
-        let deadline = SystemClock.now().advanced(byMilliseconds: Int64(timeoutMilliseconds))
+        let deadline = time.now().advanced(byMilliseconds: Int64(timeoutMilliseconds))
         attempt(path, Array(bytes), deadline: deadline, triesLeft: endpoints.count) { result in
             completion(result.flatMap { answer, endpoint in Self.decode(answer, as: Answer.self, from: endpoint) })
         }
@@ -96,7 +103,7 @@ final class EtcdClient {
         completion: @escaping (Result<(body: [UInt8], endpoint: String), EtcdError>) -> Void
     ) {
         // Every member tried shares the call's time: a call never takes longer than it was given.
-        let timeoutMilliseconds = max(1, Int(deadline.nanoseconds(since: SystemClock.now()) / 1_000_000))
+        let timeoutMilliseconds = max(1, Int(deadline.nanoseconds(since: time.now()) / 1_000_000))
         let endpoint = endpoints[currentEndpoint]
         let request = HTTPRequest(
             url: endpoint + path, body: body, headers: headers(), timeoutMilliseconds: timeoutMilliseconds, tls: tlsFiles
@@ -105,7 +112,7 @@ final class EtcdClient {
             switch result {
             case .failure(let failure) where !failure.mayHaveArrived:
                 rotate(from: endpoint)
-                guard triesLeft > 1, deadline.nanoseconds(since: SystemClock.now()) > 50_000_000 else {
+                guard triesLeft > 1, deadline.nanoseconds(since: time.now()) > 50_000_000 else {
                     completion(.failure(.unreachable("\(endpoint): \(failure.message)")))
                     return
                 }

@@ -84,11 +84,11 @@ final class GroupCommit {
     private(set) var changesSent = 0
 
     /// Where deadlines are measured.
-    private let clock: DaemonClock
+    private let time: DaemonClock
 
-    init(client: any EtcdTransport, clock: DaemonClock = .system) {
+    init(client: any EtcdTransport, time: DaemonClock = .system) {
         self.client = client
-        self.clock = clock
+        self.time = time
     }
 
     /// Proposes a change; it goes out with the next transaction (`send`). `completion` runs on
@@ -110,7 +110,7 @@ final class GroupCommit {
     /// Sends what is pending, as few transactions as the limits allow: at the end of each batch,
     /// and when a transaction's answer frees its place.
     func send() {
-        let now = clock.now()
+        let now = time.now()
         expire(now: now)
         while inFlight < Self.maximumInFlight, !pending.isEmpty {
             var group: [Change] = []
@@ -179,7 +179,7 @@ final class GroupCommit {
     private func decide(_ group: [Change], _ result: Result<EtcdTransactionResult, EtcdError>) {
         switch result {
         case .failure(.ambiguous(let why)):
-            let now = clock.now()
+            let now = time.now()
             var again: [Change] = []
             for var change in group {
                 // Once only, for a put (its operation id tells its own commit apart) with time left.

@@ -38,11 +38,14 @@ final class ServiceManager: @unchecked Sendable {
     private var reportScheduled = false
     private var latest: StatusCounts?
     private var retryAttempt: (() -> Bool)?
+    /// Where report times are read.
+    private let time: DaemonClock
 
     init(
         queue: DispatchQueue, later: DelayedWork, statusInterval milliseconds: Int, logger: Logger,
-        notifier: SystemdNotifier = SystemdNotifier()
+        notifier: SystemdNotifier = SystemdNotifier(), time: DaemonClock = .system
     ) {
+        self.time = time
         self.queue = queue
         self.later = later
         self.logger = logger
@@ -97,7 +100,7 @@ final class ServiceManager: @unchecked Sendable {
     /// `READY=1`, with the first status.
     func ready(status: StatusCounts) {
         reported = status
-        reportedAt = SystemClock.now()
+        reportedAt = time.now()
         let sent = notifier.notify("READY=1\nSTATUS=\(status.description)")
         if sent < 0 {
             logger.log(.error, "cannot tell systemd READY=1 (\(String(cString: strerror(-sent)))); under Type=notify the start will time out")

@@ -93,7 +93,9 @@ final class StateJournal: @unchecked Sendable {
     /// Journal bytes and files written since the last snapshot, and when it was taken.
     private(set) var bytesSinceSnapshot: Int64 = 0
     private var filesSinceSnapshot = 0
-    private var lastSnapshot = SystemClock.now()
+    private var lastSnapshot: Instant
+    /// Where snapshot schedules, failure times and recovery's durations are read.
+    private let time: DaemonClock
     private var snapshotInProgress = false
     /// Whether any event was written (or recovered from the journal) since the last snapshot.
     private var eventsSinceSnapshot = false
@@ -119,7 +121,9 @@ final class StateJournal: @unchecked Sendable {
     /// …or when the last snapshot is this old and anything changed since.
     var snapshotAge: Int64 = 3600 * 1_000_000_000
 
-    init(directory: String, durability: Durability, logger: Logger, queue: DispatchQueue) {
+    init(directory: String, durability: Durability, logger: Logger, queue: DispatchQueue, time: DaemonClock = .system) {
+        self.time = time
+        lastSnapshot = time.now()
         self.directory = directory
         self.durability = durability
         self.logger = logger
@@ -159,7 +163,7 @@ final class StateJournal: @unchecked Sendable {
         var latest: [String: Int32] = [:]
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
-        let began = SystemClock.now()
+        let began = time.now()
         var hasSnapshot = false
         if let snapshot = try SnapshotFile.read(directory: directory) {
             hasSnapshot = true
@@ -175,7 +179,7 @@ final class StateJournal: @unchecked Sendable {
             }
             sources.append("\(SnapshotFile.fileName) (\(snapshot.rows.count) countdowns)")
         }
-        let snapshotRead = SystemClock.now()
+        let snapshotRead = time.now()
         recovered.snapshotMilliseconds = snapshotRead.nanoseconds(since: began) / 1_000_000
         var highest = firstGeneration
         var chainStart = UInt64.max
@@ -248,7 +252,7 @@ final class StateJournal: @unchecked Sendable {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
-        recovered.journalMilliseconds = SystemClock.now().nanoseconds(since: snapshotRead) / 1_000_000
+        recovered.journalMilliseconds = time.now().nanoseconds(since: snapshotRead) / 1_000_000
         generation = highest
         // The files this state rests on: from the first read (or the next one made) on.
         journalChainStart = min(chainStart, highest + 1)
@@ -330,7 +334,7 @@ final class StateJournal: @unchecked Sendable {
         var frame: [UInt8] = []
         JournalFormat.beginFrame(in: &frame)
         JournalFormat.appendHeader(
-            .init(generation: next, createdUnixMilliseconds: SystemClock.unixNanoseconds() / 1_000_000, bootID: SystemClock.bootID),
+            .init(generation: next, createdUnixMilliseconds: time.unixNanoseconds() / 1_000_000, bootID: SystemClock.bootID),
             to: &frame
         )
         JournalFormat.sealFrame(in: &frame, at: 0)
@@ -473,7 +477,7 @@ final class StateJournal: @unchecked Sendable {
             return
         }
         health = .failing(error)
-        failingSince = SystemClock.now()
+        failingSince = time.now()
         logger.log(.error, "storage failed: \(error); changes are refused with ERR unavailable until it works again (\(error.advice)); reads and events go on")
     }
 
@@ -509,7 +513,7 @@ final class StateJournal: @unchecked Sendable {
                 try writePending()
             }
             health = .available
-            logger.log(.notice, "storage works again after \(SystemClock.now().nanoseconds(since: failingSince) / 1_000_000_000) s; changes are accepted and every event is stored")
+            logger.log(.notice, "storage works again after \(time.now().nanoseconds(since: failingSince) / 1_000_000_000) s; changes are accepted and every event is stored")
             return true
         } catch {
             health = .failing(error)
@@ -546,7 +550,7 @@ final class StateJournal: @unchecked Sendable {
             }
         } catch {
             logger.log(.warning, "cannot start a new journal file for a snapshot: \(error); trying again in a minute")
-            nextSnapshotAttempt = SystemClock.now().advanced(byMilliseconds: 60_000)
+            nextSnapshotAttempt = time.now().advanced(byMilliseconds: 60_000)
             return
         }
         snapshotInProgress = true
@@ -554,7 +558,7 @@ final class StateJournal: @unchecked Sendable {
         let directory = self.directory
         let bootID = SystemClock.bootID
         let events = ring.events, keptAfter = ring.keptAfter
-        let started = SystemClock.now()
+        let started = time.now()
         let epoch = directoryEpoch
         snapshotQueue.async { [self] in
             ThreadName.snapshot.apply()
@@ -644,7 +648,7 @@ final class StateJournal: @unchecked Sendable {
             snapshotNeeded = false
             journalChainStart = covered
             eventsSinceSnapshot = fileLength > headerFrameLength
-            lastSnapshot = SystemClock.now()
+            lastSnapshot = time.now()
             let milliseconds = lastSnapshot.nanoseconds(since: started) / 1_000_000
             logger.log(.info, "snapshot of \(countdowns) countdowns written in \(milliseconds) ms; the journal continues in \(filePath)")
             if health == .awaitingSnapshot {
@@ -653,7 +657,7 @@ final class StateJournal: @unchecked Sendable {
             }
         case .failure(let error):
             logger.log(.warning, "cannot write a snapshot: \(error); the journal keeps everything meanwhile, trying again in \(health == .awaitingSnapshot ? "a second" : "a minute")")
-            nextSnapshotAttempt = SystemClock.now().advanced(byMilliseconds: health == .awaitingSnapshot ? 1000 : 60_000)
+            nextSnapshotAttempt = time.now().advanced(byMilliseconds: health == .awaitingSnapshot ? 1000 : 60_000)
         }
     }
 }

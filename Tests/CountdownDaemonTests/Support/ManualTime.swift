@@ -13,7 +13,10 @@ final class ManualTime: Sendable {
 
     /// The component's view of it.
     var clock: DaemonClock {
-        DaemonClock(now: { [self] in Instant(nanoseconds: nanoseconds.load(ordering: .relaxed)) })
+        DaemonClock(
+            now: { [self] in Instant(nanoseconds: nanoseconds.load(ordering: .relaxed)) },
+            unixNanoseconds: { SystemClock.unixNanoseconds() }
+        )
     }
 
     /// Moves time forward.
