@@ -57,7 +57,8 @@ public struct Cdctl {
                 try subscribe(connection, to: [name], events: "lifecycle")
             }
             var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
-            if let pauseOnSuspend {
+            // A countdown to a time of day always counts on: --count-on-suspend says nothing more.
+            if let pauseOnSuspend, at == nil || pauseOnSuspend {
                 line += pauseOnSuspend ? " ON-SUSPEND pause" : " ON-SUSPEND count"
             }
             // --replace says whether it replaced anything.
@@ -564,6 +565,9 @@ public struct Cdctl {
 enum Suggestion {
     /// The existing name closest to `name` by edit distance, if it is close enough to be a typo.
     static func closest(to name: String, among candidates: [String]) -> String? {
+        // What the word begins, when one candidate alone begins so: `--h` is `--help`.
+        let extending = candidates.filter { $0.hasPrefix(name) && $0 != name }
+        if extending.count == 1 { return extending[0] }
         let target = Array(name.utf8)
         let limit = max(2, target.count / 3)
         var best: (String, Int)?

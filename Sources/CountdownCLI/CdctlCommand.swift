@@ -188,11 +188,16 @@ public enum CdctlCommandLine {
 
     /// An option cdctl does not know, in cdctl's words: a negative duration says so (`-5s` is not
     /// an option), a typo gets the option meant.
-    static func explain(_ failure: ArgumentParser.Failure) -> String {
+    static func explain(_ failure: ArgumentParser.Failure, verb: String?) -> String {
         guard case .unknownOption(let spelling) = failure else { return "\(failure); see cdctl --help" }
         let unsigned = String(spelling.dropFirst())
-        if !unsigned.hasPrefix("-"), (try? CountdownDuration.parse(unsigned)) != nil {
-            return "a duration cannot be negative ('\(spelling)'): a countdown runs for a time to come, such as \(unsigned)"
+        if !unsigned.hasPrefix("-"), CountdownDuration.isWellFormed(unsigned) {
+            if verb == "start" || verb == "extend" {
+                return "a duration cannot be negative ('\(spelling)'): a countdown runs for a time to come, such as \(unsigned)"
+            }
+            if let verb {
+                return "unknown option '\(spelling)'; a NAME that begins with '-' goes after '--': cdctl \(verb) -- \(spelling)"
+            }
         }
         let known = parser.spellings.filter { $0.hasPrefix("--") }
         if spelling.hasPrefix("--"), let meant = Suggestion.closest(to: spelling, among: known) {
@@ -210,7 +215,7 @@ public enum CdctlCommandLine {
         do {
             parsed = try parser.parse(arguments)
         } catch {
-            throw UsageError(Self.explain(error))
+            throw UsageError(Self.explain(error, verb: arguments.first { !$0.hasPrefix("-") }))
         }
         let socketCandidates = parsed.value("socket").map { [$0] } ?? SocketPath.clientCandidates(environment: environment, uid: uid)
         let socketPath = socketCandidates[0]

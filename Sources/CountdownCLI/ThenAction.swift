@@ -83,13 +83,20 @@ enum ThenAction {
             return .failure(ThenError(description: "cannot make a pipe: \(String(cString: strerror(errno)))"))
         }
         var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0)
-        // dup2 clears O_CLOEXEC on the copy: systemd-run writes its unit's name there.
-        posix_spawn_file_actions_adddup2(&actions, errors[1], STDERR_FILENO)
-        let spawned = spawn(argv, actions: &actions, attributes: nil)
+        let spawned: Result<pid_t, ThenError>
+        if let failed = prepare("systemd-run", [
+            posix_spawn_file_actions_init(&actions),
+            posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0),
+            posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0),
+            // dup2 clears O_CLOEXEC on the copy: systemd-run writes its unit's name there.
+            posix_spawn_file_actions_adddup2(&actions, errors[1], STDERR_FILENO),
+        ]) {
+            spawned = .failure(failed)
+        } else {
+            spawned = spawn(argv, actions: &actions, attributes: nil)
+        }
+        // Ignored on purpose: destroying what init set up frees memory and cannot fail.
+        _ = posix_spawn_file_actions_destroy(&actions)
         // Our copy of the write end must go, or the read below never sees the end of the output.
         countdownd_close(errors[1])
         defer { countdownd_close(errors[0]) }
@@ -127,17 +134,29 @@ enum ThenAction {
     private static func detached(_ arguments: [String]) -> Result<pid_t, ThenError> {
         var attributes = posix_spawnattr_t()
         var actions = posix_spawn_file_actions_t()
-        posix_spawnattr_init(&attributes)
-        posix_spawn_file_actions_init(&actions)
         defer {
-            posix_spawnattr_destroy(&attributes)
-            posix_spawn_file_actions_destroy(&actions)
+            // Ignored on purpose: destroying what init set up frees memory and cannot fail.
+            _ = posix_spawnattr_destroy(&attributes)
+            _ = posix_spawn_file_actions_destroy(&actions)
         }
-        posix_spawnattr_setflags(&attributes, Self.spawnNewSession)
-        for descriptor in [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO] {
+        // A session of its own is the point: without it the waiter would end with the terminal.
+        if let failed = prepare("/bin/sh", [
+            posix_spawnattr_init(&attributes),
+            posix_spawn_file_actions_init(&actions),
+            posix_spawnattr_setflags(&attributes, Self.spawnNewSession),
+        ] + [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO].map { descriptor in
             posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == STDIN_FILENO ? O_RDONLY : O_WRONLY, 0)
+        }) {
+            return .failure(failed)
         }
         return spawn(["/bin/sh", "-c", script] + arguments, actions: &actions, attributes: &attributes)
+    }
+
+    /// The first failure among the results of posix_spawn's set-up calls (each returns 0 or an
+    /// error number), as a message; `nil` when all succeeded.
+    private static func prepare(_ program: String, _ results: [Int32]) -> ThenError? {
+        guard let failed = results.first(where: { $0 != 0 }) else { return nil }
+        return ThenError(description: "cannot prepare \(program): \(String(cString: strerror(failed)))")
     }
 
     /// posix_spawn of `argv[0]` with this environment.

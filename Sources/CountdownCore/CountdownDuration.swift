@@ -3,8 +3,8 @@
 /// Accepted forms: a bare number means seconds (`90`); otherwise one or more `<number><unit>`
 /// with units `ms`, `s`, `m`, `h`, `d`, `w` and systemd.time(7)'s spellings of them (`msec`,
 /// `sec`, `min`, `hr`, `hours`, `days`, `weeks`, …): `90s`, `1m30s`, `1500ms`, `5min`,
-/// `1h30min`. A number may have a decimal fraction, as in systemd (`1.5h`, `0.5min`), kept to
-/// the whole millisecond below. The result must be more than zero and at most 366 days.
+/// `1h30min`. A number may have a decimal fraction, as in systemd (`1.5h`, `.5min`): the whole
+/// is floored once, to the millisecond. The result must be more than zero and at most 366 days.
 public enum CountdownDuration {
     /// The longest duration accepted, 366 days, in milliseconds.
     public static let maximumMilliseconds: Int64 = 366 * 86_400_000
@@ -27,6 +27,9 @@ public enum CountdownDuration {
             )
         }
         if milliseconds == 0 {
+            if bytes.contains(where: { $0 >= UInt8(ascii: "1") && $0 <= UInt8(ascii: "9") }) {
+                throw ProtocolError(.badDuration, "'\(ProtocolText.sanitized(bytes))' is less than a millisecond; a countdown lasts at least 1ms")
+            }
             throw ProtocolError(.badDuration, "duration must be more than zero; use \(acceptedForms)")
         }
         if milliseconds > maximumMilliseconds {
@@ -50,7 +53,11 @@ public enum CountdownDuration {
             return nil
         }
         let tooLong = maximumMilliseconds + 1
+        let fractionOne: Int64 = 1_000_000_000_000_000_000  // Fractions are kept to 18 digits.
         var total: Int64 = 0
+        // The parts' fractions of a millisecond, in units of 10^-18 ms, carried into `total`: the
+        // sum is floored once, so `0.5s0.5ms` is 500 ms, and a week's fraction loses nothing.
+        var below: Int64 = 0
         var index = bytes.startIndex
         var sawUnit = false
         while index != bytes.endIndex {
@@ -62,28 +69,27 @@ public enum CountdownDuration {
                 digits += 1
                 index = bytes.index(after: index)
             }
-            if digits == 0 {
-                return nil
-            }
-            // A fraction: `.` and at least one digit; digits past the ninth cannot change a
-            // whole millisecond of any unit, and are read and dropped.
+            // A fraction: `.` and at least one digit (`1.5h`, `.5s`, as systemd.time takes them);
+            // digits past the 18th are read and dropped.
             var fraction: Int64 = 0
-            var fractionScale: Int64 = 1
+            var fractionDigits = 0
             if index != bytes.endIndex, bytes[index] == UInt8(ascii: ".") {
                 index = bytes.index(after: index)
-                var fractionDigits = 0
                 while index != bytes.endIndex, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
-                    if fractionDigits < 9 {
+                    if fractionDigits < 18 {
                         fraction = fraction * 10 + Int64(bytes[index] - UInt8(ascii: "0"))
-                        fractionScale *= 10
+                        fractionDigits += 1
                     }
-                    fractionDigits += 1
                     index = bytes.index(after: index)
                 }
                 if fractionDigits == 0 {
                     return nil
                 }
             }
+            if digits == 0 && fractionDigits == 0 {
+                return nil
+            }
+            for _ in fractionDigits..<18 { fraction *= 10 }  // Now in units of 10^-18.
             // Unit.
             let unitStart = index
             while index != bytes.endIndex, bytes[index] >= UInt8(ascii: "a"), bytes[index] <= UInt8(ascii: "z") {
@@ -102,12 +108,26 @@ public enum CountdownDuration {
             }
             sawUnit = true
             // value <= tooLong, but a week's scale times that passes Int64.max: clamp, never trap.
-            // The fraction is below 10^9 and a scale at most a week's 6.05 × 10^8 ms: no overflow.
             let (product, overflow) = value.multipliedReportingOverflow(by: scale)
-            let part = overflow ? tooLong : min(product, tooLong) + fraction * scale / fractionScale
+            // fraction × scale in 128 bits: whole milliseconds, and what is left below one.
+            let wide = fraction.multipliedFullWidth(by: scale)
+            let (wholeOfFraction, rest) = fractionOne.dividingFullWidth((high: wide.high, low: wide.low))
+            below += rest
+            var carried: Int64 = 0
+            if below >= fractionOne {
+                below -= fractionOne
+                carried = 1
+            }
+            let part = overflow ? tooLong : min(product, tooLong) + wholeOfFraction + carried
             total = min(total + min(part, tooLong), tooLong)
         }
         return total
+    }
+
+    /// Whether `text` is written as a duration (`5s`, `1.5h`), whatever its value: for messages
+    /// that must tell a mistyped duration from something else.
+    public static func isWellFormed(_ text: String) -> Bool {
+        milliseconds(parsing: Array(text.utf8)) != nil
     }
 
     /// The units, with systemd.time(7)'s spellings (`5min`, `1h30min`, `2days`, `1week`); the

@@ -492,7 +492,8 @@ public struct CountdownEngine {
         guard held < configuration.maximumCountdowns else {
             throw ProtocolError(
                 .limit,
-                "\(holder) already holds its maximum of \(configuration.maximumCountdowns) countdowns\(counted) (finished ones count for \(configuration.retentionMilliseconds / 1000) s); cancel some or raise --max-countdowns"
+                "\(holder) already holds its maximum of \(configuration.maximumCountdowns) countdowns\(counted) (finished ones count for \(configuration.retentionMilliseconds / 1000) s unless removed; a higher --max-countdowns makes room); REMOVE finished ones",
+                fields: [.advice(.removeFinished)]
             )
         }
         guard held < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {

@@ -141,12 +141,12 @@ public enum RequestParser {
                     replace = true
                 } else if keyword(field, is: "ON-SUSPEND") && onSuspend == nil {
                     guard let word = fields.popFirst() else {
-                        throw ProtocolError(.badRequest, "ON-SUSPEND needs a policy: pause (stand still while the machine sleeps) or count (the default)")
+                        throw ProtocolError(.badRequest, "ON-SUSPEND needs a policy: pause (stand still while the machine sleeps) or count (count on through it)")
                     }
                     guard let policy = SuspendPolicy(rawValue: String(decoding: word, as: UTF8.self).lowercased()) else {
                         throw ProtocolError(
                             .badRequest,
-                            "unknown ON-SUSPEND policy '\(ProtocolText.sanitized(word))'; it is pause (stand still while the machine sleeps) or count (the default)"
+                            "unknown ON-SUSPEND policy '\(ProtocolText.sanitized(word))'; it is pause (stand still while the machine sleeps) or count (count on through it)"
                         )
                     }
                     onSuspend = policy

@@ -103,6 +103,8 @@ struct CommandLineTests {
         (["start", "a", "--replace", "--if-idle"], "exclude each other"), (["start", "a", "--at", "09:30", "--pause-on-suspend"], "does not go with --at"), (["list", "--pause-on-suspend"], "does not apply"), (["status", "--format", "{nope}"], "unknown placeholder"),
         (["status", "--format", "{name"], "not closed"), (["cancel", "a", "--if-idle"], "does not apply"),
         (["start", "tea3", "-5s"], "a duration cannot be negative ('-5s')"), (["start", "tea", "--replce"], "did you mean '--replace'?"),
+        (["start", "a", "-367d"], "cannot be negative"), (["cancel", "-5s"], "goes after '--': cdctl cancel -- -5s"),
+        (["--h"], "did you mean '--help'?"), (["list", "--st", "running"], "did you mean '--state'?"),
         (["start", "a", "--pause-on-suspend", "--count-on-suspend"], "exclude each other"),
     ] as [([String], String)])
     func cdctlUsageErrors(arguments: [String], fragment: String) {

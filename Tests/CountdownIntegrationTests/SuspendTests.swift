@@ -30,6 +30,10 @@ extension Integration {
             #expect(try cdctl(["start", "other", "1m", "--replace", "--count-on-suspend"], socket: daemon.socketPath).stdout.contains("stands still") == false)
             #expect(try cdctl(["status", "other", "--format", "{on_suspend}"], socket: daemon.socketPath).stdout == "count\n")
             #expect(try cdctl(["start", "x", "--pause-on-suspend", "--count-on-suspend"], socket: daemon.socketPath).status == 2)
+            let at = try cdctl(["start", "meeting", "--at", "now + 1 min", "--count-on-suspend"], socket: daemon.socketPath)
+            #expect(at.status == 0, "a time of day counts on anyway: \(at.stderr)")
+            let setup = try daemon.connect()
+            #expect(try setup.request("CANCEL meeting").countdown != nil && setup.request("REMOVE meeting").countdown != nil)
             let c = try daemon.connect()
             // Gone before the sleep below, whose events the test reads in order.
             #expect(try c.request("CANCEL other").outcome != nil && c.request("REMOVE other").countdown?.name == "other")

@@ -162,13 +162,13 @@ check "bob enables his own countdownd.socket" as_bob systemctl --user enable --n
 check "…and his plain cdctl starts his own daemon" as_bob cdctl start mine 5m
 bob_used=$(as_bob cdctl --verbose list 2>&1 >/dev/null)
 check "…which --verbose names ($bob_used)" sh -c "printf '%s' \"\$1\" | grep -q 'at /run/user/$bob_uid/countdownd/countdownd.sock'" - "$bob_used"
-# An upgrade restarts his instance too: prerm stops his service, and his socket, still
-# listening, starts the new binary at his next command, his countdown kept.
+# An upgrade restarts his instance on the new binary too (postinst, in his manager), his
+# countdown kept.
 bob_pid=$(as_bob systemctl --user show -p MainPID --value countdownd.service)
 run dpkg -i /root/countdownd.deb >/dev/null 2>&1
-check "an upgrade stops bob's own daemon, not left on the old binary" test "$(as_bob systemctl --user is-active countdownd.service)" != active
-check "…and his next cdctl starts the new one, his countdown kept" sh -c "nsenter -t $pid1 -a runuser -u bob -- env XDG_RUNTIME_DIR=/run/user/$bob_uid cdctl status mine --format '{state}' | grep -qx running"
-check "…in a new process" sh -c "[ \"\$(nsenter -t $pid1 -a runuser -u bob -- env XDG_RUNTIME_DIR=/run/user/$bob_uid systemctl --user show -p MainPID --value countdownd.service)\" != '$bob_pid' ]"
+check "an upgrade restarts bob's own daemon" test "$(as_bob systemctl --user is-active countdownd.service)" = active
+check "…his countdown kept" sh -c "nsenter -t $pid1 -a runuser -u bob -- env XDG_RUNTIME_DIR=/run/user/$bob_uid cdctl status mine --format '{state}' | grep -qx running"
+check "…in a new process, not left on the old binary" sh -c "[ \"\$(nsenter -t $pid1 -a runuser -u bob -- env XDG_RUNTIME_DIR=/run/user/$bob_uid systemctl --user show -p MainPID --value countdownd.service)\" != '$bob_pid' ]"
 bob_score=$(as_bob systemd-analyze --user security countdownd.service 2>&1 | sed -n 's/.*Overall exposure level for countdownd.service: \([0-9.]*\).*/\1/p')
 bob_root_line=$(as_bob systemd-analyze --user security countdownd.service 2>&1 | grep -c 'Service runs as root user')
 check "his per-user service scores 1.5 or lower under his manager ($bob_score), 0.3 of it 'runs as root' (README)" \

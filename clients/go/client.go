@@ -211,6 +211,7 @@ type StartOptions struct {
 	At             time.Time     // a wall-clock time instead of a duration
 	Replace        bool          // cancel a running or paused one of that name instead of ErrBusy
 	PauseOnSuspend bool          // stand still while the machine sleeps (a pomodoro)
+	CountOnSuspend bool          // count on while it sleeps; with neither, a name started again keeps its setting
 }
 
 // Start starts a countdown of duration d (0: 60 s). While one of that name runs it fails with
@@ -240,8 +241,13 @@ func (c *Client) StartWith(ctx context.Context, name string, options StartOption
 	if options.Replace {
 		words = append(words, "REPLACE")
 	}
-	if options.PauseOnSuspend {
+	switch {
+	case options.PauseOnSuspend && options.CountOnSuspend:
+		return Countdown{}, &Error{Code: "bad-request", Message: "PauseOnSuspend and CountOnSuspend exclude each other"}
+	case options.PauseOnSuspend:
 		words = append(words, "ON-SUSPEND", "pause")
+	case options.CountOnSuspend && options.At.IsZero():
+		words = append(words, "ON-SUSPEND", "count")
 	}
 	return c.change(ctx, strings.Join(words, " "))
 }

@@ -346,14 +346,16 @@ export class Client {
   /**
    * Starts a countdown: `duration` in seconds or as text ('5m', '1500ms'); 60 s by default.
    * Rejects with `Busy` (with `remainingMs` and `retryAfterS`) while one of that name runs,
-   * unless `replace`. With `pauseOnSuspend` it stands still while the machine sleeps.
+   * unless `replace`. `pauseOnSuspend: true`: it stands still while the machine sleeps; false:
+   * it counts on; left out: a name started again keeps its setting, a new one counts on.
    */
-  async start(name, duration, { replace = false, pauseOnSuspend = false, at, ...options } = {}) {
+  async start(name, duration, { replace = false, pauseOnSuspend, at, ...options } = {}) {
     const words = ['START', checkName(name)];
     if (at !== undefined) words.push('AT', String(at instanceof Date ? at.getTime() : at));
     else if (duration !== undefined && duration !== null) words.push(durationText(duration));
     if (replace) words.push('REPLACE');
-    if (pauseOnSuspend) words.push('ON-SUSPEND', 'pause');
+    if (pauseOnSuspend === true) words.push('ON-SUSPEND', 'pause');
+    else if (pauseOnSuspend === false && at === undefined) words.push('ON-SUSPEND', 'count');
     return this.change(words.join(' '), options);
   }
 

@@ -185,10 +185,15 @@ final class CurlDriver {
         }
         var headers: UnsafeMutablePointer<curl_slist>?
         for line in ["Content-Type: application/json", "Expect:"] + request.headers {
-            headers = curl_slist_append(headers, line)
+            // NULL is out of memory, and leaves the list as it was: the transfer is refused
+            // rather than sent without a header.
+            guard let longer = curl_slist_append(headers, line) else {
+                set("HTTPHEADER", CURLE_OUT_OF_MEMORY)
+                break
+            }
+            headers = longer
         }
         transfer.headerList = headers
-        if headers == nil { set("HTTPHEADER", CURLE_OUT_OF_MEMORY) }
         set("HTTPHEADER", countdownd_curl_easy_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers)))
         set("TIMEOUT_MS", countdownd_curl_easy_set_long(handle, CURLOPT_TIMEOUT_MS, request.timeoutMilliseconds))
         set("CONNECTTIMEOUT_MS", countdownd_curl_easy_set_long(handle, CURLOPT_CONNECTTIMEOUT_MS, request.connectTimeoutMilliseconds))

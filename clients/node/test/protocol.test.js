@@ -25,6 +25,17 @@ test('lines, and the ones a newer daemon may add', () => {
   assert.equal(subscribedSeq('subscribed all seq 41 events done'), 41);
 });
 
+test('pauseOnSuspend: true pauses, false counts on, left out keeps what the name had', async () => {
+  const sent = [];
+  const client = new Client({ socket: '/nonexistent' });
+  client.change = async (line) => { sent.push(line); return {}; };
+  await client.start('p', '25m', { pauseOnSuspend: true });
+  await client.start('p', '25m', { replace: true });
+  await client.start('p', '25m', { replace: true, pauseOnSuspend: false });
+  await client.start('q', null, { at: 1798135200000, pauseOnSuspend: false });
+  assert.deepEqual(sent, ['START p 25m ON-SUSPEND pause', 'START p 25m REPLACE', 'START p 25m REPLACE ON-SUSPEND count', 'START q AT 1798135200000']);
+});
+
 test('what would break the line protocol is refused before it is sent', () => {
   assert.throws(() => checkName('two words'), (error) => error.code === 'bad-name');
   assert.throws(() => durationText('5 m'), (error) => error.code === 'bad-duration');

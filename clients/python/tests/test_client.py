@@ -79,6 +79,9 @@ class AgainstTheDaemon(unittest.TestCase):
         pomodoro = self.client.start("pomodoro", "25m", pause_on_suspend=True)
         self.assertTrue(pomodoro.pauses_on_suspend and self.client.status("pomodoro").pauses_on_suspend)
         self.assertFalse(self.client.status("button").pauses_on_suspend)
+        # Started again: None keeps the setting, False clears it.
+        self.assertTrue(self.client.start("pomodoro", "25m", replace=True).pauses_on_suspend)
+        self.assertFalse(self.client.start("pomodoro", "25m", replace=True, pause_on_suspend=False).pauses_on_suspend)
         self.client.cancel("pomodoro")
         self.client.remove("pomodoro")
         self.assertEqual(self.client.pause("tea").state, "paused")

@@ -360,7 +360,7 @@ class AsyncClient:
     # Requests
 
     async def start(self, name: str, duration: Union[int, float, str, None] = None, *, at: Any = None,
-                    replace: bool = False, pause_on_suspend: bool = False, timeout: Any = _DEFAULT) -> Countdown:
+                    replace: bool = False, pause_on_suspend: Optional[bool] = None, timeout: Any = _DEFAULT) -> Countdown:
         """As `Client.start`."""
         return await self._change(start_line(name, duration, at, replace, pause_on_suspend), timeout)
 

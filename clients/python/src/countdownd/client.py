@@ -182,11 +182,12 @@ class Client:
     # Requests
 
     def start(self, name: str, duration: Union[int, float, str, None] = None, *, at: Any = None, replace: bool = False,
-              pause_on_suspend: bool = False, timeout: Any = _DEFAULT) -> Countdown:
+              pause_on_suspend: Optional[bool] = None, timeout: Any = _DEFAULT) -> Countdown:
         """Starts a countdown: `duration` in seconds (int or float) or as text ('5m', '1500ms');
         60 s when neither it nor `at` (Unix ms, or an aware datetime) is given. Raises `Busy`
         (with `remaining_ms` and `retry_after_s`) while one of that name runs, unless `replace`.
-        With `pause_on_suspend` it stands still while the machine sleeps (a pomodoro)."""
+        `pause_on_suspend=True`: it stands still while the machine sleeps (a pomodoro); False: it
+        counts on; None (the default): a name started again keeps its setting, a new one counts on."""
         return self._change(start_line(name, duration, at, replace, pause_on_suspend), timeout)
 
     def status(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:

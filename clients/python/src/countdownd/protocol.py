@@ -393,8 +393,9 @@ def at_text(at) -> str:
     raise TypeError("at must be Unix milliseconds (int) or a timezone-aware datetime (naive ones are ambiguous)")
 
 
-def start_line(name: str, duration=None, at=None, replace: bool = False, pause_on_suspend: bool = False) -> str:
-    """`START <name> [<duration>] [REPLACE] [ON-SUSPEND pause]`, or `START <name> AT <time> [REPLACE]`."""
+def start_line(name: str, duration=None, at=None, replace: bool = False, pause_on_suspend: Optional[bool] = None) -> str:
+    """`START <name> [<duration>] [REPLACE] [ON-SUSPEND pause|count]`, or `START <name> AT <time> [REPLACE]`.
+    `pause_on_suspend` None sends no ON-SUSPEND: a name started again keeps its setting."""
     if duration is not None and at is not None:
         raise ValueError("give a duration or at, not both")
     if at is not None and pause_on_suspend:
@@ -406,8 +407,8 @@ def start_line(name: str, duration=None, at=None, replace: bool = False, pause_o
         words.append(duration_text(duration))
     if replace:
         words.append("REPLACE")
-    if pause_on_suspend:
-        words += ["ON-SUSPEND", "pause"]
+    if pause_on_suspend is not None and at is None:
+        words += ["ON-SUSPEND", "pause" if pause_on_suspend else "count"]
     return " ".join(words)
 
 
