@@ -95,8 +95,8 @@ struct StateJournalTests {
         return stat(path, &info) == 0 ? info.st_mode & 0o777 : 0
     }
 
-    @Test("an empty newest journal file (a stop right after creating it) is removed and its number used again: the next start finds no gap")
-    func emptyNewestFileNumberReused() throws {
+    @Test("a journal file is created whole: a stop before its rename leaves journal.N.new, which is never read and is replaced (no gap); an emptied newest journal is damage, refused and kept")
+    func journalCreatedWhole() throws {
         let scratch = ScratchDirectory()
         let directory = scratch.path + "/state"
         do {
@@ -104,16 +104,31 @@ struct StateJournalTests {
             _ = try recover(first)
             #expect(batch(first, ["tea"], from: 1) == .durable)
         }
-        // What a stop between creating journal.2 and writing its header leaves.
-        try #require(FileManager.default.createFile(atPath: directory + "/journal.000000000002", contents: Data()), "the empty journal could not be created")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/journal.000000000001.new"), "renamed into place")
+        // What a stop between creating journal.2's temporary and renaming it leaves.
+        try #require(FileManager.default.createFile(atPath: directory + "/journal.000000000002.new", contents: Data()), "the temporary could not be created")
         do {
             let second = journal(in: directory)
             #expect(try recover(second).countdowns.map(\.name) == ["tea"])
-            #expect(second.generation == 2, "journal.2 made again, not journal.3")
+            #expect(second.generation == 2, "journal.2 made, not journal.3")
+            #expect(!FileManager.default.fileExists(atPath: directory + "/journal.000000000002.new"), "the leftover was replaced")
             #expect(batch(second, ["egg"], from: 2) == .durable)
         }
-        let third = journal(in: directory)
-        #expect(Set(try recover(third).countdowns.map(\.name)) == ["tea", "egg"], "no gap: the start is not refused")
+        do {
+            let third = journal(in: directory)
+            #expect(Set(try recover(third).countdowns.map(\.name)) == ["tea", "egg"], "no gap: the start is not refused")
+        }
+        // The newest journal emptied (damage, not a stop): refused, the file kept as it is.
+        let newest = directory + "/journal.000000000003"
+        try #require(FileManager.default.fileExists(atPath: newest))
+        try Data().write(to: URL(fileURLWithPath: newest))
+        do {
+            _ = try recover(journal(in: directory))
+            Issue.record("an emptied newest journal was started on")
+        } catch {
+            #expect("\(error)".contains("the file is empty (0 bytes), though journal files are created with their header"), "\(error)")
+        }
+        #expect(FileManager.default.fileExists(atPath: newest), "kept for the repair")
     }
 
     @Test("a committed batch is recovered by the next journal; a rolled-back one is not; files are 0600; the directory is locked meanwhile")

@@ -201,14 +201,14 @@ final class StateJournal: @unchecked Sendable {
             previous = (fileGeneration, path)
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
-                guard fileGeneration == newest else {
-                    throw .damaged(path: path, reason: "the file is empty (0 bytes), yet later journal files follow it: what it held is lost")
-                }
-                // A crash between creating the newest file and writing its header: nothing was
-                // ever committed to it. Ignored on purpose if it cannot be removed: it is empty.
-                _ = unlink(path)
-                recovered.remarks.append("\(path) was empty (a stop right after it was created); removed it")
-                continue  // Its number is used again: no gap.
+                // A journal file is created whole (header first, then renamed into place), so an
+                // empty one was emptied: what it held is lost, newest file or not.
+                throw .damaged(
+                    path: path,
+                    reason: fileGeneration == newest
+                        ? "the file is empty (0 bytes), though journal files are created with their header: what it held is lost"
+                        : "the file is empty (0 bytes), yet later journal files follow it: what it held is lost"
+                )
             }
             highest = max(highest, fileGeneration)
             chainStart = min(chainStart, fileGeneration)
@@ -324,13 +324,16 @@ final class StateJournal: @unchecked Sendable {
         }
     }
 
-    /// Creates journal file `generation + 1`, writes its header and syncs the directory, so the
-    /// file exists before anything depends on it.
+    /// Creates journal file `generation + 1` whole: its header is written and synced under a
+    /// temporary name (`journal.N.new`, which recovery never reads, and the next attempt
+    /// replaces), then renamed into place and the directory synced. So a journal file is never
+    /// seen without its header, and an empty one is damage, never a legitimate state.
     private func openNextFile() throws(StorageError) {
         let next = generation + 1
         let path = journalPath(next)
-        let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw .system(what: "cannot create \(path)", errno: errno) }
+        let temporary = path + ".new"
+        let descriptor = open(temporary, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .system(what: "cannot create \(temporary)", errno: errno) }
         var frame: [UInt8] = []
         JournalFormat.beginFrame(in: &frame)
         JournalFormat.appendHeader(
@@ -339,12 +342,15 @@ final class StateJournal: @unchecked Sendable {
         )
         JournalFormat.sealFrame(in: &frame, at: 0)
         do throws(StorageError) {
-            try FileSystem.write(frame, to: descriptor, at: 0, path: path)
-            guard fdatasync(descriptor) == 0 else { throw .system(what: "fdatasync \(path)", errno: errno) }
+            try FileSystem.write(frame, to: descriptor, at: 0, path: temporary)
+            guard fdatasync(descriptor) == 0 else { throw .system(what: "fdatasync \(temporary)", errno: errno) }
+            guard rename(temporary, path) == 0 else { throw .system(what: "rename \(temporary) to \(path)", errno: errno) }
             try FileSystem.sync(path: directory)
         } catch {
             countdownd_close(descriptor)
-            // Ignored on purpose: a journal file with no frame after its header reads as empty.
+            // Ignored on purpose: a leftover temporary is never read, and replaced next time; a
+            // journal file with no frame after its header reads as empty of events.
+            _ = unlink(temporary)
             _ = unlink(path)
             throw error
         }

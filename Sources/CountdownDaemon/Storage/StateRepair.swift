@@ -73,11 +73,10 @@ public enum StateRepair {
             previous = (generation, path)
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
-                if generation == files.last?.0 {
-                    inspection.findings.append("\(path): empty (a stop right after it was created; the next start removes it)")
-                } else {
-                    inspection.problems.append("\(path): empty (0 bytes), yet later journal files follow it")
-                }
+                // The daemon's verdict too (StateJournal.recover): journal files are created whole.
+                inspection.problems.append(generation == files.last?.0
+                    ? "\(path): empty (0 bytes), though journal files are created with their header: what it held is lost"
+                    : "\(path): empty (0 bytes), yet later journal files follow it")
                 continue
             }
             inspection.findings.append(scanFile(bytes, path: path, into: &inspection))
