@@ -177,8 +177,7 @@ public enum LocalTime {
     /// `+01:00`, `-03:30`: an offset as RFC 3339 writes it.
     static func offsetText(_ seconds: Int) -> String {
         let minutes = abs(seconds) / 60
-        let hours = String(minutes / 60), rest = String(minutes % 60)
-        return (seconds < 0 ? "-" : "+") + (hours.count < 2 ? "0" : "") + hours + ":" + (rest.count < 2 ? "0" : "") + rest
+        return (seconds < 0 ? "-" : "+") + CivilTime.padded(minutes / 60, 2) + ":" + CivilTime.padded(minutes % 60, 2)
     }
 
     private static func unreadable(_ text: String) -> ParseError {

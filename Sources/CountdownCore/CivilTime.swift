@@ -88,7 +88,8 @@ public struct CivilTime: Equatable, Sendable {
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
-    private static func padded(_ value: Int, _ width: Int) -> String {
+    /// `value` in decimal, zeros in front up to `width` digits: `padded(7, 2)` is `07`.
+    public static func padded(_ value: Int, _ width: Int) -> String {
         let digits = String(value)
         return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
     }

@@ -27,7 +27,7 @@ struct ClusterReplicaTests {
             name: "otp:1", state: .running, totalMilliseconds: 60_000, deadline: SystemClock.now().advanced(byMilliseconds: 60_000),
             remainingNanoseconds: 0, finishedAt: nil, owner: 0
         )
-        return ClusterValue(state, event: .started, eventRemainingMilliseconds: 60_000, operation: operation ?? replica.nextOperation(), clock: SystemClock.mapping())
+        return ClusterValue(state, event: .started, eventRemainingMilliseconds: 60_000, operation: operation ?? replica.nextOperation(), clock: DaemonClock.system.mapping())
     }
 
     func stored(_ value: ClusterValue, revision: Int64, key: String = "otp:1") -> EtcdKeyValue {
@@ -447,7 +447,7 @@ struct ClusterReplicaTests {
         }
         let watch = try #require(queue.sync { store.watches.first })
         func beat(_ host: String, writtenAgo: Int64, revision: Int64) -> EtcdWatchEvent {
-            let written = SystemClock.mapping().unixMilliseconds - writtenAgo
+            let written = DaemonClock.system.mapping().unixMilliseconds - writtenAgo
             let value = Array(#"{"written_unix_ms":\#(written)}"#.utf8)
             return EtcdWatchEvent(kind: .put, keyValue: EtcdKeyValue(key: "/countdownd/.hosts/" + host, value: value, createRevision: revision, modRevision: revision))
         }
@@ -457,7 +457,7 @@ struct ClusterReplicaTests {
             replica.apply = { key, _, _ in applied.keys.append(key) }
             // A countdown written by another host 90 s ago, arriving live: not a sample.
             var old = value(replica, operation: "other-host-1-1")
-            old.writtenUnixMilliseconds = SystemClock.mapping().unixMilliseconds - 90_000
+            old.writtenUnixMilliseconds = DaemonClock.system.mapping().unixMilliseconds - 90_000
             watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(old, revision: 11))], 11)
             #expect(replica.skews.isEmpty)
             // History (not the newest when sent), then a live heartbeat.

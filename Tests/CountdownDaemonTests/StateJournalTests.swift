@@ -29,7 +29,7 @@ struct StateJournalTests {
             journal.beginBatch()
             for (offset, name) in names.enumerated() {
                 let (event, state) = started(name, sequence: sequence + UInt64(offset))
-                journal.note(event, state: state, clock: SystemClock.mapping())
+                journal.note(event, state: state, clock: DaemonClock.system.mapping())
             }
             if rollback { journal.rollbackBatch() }
             return journal.commit()
@@ -39,7 +39,7 @@ struct StateJournalTests {
     func recover(_ journal: StateJournal) throws(StorageError) -> StateJournal.Recovered {
         let result: Result<StateJournal.Recovered, StorageError> = queue.sync {
             do throws(StorageError) {
-                let recovered = try journal.recover(clock: SystemClock.mapping(), bootID: SystemClock.bootID, keepEvents: 100)
+                let recovered = try journal.recover(clock: DaemonClock.system.mapping(), bootID: SystemClock.bootID, keepEvents: 100)
                 journal.startWriting()
                 return .success(recovered)
             } catch {
@@ -221,7 +221,7 @@ struct StateJournalTests {
         _ = try engine.start("tea", milliseconds: 3_600_000, requester: 0, now: SystemClock.now(), events: &events)
         queue.sync {
             #expect(journal.snapshotIsDue(now: SystemClock.now()))
-            journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping())
+            journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping())
         }
         // The snapshot is written off the queue and lands back on it.
         #expect(waitUntilAvailable(journal))
@@ -242,7 +242,7 @@ struct StateJournalTests {
         // The snapshot waits to be written; meanwhile the directory goes (as `rm -rf` takes it,
         // after the file whose loss started the snapshot).
         journal.snapshotQueue.suspend()
-        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping()) }
+        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping()) }
         try FileManager.default.removeItem(atPath: directory)
         // The daemon notices the deletion (inotify) and recreates the directory before the
         // snapshot's failure reaches its queue: the two are put on the queue in that order.
@@ -255,7 +255,7 @@ struct StateJournalTests {
             #expect(journal.health == .awaitingSnapshot, "recreated, waiting for its snapshot")
             #expect(journal.snapshotIsDue(now: SystemClock.now()), "the recreated directory's snapshot is due at once")
         }
-        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: SystemClock.mapping()) }
+        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping()) }
         #expect(waitUntilAvailable(journal))
     }
 

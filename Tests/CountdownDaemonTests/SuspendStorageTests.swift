@@ -24,7 +24,7 @@ extension StateJournalTests {
             let journal = try #require(first)
             journal.beginBatch()
             for event in events {
-                journal.note(event, state: engine.persistentState(of: event.name), clock: SystemClock.mapping())
+                journal.note(event, state: engine.persistentState(of: event.name), clock: DaemonClock.system.mapping())
             }
             return journal.commit()
         }
@@ -40,7 +40,7 @@ extension StateJournalTests {
         let fromJournal = try recover(try #require(second))
         check(fromJournal, "from the journal")
         try queue.sync {
-            try #require(second).snapshotAtStop(engine.durableImage(), ring: fromJournal.ring, clock: SystemClock.mapping())
+            try #require(second).snapshotAtStop(engine.durableImage(), ring: fromJournal.ring, clock: DaemonClock.system.mapping())
         }
         second = nil
         let database = try SQLiteDatabase(path: directory + "/countdownd.db", readOnly: true)
@@ -81,7 +81,7 @@ struct SuspendStorageTests {
         try engine.start("1000/a", milliseconds: 60_000, requester: 1000, onSuspend: .pause, now: SystemClock.now(), events: &events)
         try engine.start("1000/b", milliseconds: 60_000, requester: 1000, onSuspend: .pause, now: SystemClock.now(), events: &events)
         let contents = SnapshotFile.Contents(
-            engine.durableImage(), events: [], eventsKeptAfter: 0, bootID: nil, journalGeneration: 1, clock: SystemClock.mapping()
+            engine.durableImage(), events: [], eventsKeptAfter: 0, bootID: nil, journalGeneration: 1, clock: DaemonClock.system.mapping()
         )
         try SnapshotFile.write(contents, directory: scratch.path)
         let database = try SQLiteDatabase(path: scratch.path + "/countdownd.db")

@@ -201,14 +201,7 @@ final class StateJournal: @unchecked Sendable {
             previous = (fileGeneration, path)
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
-                // A journal file is created whole (header first, then renamed into place), so an
-                // empty one was emptied: what it held is lost, newest file or not.
-                throw .damaged(
-                    path: path,
-                    reason: fileGeneration == newest
-                        ? "the file is empty (0 bytes), though journal files are created with their header: what it held is lost"
-                        : "the file is empty (0 bytes), yet later journal files follow it: what it held is lost"
-                )
+                throw .damaged(path: path, reason: Self.emptyFileProblem(isNewest: fileGeneration == newest))
             }
             highest = max(highest, fileGeneration)
             chainStart = min(chainStart, fileGeneration)
@@ -291,6 +284,15 @@ final class StateJournal: @unchecked Sendable {
             }
         }
         return nil
+    }
+
+    /// Why an empty journal file is damage, newest or not: a journal file is created whole
+    /// (header first, then renamed into place), so an empty one was emptied. The verdict of
+    /// `recover`, shared with `countdownd --check-state`.
+    static func emptyFileProblem(isNewest: Bool) -> String {
+        isNewest
+            ? "the file is empty (0 bytes), though journal files are created with their header: what it held is lost"
+            : "the file is empty (0 bytes), yet later journal files follow it: what it held is lost"
     }
 
     /// The journal files in the directory, by generation.

@@ -73,10 +73,7 @@ public enum StateRepair {
             previous = (generation, path)
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
-                // The daemon's verdict too (StateJournal.recover): journal files are created whole.
-                inspection.problems.append(generation == files.last?.0
-                    ? "\(path): empty (0 bytes), though journal files are created with their header: what it held is lost"
-                    : "\(path): empty (0 bytes), yet later journal files follow it")
+                inspection.problems.append("\(path): \(StateJournal.emptyFileProblem(isNewest: generation == files.last?.0))")
                 continue
             }
             inspection.findings.append(scanFile(bytes, path: path, into: &inspection))

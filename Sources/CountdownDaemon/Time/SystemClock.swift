@@ -38,12 +38,6 @@ enum SystemClock {
         read(CLOCK_REALTIME)
     }
 
-    /// Both clocks read together, to derive wall-clock values of monotonic instants.
-    static func mapping(at instant: Instant? = nil) -> WallClockMapping {
-        let monotonic = instant ?? now()
-        return WallClockMapping(monotonic: monotonic, unixMilliseconds: unixNanoseconds() / 1_000_000)
-    }
-
     private static func read(_ clock: clockid_t) -> Int64 {
         var spec = timespec()
         // clock_gettime cannot fail for these clocks on Linux with a valid pointer.
