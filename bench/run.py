@@ -365,23 +365,27 @@ def journal_deadlines(state):
     for file in sorted(f for f in os.listdir(state) if f.startswith("journal.")):
         data = open(os.path.join(state, file), "rb").read()
         offset = 0
-        while offset + 12 <= len(data) and data[offset:offset + 4] == b"CDJ\x01":
+        # Frames: magic, length, CRC-32C, then (numbered frames, "CDJ\x02") the frame's index.
+        while offset + 12 <= len(data) and data[offset:offset + 3] == b"CDJ" and data[offset + 3] in (1, 2):
+            header = 20 if data[offset + 3] == 2 else 12
             (length,) = struct.unpack_from("<I", data, offset + 4)
-            position, end = offset + 12, offset + 12 + length
+            position, end = offset + header, offset + header + length
             while position < end:
                 kind = data[position]
-                if kind == 1:  # header: generation, created, boot id
+                if kind == 1:  # header: generation, created, boot id, then (numbered) the frame it follows
                     position += 1 + 16
                     position += 1 + data[position]
+                    position += 12 if header == 20 else 0
                     continue
-                if kind == 3:  # removed: seq, total, name
-                    position += 1 + 16
+                if kind == 3:  # removed: seq, owner, total, name
+                    position += 1 + 20
                     position += 1 + data[position]
                     continue
                 fields = struct.unpack_from("<QBBIqqqqqqq", data, position + 1)
                 position += 1 + struct.calcsize("<QBBIqqqqqqq")
                 name = data[position + 1:position + 1 + data[position]].decode()
                 position += 1 + data[position] + 16  # name, then the state's late_ms and pinned_unix_ms
+                position += 1 if kind == 4 else 0  # a flagged event's flags
                 if fields[1] == 0:  # started
                     deadlines[name] = fields[8]
             offset = end

@@ -18,23 +18,52 @@ struct JournalFormatTests {
 
     /// A file: a header frame, then one frame per batch of names.
     func file(_ batches: [[String]]) -> [UInt8] {
-        var bytes: [UInt8] = []
-        JournalFormat.beginFrame(in: &bytes)
-        JournalFormat.appendHeader(.init(generation: 3, createdUnixMilliseconds: 1, bootID: "boot-a"), to: &bytes)
-        JournalFormat.sealFrame(in: &bytes, at: 0)
+        frames(batches).reduce([], +)
+    }
+
+    /// The frames of `file(batches)`, one by one: the header frame first.
+    func frames(_ batches: [[String]], follows: JournalFormat.FrameMark? = nil) -> [[UInt8]] {
+        var header: [UInt8] = []
+        JournalFormat.beginFrame(in: &header)
+        JournalFormat.appendHeader(.init(generation: 3, createdUnixMilliseconds: 1, bootID: "boot-a", follows: follows), to: &header)
+        JournalFormat.sealFrame(in: &header, at: 0, index: 0)
+        var frames = [header]
         var sequence: UInt64 = 0
-        for batch in batches {
-            let start = bytes.count
+        for (index, batch) in batches.enumerated() {
+            var bytes: [UInt8] = []
             JournalFormat.beginFrame(in: &bytes)
             for name in batch {
                 sequence += 1
                 let (event, state) = event(sequence, name)
                 JournalFormat.appendEvent(event, state: state, to: &bytes)
             }
-            JournalFormat.sealFrame(in: &bytes, at: start)
+            JournalFormat.sealFrame(in: &bytes, at: 0, index: UInt64(index + 1))
+            frames.append(bytes)
         }
-        return bytes
+        return frames
     }
+
+    /// The same file in the layout of countdownd before frame indexes ("CDJ\u{1}", 12-byte
+    /// frame headers, no `follows`), as an earlier version left it.
+    func unnumberedFile(_ batches: [[String]]) -> [UInt8] {
+        var payloads: [[UInt8]] = [[1] + le(3) + le(1) + [6] + Array("boot-a".utf8)]
+        var sequence: UInt64 = 0
+        for batch in batches {
+            var payload: [UInt8] = []
+            for name in batch {
+                sequence += 1
+                let (event, state) = event(sequence, name)
+                JournalFormat.appendEvent(event, state: state, to: &payload)
+            }
+            payloads.append(payload)
+        }
+        return payloads.flatMap { payload in
+            [0x43, 0x44, 0x4A, 0x01] + le32(UInt32(payload.count)) + le32(CRC32C.checksum(payload)) + payload
+        }
+    }
+
+    func le(_ value: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+    func le32(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
 
     @Test("records round-trip through a frame, with the header")
     func roundTrip() {
@@ -95,6 +124,72 @@ struct JournalFormatTests {
             #expect(scan.tornTail == nil, "bit \(bit)")
             #expect(scan.events.map(\.event.name) == ["1000/c0"], "bit \(bit)")
         }
+    }
+
+    @Test("every frame removed, repeated or moved, anywhere after the header, is damage at the first frame out of its place; the file's last frame removed is what a stop before it leaves")
+    func framesKnowTheirPlace() {
+        let parts = frames((0..<6).map { ["c\($0)"] })
+        func offset(ofFrame index: Int, in layout: [Int]) -> Int { layout.prefix(index).reduce(0) { $0 + parts[$1].count } }
+        var layouts: [(String, [Int], Int)] = []  // (what, frame order, position of the first frame out of place)
+        for removed in 1..<6 { layouts.append(("frame \(removed) removed", Array(0...6).filter { $0 != removed }, removed)) }
+        for repeated in 1...6 {
+            layouts.append(("frame \(repeated) repeated", Array(0...repeated) + [repeated] + Array(0...6).dropFirst(repeated + 1), repeated + 1))
+        }
+        for first in 1..<6 {
+            var order = Array(0...6)
+            order.swapAt(first, first + 1)
+            layouts.append(("frames \(first) and \(first + 1) swapped", order, first))
+        }
+        layouts.append(("frame 6 moved to the front", [0, 6, 1, 2, 3, 4, 5], 1))
+        for (what, order, firstOutOfPlace) in layouts {
+            let bytes = order.flatMap { parts[$0] }
+            let scan = JournalFormat.scan(bytes)
+            #expect(scan.damage?.offset == offset(ofFrame: firstOutOfPlace, in: order), "\(what): \(String(describing: scan.damage))")
+            #expect(scan.tornTail == nil, "\(what)")
+            #expect(scan.events.count == firstOutOfPlace - 1, "\(what): only the frames before it are taken")
+        }
+        // The last frame gone is indistinguishable from a stop before it was written: the file is
+        // whole, and the next file's header (`follows`) is what tells it from a cut (below).
+        let shorter = JournalFormat.scan(parts.dropLast().flatMap { $0 })
+        #expect(shorter.damage == nil && shorter.lastFrame?.index == 5)
+    }
+
+    @Test("a file's header names the last frame of the file before it; a file without a whole header frame is damage, not a torn tail")
+    func headerAndFollows() {
+        let before = JournalFormat.scan(file([["a"], ["b"]]))
+        let mark = try! #require(before.lastFrame)
+        #expect(mark.index == 2)
+        let next = JournalFormat.scan(frames([["c"]], follows: mark).reduce([], +))
+        #expect(next.header?.follows == mark && next.damage == nil)
+        #expect(JournalFormat.scan(file([])).header?.follows == nil)
+        let whole = file([["a"]])
+        let headerLength = frames([]).first!.count
+        for cut in 1..<headerLength {
+            let scan = JournalFormat.scan(Array(whole[0..<cut]))
+            #expect(scan.damage?.offset == 0 && scan.tornTail == nil, "cut at \(cut)")
+        }
+        // A frame of events in the header's place, or a header later on, is damage too.
+        let events = frames([["a"], ["b"]])
+        var eventsFirst = events[1]
+        JournalFormat.sealFrame(in: &eventsFirst, at: 0, index: 0)
+        #expect(JournalFormat.scan(eventsFirst + events[2]).damage?.reason.contains("not its header") == true)
+        var headerAgain = events[0]
+        JournalFormat.sealFrame(in: &headerAgain, at: 0, index: 2)
+        #expect(JournalFormat.scan(events[0] + events[1] + headerAgain).damage?.reason.contains("header record after the start") == true)
+    }
+
+    @Test("a journal of the earlier layout (unnumbered frames) still reads, with its frames counted; a numbered frame inside one is damage")
+    func unnumberedFilesRead() {
+        let old = unnumberedFile([["a"], ["b", "c"]])
+        let scan = JournalFormat.scan(old)
+        #expect(scan.damage == nil && scan.tornTail == nil && scan.layout == .unnumbered)
+        #expect(scan.header == .init(generation: 3, createdUnixMilliseconds: 1, bootID: "boot-a"))
+        #expect(scan.events.map(\.event.name) == ["1000/a", "1000/b", "1000/c"])
+        #expect(scan.lastFrame?.index == 2)
+        let mixed = old + frames([["d"], ["e"]])[2]
+        #expect(JournalFormat.scan(mixed).damage?.offset == old.count)
+        // A torn last frame is still a torn tail in the old layout.
+        #expect(JournalFormat.scan(Array(old.dropLast(3))).tornTail != nil)
     }
 
     @Test("CRC-32C matches the standard check value")

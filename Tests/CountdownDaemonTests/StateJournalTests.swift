@@ -37,16 +37,7 @@ struct StateJournalTests {
     }
 
     func recover(_ journal: StateJournal) throws(StorageError) -> StateJournal.Recovered {
-        let result: Result<StateJournal.Recovered, StorageError> = queue.sync {
-            do throws(StorageError) {
-                let recovered = try journal.recover(clock: DaemonClock.system.mapping(), bootID: SystemClock.bootID, keepEvents: 100)
-                journal.startWriting()
-                return .success(recovered)
-            } catch {
-                return .failure(error)
-            }
-        }
-        return try result.get()
+        try journal.recoverForTest(on: queue)
     }
 
     /// A journal holding one durable batch, whose directory was then deleted and whose next

@@ -106,17 +106,21 @@ struct SuspendStorageTests {
         flaggedState.pausesOnSuspend = true
         plain.sequence = 2
         plain.causedBySuspend = true
+        var header: [UInt8] = []
+        JournalFormat.beginFrame(in: &header)
+        JournalFormat.appendHeader(.init(generation: 1, createdUnixMilliseconds: 1, bootID: nil), to: &header)
+        JournalFormat.sealFrame(in: &header, at: 0, index: 0)
         var frame: [UInt8] = []
         JournalFormat.beginFrame(in: &frame)
         JournalFormat.appendEvent(plain, state: flaggedState, to: &frame)
-        JournalFormat.sealFrame(in: &frame, at: 0)
+        JournalFormat.sealFrame(in: &frame, at: 0, index: 1)
         #expect(frame[JournalFormat.frameHeaderSize] == 4 && frame.count - JournalFormat.frameHeaderSize == plainLength + 1)
-        let scan = JournalFormat.scan(frame)
+        let scan = JournalFormat.scan(header + frame)
         #expect(scan.damage == nil && scan.events.count == 1)
         #expect(scan.events.first?.event == plain && scan.events.first?.state == flaggedState)
         // An unknown flag is damage, not silently dropped.
         frame[frame.count - 1] = 0x80
-        JournalFormat.sealFrame(in: &frame, at: 0)
-        #expect(JournalFormat.scan(frame).damage?.reason.contains("unknown flags") == true)
+        JournalFormat.sealFrame(in: &frame, at: 0, index: 1)
+        #expect(JournalFormat.scan(header + frame).damage?.reason.contains("unknown flags") == true)
     }
 }

@@ -29,6 +29,18 @@ enum StorageFaults {
         return true
     }()
 
+    /// Where each frame of a journal file starts (the layout countdownd writes: a 20-byte frame
+    /// header whose second field is the payload's length), read the way a hex dump would.
+    static func frameOffsets(_ bytes: [UInt8]) -> [Int] {
+        var frames: [Int] = []
+        var offset = 0
+        while offset + 20 <= bytes.count {
+            frames.append(offset)
+            offset += 20 + Int(UInt32(bytes[offset + 4]) | UInt32(bytes[offset + 5]) << 8 | UInt32(bytes[offset + 6]) << 16 | UInt32(bytes[offset + 7]) << 24)
+        }
+        return frames
+    }
+
     /// Pipelines `lines` and reads one reply each, in chunks, so neither side's buffers fill.
     static func pipeline(_ lines: [String], on connection: CountdownConnection, chunk: Int = 1000) throws -> [Reply] {
         var replies: [Reply] = []
@@ -263,7 +275,7 @@ extension Integration {
             let intact = try Data(contentsOf: URL(fileURLWithPath: journal))
             // A frame cut short, as a crash mid-write leaves it.
             var torn = intact
-            torn.append(contentsOf: [0x43, 0x44, 0x4A, 0x01, 100, 0, 0, 0, 1, 2, 3, 4, 2, 9, 9])
+            torn.append(contentsOf: [0x43, 0x44, 0x4A, 0x02, 100, 0, 0, 0, 1, 2, 3, 4, 2, 9, 9])
             try torn.write(to: URL(fileURLWithPath: journal))
             let second = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             #expect(try StorageFaults.names(second) == ["a", "b", "c"])
@@ -298,12 +310,7 @@ extension Integration {
             daemon.crash()
             let journal = try StorageFaults.newestJournal(in: state)
             var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: journal)))
-            var frames: [Int] = []
-            var offset = 0
-            while offset + 12 <= bytes.count {
-                frames.append(offset)
-                offset += 12 + Int(UInt32(bytes[offset + 4]) | UInt32(bytes[offset + 5]) << 8 | UInt32(bytes[offset + 6]) << 16 | UInt32(bytes[offset + 7]) << 24)
-            }
+            let frames = StorageFaults.frameOffsets(bytes)
             try #require(frames.count == 301, "a header frame and one frame per START: \(frames.count)")
             bytes[frames[140] + 6] ^= 0x10  // The length of f139's frame, now past the end of the file.
             try Data(bytes).write(to: URL(fileURLWithPath: journal))
@@ -312,7 +319,7 @@ extension Integration {
             #expect(refused.stderrText.contains("its length field is damaged") && refused.stderrText.contains("--repair-state \(state)"), "\(refused.stderrText)")
             #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: journal))) == bytes, "kept byte for byte, not cut")
             let check = try stateTool("--check-state", state)
-            #expect(check.status == 1 && check.stdout.contains("damaged at byte \(frames[140])") && check.stdout.contains("intact: 299 countdowns"), "\(check.stdout)\(check.stderr)")
+            #expect(check.status == 1 && check.stdout.contains("at byte \(frames[140]): a frame's length") && check.stdout.contains("intact: 299 countdowns"), "\(check.stdout)\(check.stderr)")
             #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: journal))) == bytes, "the check changes nothing")
             let repair = try stateTool("--repair-state", state)
             #expect(repair.status == 0 && repair.stdout.contains("kept the 299 countdowns"), "\(repair.stdout)\(repair.stderr)")
@@ -367,6 +374,101 @@ extension Integration {
             let names = try StorageFaults.names(repaired)
             let intact = fault == "empty-newest" ? "second" : "third"
             #expect(names.isSuperset(of: (0..<100).map { "\(intact)\($0)" }), "the intact journal is kept")
+        }
+
+        @Test(
+            "a journal frame removed, repeated or moved, or an earlier journal cut at a frame boundary: the start is refused naming the frame, the files kept byte for byte; --check-state agrees; --repair-state keeps every other countdown, frames after the hole included",
+            arguments: ["removed", "repeated", "swapped", "earlier-file-cut"]
+        )
+        func framesOutOfPlace(fault: String) throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            // Two runs ended by SIGKILL: two journal files, one frame per START.
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            var c = try daemon.connect()
+            for index in 0..<20 { #expect(try c.request("START early\(index) 1h").countdown != nil) }
+            daemon.crash()
+            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            c = try daemon.connect()
+            for index in 0..<20 { #expect(try c.request("START late\(index) 1h").countdown != nil) }
+            daemon.crash()
+            let journals = try FileManager.default.contentsOfDirectory(atPath: state).filter { $0.hasPrefix("journal.") }.sorted().map { state + "/" + $0 }
+            try #require(journals.count == 2, "\(journals)")
+            let target = fault == "earlier-file-cut" ? journals[0] : journals[1]
+            let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: target)))
+            let frames = StorageFaults.frameOffsets(original) + [original.count]
+            try #require(frames.count == 22, "a header frame and one frame per START: \(frames.count - 1)")
+            func frame(_ index: Int) -> [UInt8] { Array(original[frames[index]..<frames[index + 1]]) }
+            var bytes: [UInt8]
+            var expected: String
+            var kept: Set<String>
+            let all = Set((0..<20).map { "early\($0)" } + (0..<20).map { "late\($0)" })
+            switch fault {
+            case "removed":
+                // The frame of late7 (frame 8).
+                bytes = (0..<21).filter { $0 != 8 }.flatMap(frame)
+                expected = "frame 9 comes where frame 8 belongs"
+                kept = all.subtracting(["late7"])
+            case "repeated":
+                bytes = (0..<21).flatMap { $0 == 8 ? frame(8) + frame(8) : frame($0) }
+                expected = "frame 8 comes again where frame 9 belongs"
+                kept = all
+            case "swapped":
+                bytes = (0..<21).flatMap { $0 == 8 ? frame(9) : $0 == 9 ? frame(8) : frame($0) }
+                expected = "frame 9 comes where frame 8 belongs"
+                kept = all
+            default:
+                // The last two frames of the earlier file gone: each file is whole on its own.
+                bytes = (0..<19).flatMap(frame)
+                expected = "this file follows its frame 20"
+                kept = all.subtracting(["early18", "early19"])
+            }
+            try Data(bytes).write(to: URL(fileURLWithPath: target))
+            let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1, "refused, not started without what the frames held")
+            #expect(refused.stderrText.contains(expected) && refused.stderrText.contains("--repair-state \(state)"), "\(refused.stderrText)")
+            #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: target))) == bytes, "kept byte for byte")
+            let check = try stateTool("--check-state", state)
+            #expect(check.status == 1 && check.stdout.contains(expected), "the check says the same: \(check.stdout)")
+            let repair = try stateTool("--repair-state", state)
+            #expect(repair.status == 0, "\(repair.stdout)\(repair.stderr)")
+            let repaired = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(repaired) == kept, "every countdown whose frame is intact, in the order of the frames")
+        }
+
+        @Test("one bit flipped in a snapshot row's name, or a row deleted with sqlite3: the start is refused, not a renamed or missing countdown; --check-state agrees; --repair-state keeps the rows that verify", arguments: ["flipped-name", "row-deleted"])
+        func damagedSnapshotRow(fault: String) throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            _ = try StorageFaults.pipeline((0..<50).map { "START s7-\($0) 1h" }, on: try daemon.connect())
+            #expect(daemon.terminate() == 0, "a clean stop: everything in the snapshot")
+            let snapshot = state + "/countdownd.db"
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot)))
+            var kept = Set((0..<50).map { "s7-\($0)" })
+            if fault == "flipped-name" {
+                // "s7-3" becomes "r7-3" (0x73 ^ 0x01 = 0x72), as one flipped bit on the disk would.
+                let needle = Array("s7-3running".utf8)
+                let at = try #require((0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+                bytes[at] ^= 0x01
+                try Data(bytes).write(to: URL(fileURLWithPath: snapshot))
+                kept.remove("s7-3")
+            } else {
+                try #require(toolExists("/usr/bin/sqlite3"), "the fresh machine has sqlite3")
+                #expect(try runCommand("/usr/bin/sqlite3", [snapshot, "DELETE FROM countdowns WHERE name = 's7-9'"]).status == 0)
+                bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot)))
+                kept.remove("s7-9")
+            }
+            let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+            #expect(refused.process.wait() == 1, "refused: \(refused.stderrText)")
+            let reason = fault == "flipped-name" ? "1 rows that do not verify" : "the countdowns table holds 49 rows where 50 were written"
+            #expect(refused.stderrText.contains(reason) && refused.stderrText.contains("--repair-state"), "\(refused.stderrText)")
+            #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot))) == bytes, "kept byte for byte")
+            let check = try stateTool("--check-state", state)
+            #expect(check.status == 1 && check.stdout.contains(reason), "\(check.stdout)")
+            #expect(try stateTool("--repair-state", state).status == 0)
+            let repaired = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            #expect(try StorageFaults.names(repaired) == kept, "no r7-3: the damaged row is dropped, not renamed")
         }
 
         @Test("a 0-byte snapshot stops the start with a clear message and is kept")

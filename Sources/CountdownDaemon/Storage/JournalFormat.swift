@@ -4,12 +4,20 @@ import CountdownCore
 ///
 /// A **frame** is what one batch's commit writes, in one `write`:
 ///
-///     magic "CDJ\u{1}" (4 bytes) | payload length (u32) | CRC-32C of the payload (u32) | payload
+///     magic "CDJ\u{2}" (4 bytes) | payload length (u32) | CRC-32C (u32) | frame index (u64) | payload
+///
+/// The checksum covers the frame index and the payload. A file's frames are numbered from 0 (its
+/// header frame) up, one by one, so a frame removed, repeated or moved is seen where it breaks the
+/// count, and `--repair-state` can put intact frames back in their order. Files written by
+/// countdownd before frame indexes (magic "CDJ\u{1}", no index: a 12-byte frame header) are read
+/// as they are; one file never mixes the two.
 ///
 /// A **payload** is one or more records, each starting with its type byte:
 ///
-///     1 header  generation u64, created_unix_ms i64, boot id (u8 length + bytes)
-///               -- the first frame of every journal file
+///     1 header  generation u64, created_unix_ms i64, boot id (u8 length + bytes),
+///               [ordered files:] follows: the index (u64; all ones: none) and CRC-32C (u32) of
+///               the last frame of the journal file before this one
+///               -- the only record of frame 0, and only there
 ///     2 event   seq u64, kind u8, state u8, owner u32, total_ms i64, event_remaining_ms i64,
 ///               late_ms i64, deadline_unix_ms i64, deadline_boot_ns i64, remaining_ns i64,
 ///               finished_unix_ms i64, name (u8 length + bytes), state late_ms i64,
@@ -21,14 +29,26 @@ import CountdownCore
 ///     4 flagged event: an event record (type 2's fields) followed by flags u8:
 ///               -- bit 0: the event was caused by the machine's sleep (`suspend`)
 ///               -- bit 1: the countdown stands still while the machine sleeps (ON-SUSPEND pause)
-///               -- written only when a flag is set, so a journal of countdowns that never
-///               -- pause on suspend stays readable by an older countdownd (which refuses a
-///               -- type 4 record as a record of unknown type, and a schema 3 snapshot)
+///               -- written only when a flag is set
 ///
 /// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
 enum JournalFormat {
-    static let magic: [UInt8] = [0x43, 0x44, 0x4A, 0x01]
-    static let frameHeaderSize = 12
+    /// How a file's frames are laid out, told by their magic.
+    enum Layout: Equatable {
+        /// Frames numbered from 0, the checksum covering the number (magic "CDJ\u{2}"): what
+        /// countdownd writes.
+        case ordered
+        /// Frames without numbers (magic "CDJ\u{1}"), written by earlier versions; read only.
+        case unnumbered
+
+        var magic: [UInt8] { self == .ordered ? JournalFormat.magic : [0x43, 0x44, 0x4A, 0x01] }
+        /// Magic, length and checksum, and in an ordered frame its index.
+        var headerSize: Int { self == .ordered ? 20 : 12 }
+    }
+
+    static let magic: [UInt8] = [0x43, 0x44, 0x4A, 0x02]
+    /// The header of a frame as written (`Layout.ordered`).
+    static let frameHeaderSize = 20
     /// A frame longer than this is not one the daemon wrote.
     static let maximumPayload = 1 << 30
     static let absent = Int64.min
@@ -57,6 +77,17 @@ enum JournalFormat {
         var generation: UInt64
         var createdUnixMilliseconds: Int64
         var bootID: String?
+        /// The last frame of the journal file before this one (`nil`: none, or unknown to an
+        /// unnumbered file's writer): a file cut short or missing frames at its end shows here.
+        var follows: FrameMark? = nil
+    }
+
+    /// One frame, by its index in its file and its checksum.
+    struct FrameMark: Equatable, CustomStringConvertible {
+        var index: UInt64
+        var checksum: UInt32
+
+        var description: String { "frame \(index) (checksum \(String(checksum, radix: 16)))" }
     }
 
     /// An event record: a lifecycle event and the countdown's state after it (`nil`: removed).
@@ -72,15 +103,21 @@ enum JournalFormat {
         buffer.append(contentsOf: [UInt8](repeating: 0, count: frameHeaderSize))
     }
 
-    /// Fills in the header of the frame that starts at `start`, covering everything after it.
-    static func sealFrame(in buffer: inout [UInt8], at start: Int) {
+    /// Fills in the header of the frame that starts at `start`, covering everything after it, as
+    /// frame `index` of its file (the header frame is 0). Returns its mark, which the next file's
+    /// header names when this is the last frame of its file.
+    @discardableResult
+    static func sealFrame(in buffer: inout [UInt8], at start: Int, index: UInt64) -> FrameMark {
         let payloadLength = buffer.count - start - frameHeaderSize
-        let crc = buffer.withUnsafeBytes { raw in
-            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[(start + frameHeaderSize)...]))
-        }
         buffer.replaceSubrange(start..<(start + 4), with: magic)
         store(UInt32(payloadLength), at: start + 4, in: &buffer)
+        store(UInt32(truncatingIfNeeded: index), at: start + 12, in: &buffer)
+        store(UInt32(truncatingIfNeeded: index >> 32), at: start + 16, in: &buffer)
+        let crc = buffer.withUnsafeBytes { raw in
+            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[(start + 12)...]))
+        }
         store(crc, at: start + 8, in: &buffer)
+        return FrameMark(index: index, checksum: crc)
     }
 
     static func appendHeader(_ header: Header, to buffer: inout [UInt8]) {
@@ -88,6 +125,8 @@ enum JournalFormat {
         append(header.generation, to: &buffer)
         append(header.createdUnixMilliseconds, to: &buffer)
         appendShortString(header.bootID ?? "", to: &buffer)
+        append(header.follows?.index ?? UInt64.max, to: &buffer)
+        append(UInt64(header.follows?.checksum ?? 0), to: &buffer, width: 4)
     }
 
     static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
@@ -148,8 +187,12 @@ enum JournalFormat {
     struct Scan {
         var header: Header?
         var events: [EventRecord] = []
+        /// The layout of the file's frames (`nil`: not one whole frame).
+        var layout: Layout?
         /// Bytes of whole, valid frames from the start of the file.
         var validLength = 0
+        /// The last whole frame in order, with its index (an unnumbered file's frames are counted).
+        var lastFrame: FrameMark?
         /// A torn last frame: what was wrong with it (the file is cut back to `validLength`).
         var tornTail: String?
         /// Damage that is not a torn tail: where, and what.
@@ -162,8 +205,9 @@ enum JournalFormat {
     /// the end (space the file system allocated but never filled) is a torn tail: what a write cut
     /// short by a crash or a power loss leaves, provided no whole frame follows it (frames are
     /// written one after the other, so nothing valid comes after a torn one). Anything else that
-    /// does not check out, or a "torn" frame with a valid one after it (a flipped bit in a length
-    /// field), is damage.
+    /// does not check out is damage: a "torn" frame with a valid one after it (a flipped bit in a
+    /// length field), a whole frame out of its place in the count (removed, repeated or moved
+    /// frames), a file that does not start with a whole header frame (files are created whole).
     static func scan(_ bytes: [UInt8]) -> Scan {
         var events: [EventRecord] = []
         var scan = scan(bytes) { events.append($0) }
@@ -176,90 +220,168 @@ enum JournalFormat {
     static func scan(_ bytes: [UInt8], visit: (EventRecord) -> Void) -> Scan {
         var scan = Scan()
         var offset = 0
+        var expected: UInt64 = 0
         while offset < bytes.count {
-            let left = bytes.count - offset
-            guard left >= frameHeaderSize, bytes[offset..<(offset + 4)].elementsEqual(magic) else {
-                if bytes[offset...].allSatisfy({ $0 == 0 }) {
-                    scan.tornTail = "\(left) zero bytes at the end"
-                } else if let next = nextValidFrame(in: bytes, after: offset) {
-                    scan.damage = (offset, "no frame starts here (bad magic), yet a whole frame follows at byte \(next)")
-                } else if left < frameHeaderSize {
-                    scan.tornTail = "a frame header cut short (\(left) bytes)"
-                } else {
-                    scan.damage = (offset, "no frame starts here (bad magic)")
-                }
+            guard let frame = wholeFrame(at: offset, in: bytes) else {
+                classifyBrokenFrame(at: offset, in: bytes, layout: scan.layout, into: &scan)
                 break
             }
-            let length = Int(load32(bytes, offset + 4))
-            let crc = load32(bytes, offset + 8)
-            guard length <= left - frameHeaderSize else {
-                if let next = nextValidFrame(in: bytes, after: offset) {
-                    scan.damage = (offset, "a frame's length (\(length) bytes) runs past the end of the file, yet a whole frame follows at byte \(next): its length field is damaged")
-                } else {
-                    scan.tornTail = "a frame of \(length) bytes cut short at \(left - frameHeaderSize)"
-                }
+            if scan.layout == nil { scan.layout = frame.layout }
+            guard frame.layout == scan.layout else {
+                scan.damage = (offset, "a frame of the older, unnumbered format inside a file of numbered frames")
                 break
             }
-            let payloadStart = offset + frameHeaderSize
-            let payloadEnd = payloadStart + length
-            let actual = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[payloadStart..<payloadEnd])) }
-            guard actual == crc else {
-                if payloadEnd == bytes.count || bytes[payloadEnd...].allSatisfy({ $0 == 0 }) {
-                    scan.tornTail = "the last frame's checksum does not match (a write cut short)"
-                } else {
-                    scan.damage = (offset, "checksum mismatch in a frame followed by more data")
-                }
+            if frame.layout == .ordered, frame.index != expected {
+                scan.damage = (offset, frame.index < expected
+                    ? "frame \(frame.index) comes again where frame \(expected) belongs: a frame is repeated, or frames are out of order"
+                    : "frame \(frame.index) comes where frame \(expected) belongs: frames are missing, or out of order")
                 break
             }
-            // (withUnsafeBytes rethrows untyped errors: the result carries the typed one out.)
-            let decoded: Result<Void, FormatError> = bytes.withUnsafeBytes { raw in
-                do throws(FormatError) {
-                    try decodePayload(raw, from: payloadStart, to: payloadEnd, into: &scan, visit: visit)
-                    return .success(())
-                } catch {
-                    return .failure(error)
-                }
-            }
-            if case .failure(let error) = decoded {
-                scan.damage = (offset, error.reason)
+            if let reason = decodeFrame(frame, in: bytes, position: expected, into: &scan, visit: visit) {
+                scan.damage = (offset, reason)
                 break
             }
-            offset = payloadEnd
+            scan.lastFrame = FrameMark(index: expected, checksum: frame.checksum)
+            expected += 1
+            offset = frame.end
             scan.validLength = offset
+        }
+        if !bytes.isEmpty, scan.header == nil, scan.damage == nil {
+            scan.damage = (0, "the file does not start with a whole header frame, though journal files are created with it (\(scan.tornTail ?? "no header record")): it was cut short or overwritten")
+            scan.tornTail = nil
         }
         return scan
     }
 
-    /// Where the first whole frame (magic, a length within the file, a matching checksum) after
-    /// `offset` starts, if any: the test between a torn tail and damage. Only on the rare path
-    /// of a frame that does not check out.
+    /// A whole frame found in a file: where its payload is, its index and its checksum.
+    struct Frame {
+        var layout: Layout
+        var offset: Int
+        var index: UInt64
+        var checksum: UInt32
+        var payload: Range<Int>
+        var end: Int { payload.upperBound }
+    }
+
+    /// The whole frame at `offset` (its magic, a length within the file, a matching checksum), in
+    /// either layout (the scan names a file that mixes them).
+    static func wholeFrame(at offset: Int, in bytes: [UInt8]) -> Frame? {
+        let left = bytes.count - offset
+        guard left >= 12 else { return nil }
+        let found: Layout
+        if bytes[offset..<(offset + 4)].elementsEqual(magic) {
+            found = .ordered
+        } else if bytes[offset..<(offset + 4)].elementsEqual(Layout.unnumbered.magic) {
+            found = .unnumbered
+        } else {
+            return nil
+        }
+        guard left >= found.headerSize else { return nil }
+        let length = Int(load32(bytes, offset + 4))
+        guard length <= left - found.headerSize else { return nil }
+        let payloadStart = offset + found.headerSize
+        let crc = load32(bytes, offset + 8)
+        // Both layouts: the checksum covers what follows it (an ordered frame's index, then the payload).
+        let actual = bytes.withUnsafeBytes { CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[(offset + 12)..<(payloadStart + length)])) }
+        guard actual == crc else { return nil }
+        let index = found == .ordered ? UInt64(load32(bytes, offset + 12)) | UInt64(load32(bytes, offset + 16)) << 32 : 0
+        return Frame(layout: found, offset: offset, index: index, checksum: crc, payload: payloadStart..<(payloadStart + length))
+    }
+
+    /// Says why the frame at `offset` is not whole: a torn tail (nothing whole after it), or
+    /// damage (a whole frame follows).
+    private static func classifyBrokenFrame(at offset: Int, in bytes: [UInt8], layout: Layout?, into scan: inout Scan) {
+        let left = bytes.count - offset
+        let next = nextValidFrame(in: bytes, after: offset)
+        let magicMatches = left >= 4 && (bytes[offset..<(offset + 4)].elementsEqual(magic) || bytes[offset..<(offset + 4)].elementsEqual(Layout.unnumbered.magic))
+        guard magicMatches else {
+            if bytes[offset...].allSatisfy({ $0 == 0 }) {
+                scan.tornTail = "\(left) zero bytes at the end"
+            } else if let next {
+                scan.damage = (offset, "no frame starts here (bad magic), yet a whole frame follows at byte \(next)")
+            } else if left < (layout ?? .ordered).headerSize {
+                scan.tornTail = "a frame header cut short (\(left) bytes)"
+            } else {
+                scan.damage = (offset, "no frame starts here (bad magic)")
+            }
+            return
+        }
+        let headerSize = bytes[offset + 3] == magic[3] ? Layout.ordered.headerSize : Layout.unnumbered.headerSize
+        guard left >= headerSize else {
+            scan.tornTail = "a frame header cut short (\(left) bytes)"
+            return
+        }
+        let length = Int(load32(bytes, offset + 4))
+        guard length <= left - headerSize else {
+            if let next {
+                scan.damage = (offset, "a frame's length (\(length) bytes) runs past the end of the file, yet a whole frame follows at byte \(next): its length field is damaged")
+            } else {
+                scan.tornTail = "a frame of \(length) bytes cut short at \(left - headerSize)"
+            }
+            return
+        }
+        let payloadEnd = offset + headerSize + length
+        if payloadEnd == bytes.count || bytes[payloadEnd...].allSatisfy({ $0 == 0 }) {
+            scan.tornTail = "the last frame's checksum does not match (a write cut short)"
+        } else {
+            scan.damage = (offset, "checksum mismatch in a frame followed by more data")
+        }
+    }
+
+    /// Where the first whole frame after `offset` starts, if any: the test between a torn tail
+    /// and damage, and where `--check-state` resumes. Only on the rare path of a frame that does
+    /// not check out.
     static func nextValidFrame(in bytes: [UInt8], after offset: Int) -> Int? {
         var candidate = offset + 1
-        while candidate + frameHeaderSize <= bytes.count {
-            if bytes[candidate] == magic[0], bytes[candidate..<(candidate + 4)].elementsEqual(magic) {
-                let length = Int(load32(bytes, candidate + 4))
-                let payloadStart = candidate + frameHeaderSize
-                if length > 0, length <= bytes.count - payloadStart {
-                    let actual = bytes.withUnsafeBytes {
-                        CRC32C.checksum(UnsafeRawBufferPointer(rebasing: $0[payloadStart..<(payloadStart + length)]))
-                    }
-                    if actual == load32(bytes, candidate + 8) { return candidate }
-                }
+        while candidate + 12 <= bytes.count {
+            if bytes[candidate] == magic[0], wholeFrame(at: candidate, in: bytes)?.payload.isEmpty == false {
+                return candidate
             }
             candidate += 1
         }
         return nil
     }
 
-    /// The header record a journal file starts with, if its first frame begins with one (its
-    /// checksum is checked by `scan`).
+    /// Every whole frame of a file, past damage (found again by magic and checksum after it):
+    /// what `--repair-state` keeps, to be put back in the order of their indexes.
+    static func wholeFrames(in bytes: [UInt8]) -> [Frame] {
+        var frames: [Frame] = []
+        var offset = 0
+        while offset < bytes.count {
+            if let frame = wholeFrame(at: offset, in: bytes) {
+                frames.append(frame)
+                offset = frame.end
+            } else if let next = nextValidFrame(in: bytes, after: offset) {
+                offset = next
+            } else {
+                break
+            }
+        }
+        return frames
+    }
+
+    /// The header record a journal file starts with, if its first frame is whole and begins
+    /// with one.
     static func header(of bytes: [UInt8]) -> Header? {
-        guard bytes.count >= frameHeaderSize, bytes[0..<4].elementsEqual(magic) else { return nil }
-        let end = min(bytes.count, frameHeaderSize + Int(load32(bytes, 4)))
-        return bytes.withUnsafeBytes { raw -> Header? in
-            var reader = Reader(bytes: raw, offset: frameHeaderSize, end: end)
-            guard (try? reader.byte()) == RecordType.header.rawValue else { return nil }
-            return try? reader.header()
+        guard let frame = wholeFrame(at: 0, in: bytes) else { return nil }
+        var scan = Scan()
+        guard decodeFrame(frame, in: bytes, position: 0, into: &scan, visit: { _ in }) == nil else { return nil }
+        return scan.header
+    }
+
+    /// Decodes the records of `frame`, the `position`th of its file (0: the header frame, which
+    /// holds the header record and nothing else); returns what is wrong with it, if anything.
+    static func decodeFrame(
+        _ frame: Frame, in bytes: [UInt8], position: UInt64, into scan: inout Scan, visit: (EventRecord) -> Void
+    ) -> String? {
+        // (withUnsafeBytes rethrows untyped errors: the result carries the typed one out.)
+        bytes.withUnsafeBytes { raw -> String? in
+            do throws(FormatError) {
+                try decodePayload(raw, from: frame.payload.lowerBound, to: frame.payload.upperBound, layout: frame.layout, position: position, into: &scan, visit: visit)
+                return nil
+            } catch {
+                return error.reason
+            }
         }
     }
 
@@ -268,14 +390,24 @@ enum JournalFormat {
     }
 
     private static func decodePayload(
-        _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int, into scan: inout Scan, visit: (EventRecord) -> Void
+        _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int, layout: Layout, position: UInt64,
+        into scan: inout Scan, visit: (EventRecord) -> Void
     ) throws(FormatError) {
         var reader = Reader(bytes: bytes, offset: start, end: end)
+        if position == 0 {
+            guard end > start, bytes[start] == RecordType.header.rawValue else {
+                throw FormatError(reason: "the file's first frame is not its header")
+            }
+        }
         while reader.offset < end {
             let type = RecordType(rawValue: try reader.byte())
             switch type {
             case .header:
-                scan.header = try reader.header()
+                guard position == 0, reader.offset == start + 1 else {
+                    throw FormatError(reason: "a header record after the start of the file")
+                }
+                scan.header = try reader.header(layout: layout)
+                guard reader.offset == end else { throw FormatError(reason: "records after the header in the header frame") }
             case .event, .flaggedEvent:
                 let flagged = type == .flaggedEvent
                 let sequence = try reader.u64()
@@ -360,11 +492,17 @@ enum JournalFormat {
         }
 
         /// The fields of a header record (after its type byte).
-        mutating func header() throws(FormatError) -> Header {
+        mutating func header(layout: Layout) throws(FormatError) -> Header {
             let generation = try u64()
             let created = try i64()
             let boot = try shortString()
-            return Header(generation: generation, createdUnixMilliseconds: created, bootID: boot.isEmpty ? nil : boot)
+            var header = Header(generation: generation, createdUnixMilliseconds: created, bootID: boot.isEmpty ? nil : boot)
+            if layout == .ordered {
+                let index = try u64()
+                let checksum = UInt32(try u64(width: 4))
+                header.follows = index == UInt64.max ? nil : FrameMark(index: index, checksum: checksum)
+            }
+            return header
         }
 
         mutating func shortString() throws(FormatError) -> String {

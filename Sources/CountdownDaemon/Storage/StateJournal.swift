@@ -85,6 +85,11 @@ final class StateJournal: @unchecked Sendable {
     private var fileLength: Int64 = 0
     private var headerFrameLength: Int64 = 0
     private(set) var generation: UInt64 = 0
+    /// The index the next frame of the current file gets (its header frame is 0).
+    private var nextFrameIndex: UInt64 = 1
+    /// The last frame written to the current file (before one is opened: the last frame of the
+    /// newest file recovery read), which the next file's header names.
+    private var lastFrame: JournalFormat.FrameMark?
     /// Records noted but not yet written, behind a reserved frame header.
     private var pending: [UInt8] = []
     /// Where the current batch's records start in `pending`.
@@ -173,9 +178,10 @@ final class StateJournal: @unchecked Sendable {
             recovered.ring = EventRing(capacity: keepEvents, keptAfter: snapshot.eventsKeptAfter)
             for event in snapshot.events { recovered.ring.append(event) }
             firstGeneration = snapshot.journalGeneration
-            if !snapshot.unreadableRows.isEmpty {
-                // Not named: a countdown's name can be personal data (sqlite3 shows the rows).
-                recovered.remarks.append("skipped \(snapshot.unreadableRows.count) unreadable rows in \(directory)/\(SnapshotFile.fileName)")
+            if !snapshot.problems.isEmpty {
+                // Refused, not started without them (rows are not named: a countdown's name can be
+                // personal data). `--check-state` says the same, from the same list.
+                throw .damaged(path: directory + "/" + SnapshotFile.fileName, reason: snapshot.problems.joined(separator: "; "))
             }
             sources.append("\(SnapshotFile.fileName) (\(snapshot.rows.count) countdowns)")
         }
@@ -188,6 +194,7 @@ final class StateJournal: @unchecked Sendable {
         // none, the directory's beginning): a gap is a lost file, and a partial start would
         // silently drop what it held.
         var previous: (UInt64, String)?
+        var previousEnd: (path: String, last: JournalFormat.FrameMark?)?
         let newest = files.last?.0
         for (fileGeneration, path) in files {
             guard fileGeneration >= firstGeneration else {
@@ -198,7 +205,6 @@ final class StateJournal: @unchecked Sendable {
                 continue
             }
             try checkContinuity(of: fileGeneration, path: path, after: previous, snapshotGeneration: hasSnapshot ? firstGeneration : nil)
-            previous = (fileGeneration, path)
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
                 throw .damaged(path: path, reason: Self.emptyFileProblem(isNewest: fileGeneration == newest))
@@ -222,12 +228,12 @@ final class StateJournal: @unchecked Sendable {
                 recovered.ring.append(record.event)  // Lifecycle events only: not `snapshot` records.
                 eventCount += 1
             }
-            if let damage = scan.damage {
-                throw .damaged(
-                    path: path,
-                    reason: "at byte \(damage.offset): \(damage.reason); the \(damage.offset) bytes before it are intact"
-                )
+            if let problem = Self.fileProblem(scan, after: previousEnd) {
+                throw .damaged(path: path, reason: problem)
             }
+            previous = (fileGeneration, path)
+            previousEnd = (path, scan.lastFrame)
+            lastFrame = scan.lastFrame
             if let torn = scan.tornTail {
                 let cut = truncate(path, off_t(scan.validLength)) == 0 ? "cut it off" : "could not cut it off (\(String(cString: strerror(errno))))"
                 recovered.remarks.append("\(path) ended in a torn write (\(torn)); \(cut) at byte \(scan.validLength), keeping every complete commit")
@@ -286,6 +292,23 @@ final class StateJournal: @unchecked Sendable {
         return nil
     }
 
+    /// What is wrong with a journal file, given its scan and how the file read before it ended
+    /// (`nil`: none was read, or nothing): damage inside it, or frames missing from the end of the
+    /// one before (its last frame is not the one this file's header says it follows). The verdict
+    /// of `recover`, shared with `countdownd --check-state`.
+    static func fileProblem(_ scan: JournalFormat.Scan, after previous: (path: String, last: JournalFormat.FrameMark?)?) -> String? {
+        if let damage = scan.damage {
+            return "at byte \(damage.offset): \(damage.reason); the \(damage.offset) bytes before it are intact"
+        }
+        // Unnumbered files (an earlier countdownd's) do not say what they follow.
+        if let previous, scan.layout == .ordered, let header = scan.header, header.follows != previous.last {
+            let follows = header.follows.map { "its \($0)" } ?? "nothing"
+            let ends = previous.last.map { "at its \($0)" } ?? "without a whole frame"
+            return "this file follows \(follows) of \(previous.path), but that file ends \(ends): frames were removed from its end or it was cut short, and what they held is lost"
+        }
+        return nil
+    }
+
     /// Why an empty journal file is damage, newest or not: a journal file is created whole
     /// (header first, then renamed into place), so an empty one was emptied. The verdict of
     /// `recover`, shared with `countdownd --check-state`.
@@ -339,10 +362,13 @@ final class StateJournal: @unchecked Sendable {
         var frame: [UInt8] = []
         JournalFormat.beginFrame(in: &frame)
         JournalFormat.appendHeader(
-            .init(generation: next, createdUnixMilliseconds: time.unixNanoseconds() / 1_000_000, bootID: SystemClock.bootID),
+            .init(
+                generation: next, createdUnixMilliseconds: time.unixNanoseconds() / 1_000_000, bootID: SystemClock.bootID,
+                follows: lastFrame
+            ),
             to: &frame
         )
-        JournalFormat.sealFrame(in: &frame, at: 0)
+        let headerMark = JournalFormat.sealFrame(in: &frame, at: 0, index: 0)
         do throws(StorageError) {
             try FileSystem.write(frame, to: descriptor, at: 0, path: temporary)
             guard fdatasync(descriptor) == 0 else { throw .system(what: "fdatasync \(temporary)", errno: errno) }
@@ -358,6 +384,8 @@ final class StateJournal: @unchecked Sendable {
         }
         if file >= 0 { countdownd_close(file) }
         headerFrameLength = Int64(frame.count)
+        lastFrame = headerMark
+        nextFrameIndex = 1
         file = descriptor
         filePath = path
         fileLength = Int64(frame.count)
@@ -410,7 +438,7 @@ final class StateJournal: @unchecked Sendable {
         if info.st_nlink == 0 {
             throw .directoryGone(path: directory)
         }
-        JournalFormat.sealFrame(in: &pending, at: 0)
+        let mark = JournalFormat.sealFrame(in: &pending, at: 0, index: nextFrameIndex)
         try FileSystem.write(pending, to: file, at: fileLength, path: filePath)
         if durability == .power {
             guard fdatasync(file) == 0 else {
@@ -422,6 +450,8 @@ final class StateJournal: @unchecked Sendable {
             }
         }
         fileLength += Int64(pending.count)
+        lastFrame = mark
+        nextFrameIndex += 1
         bytesSinceSnapshot += Int64(pending.count)
         eventsSinceSnapshot = true
         pending.removeSubrange(JournalFormat.frameHeaderSize...)

@@ -47,8 +47,9 @@ public enum StateRepair {
                 inspection.snapshotRows = snapshot.rows.count
                 for row in snapshot.rows { inspection.states[row.key] = row }
                 inspection.findings.append("\(SnapshotFile.fileName): \(snapshot.rows.count) countdowns, continued by journal files from \(snapshot.journalGeneration) on")
-                if !snapshot.unreadableRows.isEmpty {
-                    inspection.problems.append("\(SnapshotFile.fileName): \(snapshot.unreadableRows.count) unreadable rows")
+                if !snapshot.problems.isEmpty {
+                    // The daemon's own verdict, from the same list: it refuses to start on any.
+                    inspection.problems.append("\(snapshotPath): \(snapshot.problems.joined(separator: "; "))")
                 }
             } else {
                 inspection.findings.append("\(SnapshotFile.fileName): none")
@@ -57,6 +58,7 @@ public enum StateRepair {
             inspection.problems.append("\(snapshotPath): \(error)")
         }
         var previous: (UInt64, String)?
+        var previousEnd: (path: String, last: JournalFormat.FrameMark?)?
         let files = try StateJournal.journalFiles(in: directory)
         for (generation, path) in files {
             inspection.journalPaths.append(path)
@@ -74,39 +76,64 @@ public enum StateRepair {
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
                 inspection.problems.append("\(path): \(StateJournal.emptyFileProblem(isNewest: generation == files.last?.0))")
+                previousEnd = nil
                 continue
             }
-            inspection.findings.append(scanFile(bytes, path: path, into: &inspection))
+            let scan = JournalFormat.scan(bytes)
+            // The daemon's own verdict on the file, word for word.
+            if let problem = StateJournal.fileProblem(scan, after: previousEnd) {
+                inspection.problems.append("\(path): \(problem)")
+            }
+            previousEnd = (path, scan.lastFrame)
+            inspection.findings.append(apply(scan, bytes, path: path, into: &inspection))
         }
         return inspection
     }
 
-    /// Scans one journal file, past damage, applying every intact record; returns its finding.
-    private static func scanFile(_ bytes: [UInt8], path: String, into inspection: inout Inspection) -> String {
-        var offset = 0
+    /// Applies one journal file's intact records to the inspection; returns its finding. A file
+    /// without damage is applied as a start would; in a damaged one, every whole frame is kept,
+    /// past the damage, and a numbered file's frames are put back in the order of their indexes
+    /// (each once), with the indexes that are missing named.
+    private static func apply(_ scan: JournalFormat.Scan, _ bytes: [UInt8], path: String, into inspection: inout Inspection) -> String {
         var events = 0
-        var notes: [String] = []
-        while offset < bytes.count {
-            let part = offset == 0 ? bytes : Array(bytes[offset...])
-            let scan = JournalFormat.scan(part) { record in
-                inspection.states[record.event.name] = record.state
-                inspection.lastSequence = max(inspection.lastSequence, record.event.sequence)
-                events += 1
-            }
-            if let damage = scan.damage {
-                let at = offset + damage.offset
-                inspection.problems.append("\(path): damaged at byte \(at): \(damage.reason)")
-                guard let next = JournalFormat.nextValidFrame(in: part, after: damage.offset) else { break }
-                notes.append("bytes \(at) to \(offset + next) are damaged; whole frames resume after them")
-                offset += next
-                continue
-            }
-            if let torn = scan.tornTail {
-                notes.append("a torn write at byte \(offset + scan.validLength) (\(torn)), cut off at the next start")
-            }
-            break
+        func take(_ record: JournalFormat.EventRecord) {
+            inspection.states[record.event.name] = record.state
+            inspection.lastSequence = max(inspection.lastSequence, record.event.sequence)
+            events += 1
         }
-        return "\(path): \(events) intact events" + (notes.isEmpty ? "" : "; " + notes.joined(separator: "; "))
+        guard scan.damage != nil else {
+            scan.events.forEach(take)
+            let torn = scan.tornTail.map { "; a torn write at byte \(scan.validLength) (\($0)), cut off at the next start" } ?? ""
+            return "\(path): \(events) intact events" + torn
+        }
+        var frames = JournalFormat.wholeFrames(in: bytes)
+        var notes: [String] = []
+        if scan.layout == .ordered {
+            frames.sort { $0.index < $1.index }
+            var kept: [JournalFormat.Frame] = []
+            for frame in frames where kept.last?.index != frame.index { kept.append(frame) }
+            if kept.count < frames.count { notes.append("\(frames.count - kept.count) repeated frames taken once") }
+            var missing: [String] = []
+            var expected: UInt64 = 0
+            for frame in kept {
+                if frame.index > expected {
+                    missing.append(frame.index - 1 == expected ? "\(expected)" : "\(expected)-\(frame.index - 1)")
+                }
+                expected = frame.index + 1
+            }
+            if !missing.isEmpty { notes.append("frames \(missing.joined(separator: ", ")) are missing or damaged") }
+            frames = kept
+        }
+        var position: UInt64 = 0
+        for frame in frames {
+            var part = JournalFormat.Scan()
+            // A frame's own records that do not decode are skipped, and said.
+            if JournalFormat.decodeFrame(frame, in: bytes, position: scan.layout == .ordered ? frame.index : position, into: &part, visit: take) != nil {
+                notes.append("the frame at byte \(frame.offset) does not decode and is skipped")
+            }
+            position += 1
+        }
+        return "\(path): \(events) intact events, taken from every whole frame" + (notes.isEmpty ? "" : "; " + notes.joined(separator: "; "))
     }
 
     /// `--check-state`: prints what is intact; exit status 0 when the directory starts whole, 1
