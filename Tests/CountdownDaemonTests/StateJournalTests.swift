@@ -199,24 +199,38 @@ struct StateJournalTests {
         #expect(recovered.lastSequence == 402, "the last event written is the one after the deferred ones")
     }
 
-    @Test("a deleted directory fails the next commit; retry recreates it and a full snapshot makes it whole again, 0600")
+    @Test("a deleted directory fails the next commit; retry recreates it holding only its lock, the full snapshot lands first and the journal follows it, 0600")
     func deletedDirectory() throws {
         let scratch = ScratchDirectory()
         let directory = scratch.path + "/state"
+        try recreateSnapshotFirst(in: directory)
+        // What the next start reads, once that journal has let go: the snapshot's countdown and
+        // the journal's, nothing refused.
+        let recovered = try recoverOnceReleased(in: directory)
+        #expect(Set(recovered.countdowns.map(\.name)) == ["tea", "after"])
+    }
+
+    /// The body of the test above, in a scope of its own so that its journal is released at its end.
+    private func recreateSnapshotFirst(in directory: String) throws {
         guard let journal = try journalWhoseCommitMetDeletion(in: directory) else { return }
         #expect(queue.sync { journal.retry() } == false, "recreated, but not whole until a snapshot lands")
         #expect(queue.sync { journal.health } == .awaitingSnapshot)
         #expect(access(directory, F_OK) == 0, "recreated")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["countdownd.lock"], "no journal before its snapshot: a stop now would leave frames continuing nothing")
         var engine = CountdownEngine()
         var events: [CountdownEvent] = []
         _ = try engine.start("tea", milliseconds: 3_600_000, requester: 0, now: SystemClock.now(), events: &events)
+        journal.snapshotQueue.suspend()
         queue.sync {
             #expect(journal.snapshotIsDue(now: SystemClock.now()))
             journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping())
         }
+        #expect(!(try FileManager.default.contentsOfDirectory(atPath: directory).contains { $0.hasPrefix("journal.") }), "still none while the snapshot is written")
+        journal.snapshotQueue.resume()
         // The snapshot is written off the queue and lands back on it.
         #expect(waitUntilAvailable(journal))
         #expect(mode(directory + "/countdownd.db") == 0o600, "the snapshot is private like the journal")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).contains { $0.hasPrefix("journal.") }, "the journal follows the snapshot")
         #expect(batch(journal, ["after"], from: 3) == .durable)
     }
 

@@ -106,11 +106,11 @@ extension Integration {
 }
 
 /// Polls a condition that depends on another process, up to `timeout` seconds.
-func waitUntil(timeout: Double, _ condition: () throws -> Bool) throws {
+func waitUntil(timeout: Double, interval: Double = 0.01, _ condition: () throws -> Bool) throws {
     let deadline = monotonicNow() + timeout
     while try !condition() {
         guard monotonicNow() < deadline else { throw HarnessError.unexpected("condition not met within \(timeout) s") }
-        usleep(10_000)
+        usleep(useconds_t(interval * 1_000_000))
     }
 }
 

@@ -2,6 +2,7 @@ import CountdownClient
 import CountdownCore
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 
 /// Real faults under the real daemon: a full disk, a deleted directory, damaged and read-only
@@ -65,6 +66,51 @@ enum StorageFaults {
     /// The names the daemon holds now.
     static func names(_ daemon: DaemonProcess) throws -> Set<String> {
         Set(try daemon.connect().request("LIST", timeout: 60).countdowns.map(\.name))
+    }
+
+    /// A client changing things on a thread of its own: one `START <prefix><n> 1h` at a time
+    /// until `stop` or until its daemon is gone; `stop` returns the names answered OK.
+    final class Writer: @unchecked Sendable {
+        private let prefix: String
+        private let state = Mutex<(running: Bool, acknowledged: Set<String>)>((false, []))
+        private let finished = DispatchSemaphore(value: 0)
+
+        init(prefix: String) {
+            self.prefix = prefix
+        }
+
+        /// Connects to `socket` and starts; throws when the connection cannot be made.
+        func start(socket: String) throws {
+            let connection = try CountdownConnection(path: socket, timeout: 10)
+            let box = ConnectionBox(connection)
+            state.withLock { $0.running = true }
+            Thread.detachNewThread { [self] in
+                let connection = box.connection
+                var index = 0
+                while state.withLock({ $0.running }) {
+                    let name = "\(prefix)\(index)"
+                    index += 1
+                    guard let reply = try? connection.request("START \(name) 1h", timeout: 30) else { break }
+                    if reply.countdown != nil { state.withLock { _ = $0.acknowledged.insert(name) } }
+                }
+                finished.signal()
+            }
+        }
+
+        func stop() -> Set<String> {
+            let wasRunning = state.withLock { state in
+                defer { state.running = false }
+                return state.running
+            }
+            if wasRunning { finished.wait() }
+            return state.withLock { $0.acknowledged }
+        }
+    }
+
+    /// Hands a connection to the writer's thread, which alone uses it from then on.
+    private final class ConnectionBox: @unchecked Sendable {
+        let connection: CountdownConnection
+        init(_ connection: CountdownConnection) { self.connection = connection }
     }
 
     /// The newest journal file in a state directory.
@@ -225,6 +271,42 @@ extension Integration {
             daemon.crash()
             daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             #expect(try StorageFaults.names(daemon).count == 200)
+        }
+
+        @Test(
+            "the state directory deleted, then SIGKILL the moment the recreated directory's first file lands, idle or while a client changes things: that file is the snapshot, and nothing acknowledged is lost (3 rounds each)",
+            arguments: ["idle", "busy"]
+        )
+        func killAtRecreatedDirectorysFirstWrite(load: String) throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            var acknowledged = Set((0..<2000).map { "base\($0)" })
+            #expect(try StorageFaults.pipeline(acknowledged.sorted().map { "START \($0) 1h" }, on: try daemon.connect()).allSatisfy { $0.countdown != nil })
+            for round in 0..<3 {
+                // The busy load: one START at a time on a connection of its own, until the kill.
+                let writer = StorageFaults.Writer(prefix: "r\(round)-")
+                if load == "busy" { try writer.start(socket: daemon.socketPath) }
+                try StorageFaults.deleteDirectory(state)
+                let deleted = Date()
+                var first: String?
+                try waitUntil(timeout: 60, interval: 0.0002) {
+                    // Anything but the lock and the temporary names files are written under.
+                    first = ((try? FileManager.default.contentsOfDirectory(atPath: state)) ?? []).first {
+                        $0 != "countdownd.lock" && !$0.hasSuffix(".tmp") && !$0.hasSuffix(".new")
+                    }
+                    return first != nil
+                }
+                daemon.crash()
+                let window = Date().timeIntervalSince(deleted) * 1000
+                acknowledged.formUnion(writer.stop())
+                #expect(first == "countdownd.db", "the recreated directory's first file is its snapshot, not a journal continuing nothing: \(first ?? "none")")
+                print("round \(round) (\(load)): the recreated directory's first file landed \(Int(window)) ms after the deletion")
+                daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+                let names = try StorageFaults.names(daemon)
+                let lost = acknowledged.subtracting(names)
+                #expect(lost.isEmpty, "round \(round): \(lost.count) of \(acknowledged.count) acknowledged countdowns lost, e.g. \(lost.sorted().prefix(5))")
+            }
         }
 
         @Test("the state directory deleted three times in a row under load, each time as soon as it was recreated (while 50,000 countdowns are rewritten): every OK survives SIGKILL")

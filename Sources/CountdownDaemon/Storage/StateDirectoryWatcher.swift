@@ -7,7 +7,10 @@ import Glibc
 /// next commit (which an idle daemon may never make, losing everything at the next stop).
 ///
 /// A recreated directory is a new inode: `watch()` is called again after each recreation (and
-/// is harmless when nothing changed: the kernel returns the same watch).
+/// is harmless when nothing changed: the kernel returns the same watch). The parent directory is
+/// watched too, for entries made, removed or moved in it: a watch on the directory itself ends
+/// with the directory, and one re-added a moment too early (the daemon looked while an `rm -rf`
+/// was still emptying it) would miss the directory's end, leaving an idle daemon none the wiser.
 final class StateDirectoryWatcher {
     private let descriptor: Int32
     private let directory: String
@@ -18,6 +21,8 @@ final class StateDirectoryWatcher {
     /// out (the journal or snapshot removed by hand). The daemon's own removals of old journal
     /// files are reported too; checking after them costs an `fstat`.
     private static let events = UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_DELETE | IN_MOVED_FROM)
+    /// What is watched in the parent: the directory's own entry made, removed or moved.
+    private static let parentEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR)
 
     /// Starts watching `directory`; `changed` runs on the poller's queue, in a batch, after each
     /// burst of events.
@@ -47,7 +52,11 @@ final class StateDirectoryWatcher {
     /// did not (the directory is gone this instant), the storage retry calls this again.
     @discardableResult
     func watch() -> Bool {
-        // The watch's number is not kept: every event means "look", whichever watch it came from.
-        inotify_add_watch(descriptor, directory, Self.events) >= 0
+        // The watches' numbers are not kept: every event means "look", whichever watch it came
+        // from. Ignored on purpose: a parent that cannot be watched leaves the directory's own
+        // watch, as before there was one on the parent.
+        _ = inotify_add_watch(descriptor, FileSystem.parent(of: directory), Self.parentEvents)
+        return inotify_add_watch(descriptor, directory, Self.events) >= 0
     }
+
 }

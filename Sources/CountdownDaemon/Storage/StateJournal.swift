@@ -36,7 +36,9 @@ final class StateJournal: @unchecked Sendable {
         case available
         /// The last write failed; changes are refused until `retry` succeeds.
         case failing(StorageError)
-        /// Writes work again after the directory was lost; a full snapshot must land first.
+        /// The directory was lost and is recreated; a full snapshot of what is in memory must land
+        /// in it before anything else does (no journal file is open meanwhile: a frame with no
+        /// snapshot beneath it would be refused at the next start).
         case awaitingSnapshot
     }
 
@@ -78,6 +80,9 @@ final class StateJournal: @unchecked Sendable {
     /// order a snapshot's failure against the directory's recreation.)
     let snapshotQueue = DispatchQueue(label: "countdownd.snapshot", qos: .utility)
     private var lock: StateDirectoryLock?
+    /// The state directory's identity (device and inode) when it was locked: a directory moved
+    /// away and another made at its path is a lost directory too.
+    private var directoryIdentity: (dev_t, ino_t)?
 
     /// The journal file being written, and how much of it is known to be written.
     private var file: Int32 = -1
@@ -153,7 +158,9 @@ final class StateJournal: @unchecked Sendable {
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(clock: WallClockMapping, bootID: String?, keepEvents: Int) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
+        let lockedBefore = access(directory + "/" + StateDirectoryLock.fileName, F_OK) == 0
         lock = try StateDirectoryLock(directory: directory)
+        directoryIdentity = Self.identity(of: directory)
         var recovered = Recovered()
         recovered.ring = EventRing(capacity: keepEvents)
         // The snapshot's rows, then what the journal says later, by name (last record wins). Only
@@ -249,6 +256,9 @@ final class StateJournal: @unchecked Sendable {
         }
         for case let (row, sameBoot)? in journalStates {
             recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
+        }
+        if sources.isEmpty && lockedBefore {
+            recovered.remarks.append("\(directory) holds no snapshot and no journal, only an earlier daemon's lock file: it was recreated after a deletion and the daemon stopped before its first snapshot landed, or it never held a countdown; starting with none")
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
         recovered.journalMilliseconds = time.now().nanoseconds(since: snapshotRead) / 1_000_000
@@ -418,7 +428,9 @@ final class StateJournal: @unchecked Sendable {
     /// Writes what was noted, in one frame with one `pwrite`. Called once per batch, before any of
     /// the batch's output is released.
     func commit() -> CommitOutcome {
-        guard health == .available || health == .awaitingSnapshot else { return .deferred }
+        // Awaiting its snapshot, the recreated directory takes no frame: what is noted meanwhile
+        // (only what time caused) is kept and written after the snapshot, as while failing.
+        guard health == .available else { return .deferred }
         guard pending.count > JournalFormat.frameHeaderSize else { return .durable }
         do throws(StorageError) {
             try writePending()
@@ -460,11 +472,24 @@ final class StateJournal: @unchecked Sendable {
 
     // MARK: - Failure and recovery
 
-    /// Whether the journal file being written, or the directory holding it, is gone: deleted
-    /// (a deleted file takes writes that nobody will read) or moved away.
+    /// Whether the state on disk this journal continues is gone: the directory deleted, moved
+    /// away or replaced, the journal file being written deleted (a deleted file takes writes that
+    /// nobody will read), or the lock file deleted (an `rm -rf` under way: it locks nothing).
     private var directoryIsLost: Bool {
+        guard let identity = Self.identity(of: directory), let directoryIdentity,
+              identity == directoryIdentity else { return true }
+        if let lock, !lock.isLinked { return true }
+        guard file >= 0 else { return false }
         var info = stat()
-        return file < 0 || fstat(file, &info) != 0 || info.st_nlink == 0 || access(directory, F_OK) != 0
+        return fstat(file, &info) != 0 || info.st_nlink == 0
+    }
+
+
+    /// The device and inode of the directory at `path`, `nil` when there is none.
+    private static func identity(of path: String) -> (dev_t, ino_t)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return (info.st_dev, info.st_ino)
     }
 
     /// Looks at the state directory now (the file system said something in it changed, or a
@@ -487,7 +512,7 @@ final class StateJournal: @unchecked Sendable {
             _ = retry()  // Whether changes are accepted again is `health`'s to say, read by the caller.
             return true
         }
-        guard file >= 0 else { return false }
+        guard file >= 0 || health == .awaitingSnapshot else { return false }
         guard directoryIsLost else {
             if health == .available && !snapshotNeeded && restingFileIsMissing {
                 snapshotNeeded = true
@@ -519,37 +544,22 @@ final class StateJournal: @unchecked Sendable {
         logger.log(.error, "storage failed: \(error); changes are refused with ERR unavailable until it works again (\(error.advice)); reads and events go on")
     }
 
-    /// Tries storage again while it is failing: recreates a deleted directory and starts a new
-    /// journal, or writes the deferred events to the current one. Returns whether changes are
-    /// accepted now (a recreated directory waits for its snapshot first).
+    /// Tries storage again while it is failing: recreates a lost directory (which then awaits its
+    /// snapshot), or opens a journal file and writes the deferred events to it. Returns whether
+    /// changes are accepted now.
+    ///
+    /// A recreated directory gets its snapshot first and its journal only after: written the
+    /// other way round, a stop between the two left frames continuing a snapshot that was not
+    /// there, refused at the next start with nothing to repair.
     func retry() -> Bool {
-        guard case .failing(let error) = health else { return acceptsChanges }
+        guard case .failing = health else { return acceptsChanges }
         do throws(StorageError) {
-            // A journal file that cannot even be looked at is given up like a deleted one, and
-            // one whose directory was moved away like one deleted with it.
             if directoryIsLost {
-                let directoryWasGone = access(directory, F_OK) != 0
-                try FileSystem.createDirectory(directory)
-                if directoryWasGone || lock == nil || lock?.isLinked == false {
-                    lock = nil
-                    lock = try StateDirectoryLock(directory: directory)
-                }
-                try openNextFile()
-                try writePending()
-                if directoryWasGone || error == .directoryGone(path: directory) {
-                    // The old snapshot and journal went with the directory: only a full snapshot
-                    // makes the state durable again, and one already being written does not.
-                    directoryEpoch += 1
-                    nextSnapshotAttempt = Instant(nanoseconds: .min)
-                    hasSnapshotFile = false
-                    journalChainStart = generation
-                    health = .awaitingSnapshot
-                    logger.log(.notice, "recreated the state directory \(directory); writing a full snapshot before accepting changes")
-                    return false
-                }
-            } else {
-                try writePending()
+                try recreateDirectory()
+                return false
             }
+            if file < 0 { try openNextFile() }
+            try writePending()
             health = .available
             logger.log(.notice, "storage works again after \(time.now().nanoseconds(since: failingSince) / 1_000_000_000) s; changes are accepted and every event is stored")
             return true
@@ -557,6 +567,33 @@ final class StateJournal: @unchecked Sendable {
             health = .failing(error)
             return false
         }
+    }
+
+    /// Makes the state directory again and locks it, with nothing in it yet: the old snapshot and
+    /// journal went with the old one, and only a full snapshot of what is in memory, started at
+    /// once, makes the state durable again (one already being written does not).
+    private func recreateDirectory() throws(StorageError) {
+        if file >= 0 { countdownd_close(file) }
+        file = -1
+        filePath = ""
+        try FileSystem.createDirectory(directory)
+        let identity = Self.identity(of: directory)
+        let sameDirectory = identity != nil && directoryIdentity != nil && identity! == directoryIdentity!
+        if !sameDirectory || lock?.isLinked != true {
+            lock = nil
+            lock = try StateDirectoryLock(directory: directory)
+        }
+        directoryIdentity = identity
+        // Ignored on purpose: the directory's own entry reaches the disk with the parent's next
+        // sync all the same; a parent this user may not open for reading is no reason to keep
+        // changes refused.
+        _ = try? FileSystem.sync(path: FileSystem.parent(of: directory))
+        directoryEpoch += 1
+        nextSnapshotAttempt = Instant(nanoseconds: .min)
+        hasSnapshotFile = false
+        journalChainStart = generation + 1
+        health = .awaitingSnapshot
+        logger.log(.notice, "recreated the state directory \(directory); writing a full snapshot into it before accepting changes")
     }
 
     // MARK: - Snapshots
@@ -578,21 +615,31 @@ final class StateJournal: @unchecked Sendable {
     /// landed, the older journal files are removed.
     func takeSnapshot(_ image: CountdownEngine.DurableImage, ring: EventRing, clock: WallClockMapping) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard pending.count == JournalFormat.frameHeaderSize else { return }  // Only between batches.
         // Deleted again while being recreated: recreated again first.
         if health == .awaitingSnapshot && checkDirectory() && health != .awaitingSnapshot { return }
-        do throws(StorageError) {
-            // A file holding nothing but its header can start the snapshot's generation as it is.
-            if fileLength > headerFrameLength {
-                try openNextFile()
+        let covered: UInt64
+        if file < 0 {
+            // A recreated directory's first snapshot: the image holds what was noted and not yet
+            // written, and the journal it continues, `generation + 1`, is opened once it lands.
+            guard health == .awaitingSnapshot else { return }
+            pending.removeSubrange(JournalFormat.frameHeaderSize...)
+            batchStart = pending.count
+            covered = generation + 1
+        } else {
+            guard pending.count == JournalFormat.frameHeaderSize else { return }  // Only between batches.
+            do throws(StorageError) {
+                // A file holding nothing but its header can start the snapshot's generation as it is.
+                if fileLength > headerFrameLength {
+                    try openNextFile()
+                }
+            } catch {
+                logger.log(.warning, "cannot start a new journal file for a snapshot: \(error); trying again in a minute")
+                nextSnapshotAttempt = time.now().advanced(byMilliseconds: 60_000)
+                return
             }
-        } catch {
-            logger.log(.warning, "cannot start a new journal file for a snapshot: \(error); trying again in a minute")
-            nextSnapshotAttempt = time.now().advanced(byMilliseconds: 60_000)
-            return
+            covered = generation
         }
         snapshotInProgress = true
-        let covered = generation
         let directory = self.directory
         let bootID = SystemClock.bootID
         let events = ring.events, keptAfter = ring.keptAfter
@@ -680,19 +727,29 @@ final class StateJournal: @unchecked Sendable {
                     _ = unlink(path)  // As at stop: a file left behind is older than the snapshot.
                 }
             }
-            bytesSinceSnapshot = fileLength
-            filesSinceSnapshot = 1
             hasSnapshotFile = true
             snapshotNeeded = false
             journalChainStart = covered
-            eventsSinceSnapshot = fileLength > headerFrameLength
             lastSnapshot = time.now()
             let milliseconds = lastSnapshot.nanoseconds(since: started) / 1_000_000
-            logger.log(.info, "snapshot of \(countdowns) countdowns written in \(milliseconds) ms; the journal continues in \(filePath)")
             if health == .awaitingSnapshot {
+                // The recreated directory's snapshot is there: its journal can follow it now.
+                do throws(StorageError) {
+                    try openNextFile()
+                    try writePending()
+                } catch {
+                    filesSinceSnapshot = 0
+                    bytesSinceSnapshot = 0
+                    enterFailing(error)
+                    return
+                }
                 health = .available
-                logger.log(.notice, "the state directory \(directory) is whole again; changes are accepted")
+                logger.log(.notice, "the state directory \(directory) is whole again (its snapshot of \(countdowns) countdowns written in \(milliseconds) ms); changes are accepted")
             }
+            bytesSinceSnapshot = fileLength
+            filesSinceSnapshot = 1
+            eventsSinceSnapshot = fileLength > headerFrameLength
+            logger.log(.info, "snapshot of \(countdowns) countdowns written in \(milliseconds) ms; the journal continues in \(filePath)")
         case .failure(let error):
             logger.log(.warning, "cannot write a snapshot: \(error); the journal keeps everything meanwhile, trying again in \(health == .awaitingSnapshot ? "a second" : "a minute")")
             nextSnapshotAttempt = time.now().advanced(byMilliseconds: health == .awaitingSnapshot ? 1000 : 60_000)

@@ -79,6 +79,12 @@ enum FileSystem {
         guard fsync(descriptor) == 0 else { throw .system(what: "fsync \(path)", errno: errno) }
     }
 
+    /// The directory holding `path` (`.` for a bare name).
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
     /// The names in a directory (without `.` and `..`).
     static func entries(of path: String) throws(StorageError) -> [String] {
         guard let handle = opendir(path) else { throw .unreadable(path: path, errno: errno) }
