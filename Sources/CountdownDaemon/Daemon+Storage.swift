@@ -100,11 +100,20 @@ extension Daemon {
     /// A snapshot finished (on its own queue, handed back outside any batch): what it leaves to
     /// do (another snapshot after a lost directory, a retry, the status) is done after a batch,
     /// which the delayed work's timer brings about at once.
+    ///
+    /// One that failed while the recreated directory awaits it is tried again when the journal
+    /// says (a second later), by a wake-up of its own: an idle daemon has nothing else to wake it.
     func snapshotLanded() {
         later.schedule(at: time.now()) { [unowned self] _ in
             retryStorageWhileFailing()
             takeSnapshotIfDue()
             service.report(statusCounts(), now: time.now())
+            if let retry = journal.awaitedSnapshotRetry, retry > time.now() {
+                later.schedule(at: retry) { [unowned self] _ in
+                    takeSnapshotIfDue()
+                    service.report(statusCounts(), now: time.now())
+                }
+            }
         }
     }
 }

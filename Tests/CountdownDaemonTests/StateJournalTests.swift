@@ -234,6 +234,64 @@ struct StateJournalTests {
         #expect(batch(journal, ["after"], from: 3) == .durable)
     }
 
+    @Test("only the journal being written deleted, the directory and older files left: a stop before the snapshot lands leaves a gap the next start refuses (not older files that read as whole); once it lands, the next start has everything")
+    func journalAloneDeleted() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try journalAloneDeletedThenStopped(in: directory, letSnapshotLand: false)
+        do throws(StorageError) {
+            _ = try recoverOnceReleased(in: directory)
+            Issue.record("started on older files without what the deleted journal held")
+        } catch {
+            #expect("\(error)".contains("missing"), "\(error)")
+        }
+        let landed = scratch.path + "/landed"
+        try journalAloneDeletedThenStopped(in: landed, letSnapshotLand: true)
+        #expect(Set(try recoverOnceReleased(in: landed).countdowns.map(\.name)) == ["early", "lost", "after"])
+    }
+
+    /// A journal whose first run left `early`; its second run wrote `lost`, whose file is then
+    /// deleted alone; the loss is noticed, and the snapshot (holding both, and `after`) lands, or
+    /// the journal is let go first.
+    private func journalAloneDeletedThenStopped(in directory: String, letSnapshotLand: Bool) throws {
+        do {
+            let first = journal(in: directory)
+            _ = try recover(first)
+            #expect(batch(first, ["early"], from: 1) == .durable)
+        }
+        let journal = try recoverableJournal(in: directory)
+        #expect(batch(journal, ["lost"], from: 2) == .durable)
+        let current = try #require(try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix("journal.") }.sorted().last)
+        try FileManager.default.removeItem(atPath: directory + "/" + current)
+        #expect(queue.sync { journal.checkDirectory() }, "the deleted journal is a lost state")
+        #expect(queue.sync { journal.health } == .awaitingSnapshot)
+        var engine = CountdownEngine()
+        var events: [CountdownEvent] = []
+        for name in ["early", "lost", "after"] {
+            _ = try engine.start(name, milliseconds: 3_600_000, requester: 0, now: SystemClock.now(), events: &events)
+        }
+        // Without it, the stop comes before the snapshot has landed.
+        if letSnapshotLand {
+            queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping()) }
+            #expect(waitUntilAvailable(journal))
+        }
+    }
+
+    /// A fresh journal, recovered on `directory` once an earlier one has let go.
+    private func recoverableJournal(in directory: String) throws -> StateJournal {
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            let candidate = journal(in: directory)
+            do throws(StorageError) {
+                _ = try recover(candidate)
+                return candidate
+            } catch {
+                guard case .locked = error, Date() < deadline else { throw error }
+                usleep(1_000)
+            }
+        }
+    }
+
     @Test("a snapshot that fails because its directory was deleted, after the directory was recreated: the recreated one gets its snapshot at once, not a second later")
     func snapshotFailedInLostDirectory() throws {
         let scratch = ScratchDirectory()

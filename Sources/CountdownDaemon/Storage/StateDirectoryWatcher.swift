@@ -21,7 +21,8 @@ final class StateDirectoryWatcher {
     /// out (the journal or snapshot removed by hand). The daemon's own removals of old journal
     /// files are reported too; checking after them costs an `fstat`.
     private static let events = UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_DELETE | IN_MOVED_FROM)
-    /// What is watched in the parent: the directory's own entry made, removed or moved.
+    /// What is watched in the parent: entries made, removed or moved in it (any of them, the
+    /// kernel does not filter by name: each burst costs a look, an `fstat` and a `stat`).
     private static let parentEvents = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ONLYDIR)
 
     /// Starts watching `directory`; `changed` runs on the poller's queue, in a batch, after each

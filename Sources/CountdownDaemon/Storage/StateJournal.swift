@@ -478,7 +478,7 @@ final class StateJournal: @unchecked Sendable {
     private var directoryIsLost: Bool {
         guard let identity = Self.identity(of: directory), let directoryIdentity,
               identity == directoryIdentity else { return true }
-        if let lock, !lock.isLinked { return true }
+        guard let lock, lock.isLinked else { return true }  // None: taking it again failed.
         guard file >= 0 else { return false }
         var info = stat()
         return fstat(file, &info) != 0 || info.st_nlink == 0
@@ -569,9 +569,14 @@ final class StateJournal: @unchecked Sendable {
         }
     }
 
-    /// Makes the state directory again and locks it, with nothing in it yet: the old snapshot and
-    /// journal went with the old one, and only a full snapshot of what is in memory, started at
+    /// Makes the state directory again and locks it: the old snapshot and journal went with the
+    /// old one (or a file of them did), and only a full snapshot of what is in memory, started at
     /// once, makes the state durable again (one already being written does not).
+    ///
+    /// When the directory itself stayed and still holds older files of the state (only the
+    /// journal being written was deleted), an empty journal file is made after the lost one
+    /// first: a stop before the snapshot lands then leaves a gap that the next start refuses and
+    /// `--repair-state` mends, instead of files that read as whole and lack what the lost one held.
     private func recreateDirectory() throws(StorageError) {
         if file >= 0 { countdownd_close(file) }
         file = -1
@@ -584,6 +589,13 @@ final class StateJournal: @unchecked Sendable {
             lock = try StateDirectoryLock(directory: directory)
         }
         directoryIdentity = identity
+        let olderFiles = (try? journalFiles())?.isEmpty == false || access(directory + "/" + SnapshotFile.fileName, F_OK) == 0
+        if sameDirectory && olderFiles {
+            try openNextFile()
+            countdownd_close(file)
+            file = -1
+            filePath = ""
+        }
         // Ignored on purpose: the directory's own entry reaches the disk with the parent's next
         // sync all the same; a parent this user may not open for reading is no reason to keep
         // changes refused.
@@ -597,6 +609,12 @@ final class StateJournal: @unchecked Sendable {
     }
 
     // MARK: - Snapshots
+
+    /// When the next snapshot is to be tried while the recreated directory awaits one (after one
+    /// failed): the daemon wakes for it, busy or idle. `nil` otherwise.
+    var awaitedSnapshotRetry: Instant? {
+        health == .awaitingSnapshot && !snapshotInProgress ? nextSnapshotAttempt : nil
+    }
 
     /// Whether a snapshot should be taken now.
     func snapshotIsDue(now: Instant) -> Bool {
@@ -696,7 +714,11 @@ final class StateJournal: @unchecked Sendable {
                 for (_, path) in files { _ = unlink(path) }
             }
         } catch {
-            logger.log(.warning, "cannot write a snapshot at stop: \(error); the journal has everything")
+            if health == .awaitingSnapshot {
+                logger.log(.error, "cannot write a snapshot at stop into the recreated state directory: \(error); what was in memory is lost (\(error.advice))")
+            } else {
+                logger.log(.warning, "cannot write a snapshot at stop: \(error); the journal has everything")
+            }
         }
     }
 

@@ -81,6 +81,8 @@ enum FileSystem {
 
     /// The directory holding `path` (`.` for a bare name).
     static func parent(of path: String) -> String {
+        var path = Substring(path)
+        while path.count > 1 && path.hasSuffix("/") { path = path.dropLast() }  // `/x/y/` is in `/x`.
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
