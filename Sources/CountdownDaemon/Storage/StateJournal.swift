@@ -484,7 +484,6 @@ final class StateJournal: @unchecked Sendable {
         return fstat(file, &info) != 0 || info.st_nlink == 0
     }
 
-
     /// The device and inode of the directory at `path`, `nil` when there is none.
     private static func identity(of path: String) -> (dev_t, ino_t)? {
         var info = stat()
@@ -583,7 +582,7 @@ final class StateJournal: @unchecked Sendable {
         filePath = ""
         try FileSystem.createDirectory(directory)
         let identity = Self.identity(of: directory)
-        let sameDirectory = identity != nil && directoryIdentity != nil && identity! == directoryIdentity!
+        let sameDirectory = identity.map { found in directoryIdentity.map { found == $0 } ?? false } ?? false
         if !sameDirectory || lock?.isLinked != true {
             lock = nil
             lock = try StateDirectoryLock(directory: directory)
