@@ -282,8 +282,11 @@ extension Integration {
                 #expect(names.count == expected && Set(names).count == expected, "\(names.count) lines, \(Set(names).count) distinct")
                 redone = try #require(try statValue("listing_slices_redone", on: control))
             }
-            // The last few KiB may take a few changes; then every change is refused.
-            #expect(refused > acknowledged && refused + acknowledged == 50 * rounds, "\(refused) refused, \(acknowledged) acknowledged")
+            // Every change is answered, and the full disk refused some. How many fit first is not
+            // compared with how many were refused: the 4 KiB left, plus the rest of the journal's
+            // last page (tmpfs counts whole pages), took 51 of the first 100 in one run, and the
+            // listing may be read whole after two rounds. The path under test is proven below.
+            #expect(refused > 0 && refused + acknowledged == 50 * rounds, "\(refused) refused, \(acknowledged) acknowledged")
             // The daemon's own count: batches were undone, and slices of a LIST among them were
             // taken back and produced again (the path under test ran, not only failed changes).
             let undone = try #require(try statValue("batches_undone", on: control))
