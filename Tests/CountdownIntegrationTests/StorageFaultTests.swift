@@ -63,6 +63,15 @@ enum StorageFaults {
         throw HarnessError.unexpected("\(path) could not be deleted in 1,000 attempts")
     }
 
+    /// A run of the daemon on `state` that starts `names` (one hour each), one request at a time
+    /// (so one journal frame each), each answered OK, and ends by SIGKILL.
+    static func crashedRun(starting names: [String], state: String, directory: TemporaryDirectory) throws {
+        let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+        let connection = try daemon.connect()
+        for name in names { #expect(try connection.request("START \(name) 1h").countdown != nil) }
+        daemon.crash()
+    }
+
     /// The names the daemon holds now.
     static func names(_ daemon: DaemonProcess) throws -> Set<String> {
         Set(try daemon.connect().request("LIST", timeout: 60).countdowns.map(\.name))
@@ -385,11 +394,7 @@ extension Integration {
         func damagedLengthField() throws {
             let directory = TemporaryDirectory()
             let state = directory.file("state-dir")
-            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
-            let c = try daemon.connect()
-            // One request at a time: one frame each.
-            for index in 0..<300 { #expect(try c.request("START f\(index) 1h").countdown != nil) }
-            daemon.crash()
+            try StorageFaults.crashedRun(starting: (0..<300).map { "f\($0)" }, state: state, directory: directory)
             let journal = try StorageFaults.newestJournal(in: state)
             var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: journal)))
             let frames = StorageFaults.frameOffsets(bytes)
@@ -466,14 +471,8 @@ extension Integration {
             let directory = TemporaryDirectory()
             let state = directory.file("state-dir")
             // Two runs ended by SIGKILL: two journal files, one frame per START.
-            var daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
-            var c = try daemon.connect()
-            for index in 0..<20 { #expect(try c.request("START early\(index) 1h").countdown != nil) }
-            daemon.crash()
-            daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
-            c = try daemon.connect()
-            for index in 0..<20 { #expect(try c.request("START late\(index) 1h").countdown != nil) }
-            daemon.crash()
+            try StorageFaults.crashedRun(starting: (0..<20).map { "early\($0)" }, state: state, directory: directory)
+            try StorageFaults.crashedRun(starting: (0..<20).map { "late\($0)" }, state: state, directory: directory)
             let journals = try FileManager.default.contentsOfDirectory(atPath: state).filter { $0.hasPrefix("journal.") }.sorted().map { state + "/" + $0 }
             try #require(journals.count == 2, "\(journals)")
             let target = fault == "earlier-file-cut" ? journals[0] : journals[1]

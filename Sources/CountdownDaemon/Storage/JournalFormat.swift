@@ -159,7 +159,8 @@ enum JournalFormat {
         appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
     }
 
-    private static func append(_ value: Int64, to buffer: inout [UInt8]) {
+    /// Appends `value` little-endian (the encoding of every field; `SnapshotChecksum`'s too).
+    static func append(_ value: Int64, to buffer: inout [UInt8]) {
         append(UInt64(bitPattern: value), to: &buffer)
     }
 

@@ -74,10 +74,7 @@ struct SnapshotChecksum {
     }
 
     private mutating func append(_ value: Int64?) {
-        let bits = UInt64(bitPattern: value ?? JournalFormat.absent)
-        for shift in stride(from: 0, to: 64, by: 8) {
-            buffer.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift)))
-        }
+        JournalFormat.append(value ?? JournalFormat.absent, to: &buffer)
     }
 
     private mutating func append(_ text: String) {
