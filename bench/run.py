@@ -279,7 +279,7 @@ def wait_for_snapshot(state, timeout):
     deadline = time.monotonic() + timeout
     quiet_since = None
     while time.monotonic() < deadline:
-        busy = os.path.exists(os.path.join(state, "countdownd.db.tmp"))
+        busy = os.path.exists(os.path.join(state, "countdownd.snapshot.tmp"))
         now = time.monotonic()
         quiet_since = None if busy else (quiet_since or now)
         if quiet_since and now - quiet_since >= 0.5:

@@ -126,6 +126,8 @@ public enum DaemonCommand: Equatable, Sendable {
     case checkState(String)
     /// Keep exactly what is intact in a damaged state directory (`--repair-state DIR`).
     case repairState(String)
+    /// Print the state a start would restore from a directory as JSON lines (`--dump-state DIR`).
+    case dumpState(String)
 }
 
 /// Parses `countdownd`'s arguments into a `DaemonCommand`.
@@ -198,6 +200,8 @@ public enum DaemonCommandLine {
           --repair-state DIR       keep exactly what is intact in a damaged state
                                    directory (no daemon may run on it); the old
                                    files are moved to DIR/damaged-<time>/
+          --dump-state DIR         print the countdowns a start would restore from a
+                                   state directory, as JSON lines, changing nothing
           -h, --help               show this help
           -V, --version            show the version
 
@@ -233,6 +237,7 @@ public enum DaemonCommandLine {
         .init(["--cluster-password-file"], takesValue: true),
         .init(["--check-state"], takesValue: true),
         .init(["--repair-state"], takesValue: true),
+        .init(["--dump-state"], takesValue: true),
         .init(["--config"], takesValue: true),
         .init(["--print-config"]),
         .init(["--help", "-h"]),
@@ -285,6 +290,7 @@ public enum DaemonCommandLine {
         if parsed.has("version") { return .version }
         if let directory = parsed.value("check-state") { return .checkState(absolute(directory)) }
         if let directory = parsed.value("repair-state") { return .repairState(absolute(directory)) }
+        if let directory = parsed.value("dump-state") { return .dumpState(absolute(directory)) }
         if let extra = parsed.operands.first {
             throw UsageError(description: "unexpected argument '\(extra)'; countdownd takes only options, see countdownd --help")
         }

@@ -27,6 +27,8 @@ enum CountdowndMain {
             exit(StateRepair.check(directory) { print($0) })
         case .repairState(let directory):
             exit(StateRepair.repair(directory) { print($0) })
+        case .dumpState(let directory):
+            exit(StateDump.dump(directory, print: { print($0) }, printError: { writeError($0 + "\n") }))
         case .run(let configuration):
             do {
                 try Daemon(configuration: configuration, environment: environment).run()

@@ -229,7 +229,7 @@ struct StateJournalTests {
         journal.snapshotQueue.resume()
         // The snapshot is written off the queue and lands back on it.
         #expect(waitUntilAvailable(journal))
-        #expect(mode(directory + "/countdownd.db") == 0o600, "the snapshot is private like the journal")
+        #expect(mode(directory + "/" + SnapshotFile.fileName) == 0o600, "the snapshot is private like the journal")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory).contains { $0.hasPrefix("journal.") }, "the journal follows the snapshot")
         #expect(batch(journal, ["after"], from: 3) == .durable)
     }

@@ -43,9 +43,10 @@ extension StateJournalTests {
             try #require(second).snapshotAtStop(engine.durableImage(), ring: fromJournal.ring, clock: DaemonClock.system.mapping())
         }
         second = nil
-        let database = try SQLiteDatabase(path: directory + "/countdownd.db", readOnly: true)
-        #expect(try database.scalarText("SELECT on_suspend FROM countdowns WHERE name = 'pomodoro'") == "pause")
-        #expect(try database.scalarText("SELECT count(*) FROM events WHERE cause = 'suspend'") == "2")
+        let image = try #require(try SnapshotFile.read(directory: directory))
+        #expect(image.problems.isEmpty && access(directory + "/" + SnapshotFile.fileName, F_OK) == 0, "\(image.problems)")
+        #expect(image.rows.first { $0.name == "pomodoro" }?.pausesOnSuspend == true)
+        #expect(image.events.filter(\.causedBySuspend).count == 2)
         let fromSnapshot = try recover(journal(in: directory))
         check(fromSnapshot, "from the snapshot")
     }
@@ -76,16 +77,18 @@ struct SuspendStorageTests {
     @Test("a version 3 snapshot row with an on_suspend this countdownd does not know is unreadable, not silently a countdown that counts on")
     func unknownPolicy() throws {
         let scratch = ScratchDirectory()
-        var engine = CountdownEngine()
-        var events: [CountdownEvent] = []
-        try engine.start("1000/a", milliseconds: 60_000, requester: 1000, onSuspend: .pause, now: SystemClock.now(), events: &events)
-        try engine.start("1000/b", milliseconds: 60_000, requester: 1000, onSuspend: .pause, now: SystemClock.now(), events: &events)
-        let contents = SnapshotFile.Contents(
-            engine.durableImage(), events: [], eventsKeptAfter: 0, bootID: nil, journalGeneration: 1, clock: DaemonClock.system.mapping()
-        )
-        try SnapshotFile.write(contents, directory: scratch.path)
-        let database = try SQLiteDatabase(path: scratch.path + "/countdownd.db")
-        try database.execute("PRAGMA ignore_check_constraints = 1; UPDATE countdowns SET on_suspend = 'PAUSE' WHERE name = 'b'")
+        let database = try SQLiteDatabase(path: scratch.path + "/" + SnapshotDatabase.fileName)
+        try database.execute("""
+            CREATE TABLE countdowns (name TEXT NOT NULL, state TEXT NOT NULL, total_ms INTEGER NOT NULL, deadline_unix_ms INTEGER,
+                deadline_boot_ns INTEGER, remaining_ns INTEGER NOT NULL DEFAULT 0, finished_unix_ms INTEGER, owner_uid INTEGER NOT NULL,
+                late_ms INTEGER, pinned_unix_ms INTEGER, on_suspend TEXT, PRIMARY KEY (owner_uid, name)) WITHOUT ROWID;
+            CREATE TABLE events (seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, remaining_ms INTEGER NOT NULL,
+                total_ms INTEGER NOT NULL, late_ms INTEGER, owner_uid INTEGER NOT NULL DEFAULT 0, cause TEXT);
+            CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+            INSERT INTO countdowns VALUES ('a', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, 'pause');
+            INSERT INTO countdowns VALUES ('b', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, 'PAUSE');
+            INSERT INTO meta VALUES ('schema_version', '3'), ('last_seq', '2'), ('journal_generation', '1');
+            """)
         let read = try #require(try SnapshotFile.read(directory: scratch.path))
         #expect(read.rows.map(\.name) == ["a"] && read.rows.first?.pausesOnSuspend == true)
         #expect(read.unreadableRows == ["b"])

@@ -216,7 +216,7 @@ extension Integration {
                 if case .ok = try c.request("START after 1h").outcome { return true }
                 return false
             }
-            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.db"), "a full snapshot was written")
+            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.snapshot"), "a full snapshot was written")
             #expect(daemon.stderrText.contains("recreated the state directory"))
             daemon.crash()
             daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
@@ -273,7 +273,7 @@ extension Integration {
             let restingJournal = try StorageFaults.newestJournal(in: state)
             daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
             // Not the journal being written (that is a lost directory, tested above): one before it.
-            let victim = file == "snapshot" ? state + "/countdownd.db" : restingJournal
+            let victim = file == "snapshot" ? state + "/countdownd.snapshot" : restingJournal
             try FileManager.default.removeItem(atPath: victim)
             try waitUntil(timeout: 60) { daemon.stderrText.contains("writing a full snapshot so that nothing rests on it") }
             try waitUntil(timeout: 60) { daemon.stderrText.components(separatedBy: "snapshot of 200 countdowns written").count > 1 }
@@ -309,7 +309,7 @@ extension Integration {
                 daemon.crash()
                 let window = Date().timeIntervalSince(deleted) * 1000
                 acknowledged.formUnion(writer.stop())
-                #expect(first == "countdownd.db", "the recreated directory's first file is its snapshot, not a journal continuing nothing: \(first ?? "none")")
+                #expect(first == "countdownd.snapshot", "the recreated directory's first file is its snapshot, not a journal continuing nothing: \(first ?? "none")")
                 print("round \(round) (\(load)): the recreated directory's first file landed \(Int(window)) ms after the deletion")
                 daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
                 let names = try StorageFaults.names(daemon)
@@ -433,11 +433,11 @@ extension Integration {
                 daemon.crash()
             }
             let journals = try FileManager.default.contentsOfDirectory(atPath: state).filter { $0.hasPrefix("journal.") }.sorted()
-            try #require(journals.count == 2 && FileManager.default.fileExists(atPath: state + "/countdownd.db"), "\(journals)")
+            try #require(journals.count == 2 && FileManager.default.fileExists(atPath: state + "/countdownd.snapshot"), "\(journals)")
             let expected: String
             switch fault {
             case "snapshot":
-                try FileManager.default.removeItem(atPath: state + "/countdownd.db")
+                try FileManager.default.removeItem(atPath: state + "/countdownd.snapshot")
                 expected = "that is missing"
             case "gap":
                 // The snapshot's own continuation is the first file: removing it leaves a gap.
@@ -517,39 +517,76 @@ extension Integration {
             #expect(try StorageFaults.names(repaired) == kept, "every countdown whose frame is intact, in the order of the frames")
         }
 
-        @Test("one bit flipped in a snapshot row's name, or a row deleted with sqlite3: the start is refused, not a renamed or missing countdown; --check-state agrees; --repair-state keeps the rows that verify", arguments: ["flipped-name", "row-deleted"])
-        func damagedSnapshotRow(fault: String) throws {
+        @Test("one bit flipped in a snapshot countdown's name: the start is refused, not a renamed countdown; --check-state agrees; --repair-state keeps the countdowns of every frame that verifies")
+        func damagedSnapshotFrame() throws {
             let directory = TemporaryDirectory()
             let state = directory.file("state-dir")
             let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
-            _ = try StorageFaults.pipeline((0..<50).map { "START s7-\($0) 1h" }, on: try daemon.connect())
+            let names = Set((0..<200).map { "s7-\($0)" })
+            _ = try StorageFaults.pipeline(names.sorted().map { "START \($0) 1h" }, on: try daemon.connect())
             #expect(daemon.terminate() == 0, "a clean stop: everything in the snapshot")
-            let snapshot = state + "/countdownd.db"
+            let snapshot = state + "/countdownd.snapshot"
+            #expect(!FileManager.default.fileExists(atPath: state + "/countdownd.db"), "no SQLite file beside the image")
             var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot)))
-            var kept = Set((0..<50).map { "s7-\($0)" })
-            if fault == "flipped-name" {
-                // "s7-3" becomes "r7-3" (0x73 ^ 0x01 = 0x72), as one flipped bit on the disk would.
-                let needle = Array("s7-3running".utf8)
-                let at = try #require((0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
-                bytes[at] ^= 0x01
-                try Data(bytes).write(to: URL(fileURLWithPath: snapshot))
-                kept.remove("s7-3")
-            } else {
-                try #require(toolExists("/usr/bin/sqlite3"), "the fresh machine has sqlite3")
-                #expect(try runCommand("/usr/bin/sqlite3", [snapshot, "DELETE FROM countdowns WHERE name = 's7-9'"]).status == 0)
-                bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot)))
-                kept.remove("s7-9")
-            }
+            // "s7-3" becomes "r7-3" (0x73 ^ 0x01 = 0x72), as one flipped bit on the disk would.
+            let needle = [4] + Array("s7-3".utf8)
+            let at = try #require((0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+            bytes[at + 1] ^= 0x01
+            try Data(bytes).write(to: URL(fileURLWithPath: snapshot))
             let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
             #expect(refused.process.wait() == 1, "refused: \(refused.stderrText)")
-            let reason = fault == "flipped-name" ? "1 rows that do not verify" : "the countdowns table holds 49 rows where 50 were written"
-            #expect(refused.stderrText.contains(reason) && refused.stderrText.contains("--repair-state"), "\(refused.stderrText)")
+            #expect(refused.stderrText.contains("do not verify") && refused.stderrText.contains("--repair-state"), "\(refused.stderrText)")
             #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot))) == bytes, "kept byte for byte")
             let check = try stateTool("--check-state", state)
-            #expect(check.status == 1 && check.stdout.contains(reason), "\(check.stdout)")
+            #expect(check.status == 1 && check.stdout.contains("do not verify") && check.stdout.contains("where 200 and"), "\(check.stdout)")
+            let intact = try #require(check.stdout.split(separator: "\n").last { $0.hasPrefix("intact: ") }.flatMap { Int($0.split(separator: " ")[1]) })
             #expect(try stateTool("--repair-state", state).status == 0)
-            let repaired = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
-            #expect(try StorageFaults.names(repaired) == kept, "no r7-3: the damaged row is dropped, not renamed")
+            let repaired = try StorageFaults.names(try DaemonProcess(arguments: ["--state-dir", state], directory: directory))
+            #expect(repaired.count == intact && repaired.isSubset(of: names) && !repaired.contains("s7-3"), "no r7-3: the damaged frame's countdowns are dropped, not renamed: \(repaired.count)")
+            #expect(intact >= 140 && intact < 200, "one 4 KiB frame lost, the others kept: \(intact) of 200")
+        }
+
+        @Test(
+            "an SQLite snapshot of the version before the image (schema 4, a checksum per row) is read and replaced by an image at the next snapshot; a row flipped or deleted in it is refused, as before",
+            .enabled(if: toolExists("/usr/bin/sqlite3"), "the sqlite3 tool alters the old database"),
+            arguments: ["whole", "flipped-name", "row-deleted"]
+        )
+        func upgradeFromSchema4(fault: String) throws {
+            let directory = TemporaryDirectory()
+            let state = directory.file("state-dir")
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            // Written by countdownd at eef35a1: s7-1 to s7-8 and sleepy (ON-SUSPEND pause), all paused.
+            let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("Fixtures/schema4/countdownd.db").path
+            let database = state + "/countdownd.db"
+            try FileManager.default.copyItem(atPath: fixture, toPath: database)
+            var expected = Set((1...8).map { "s7-\($0)" } + ["sleepy"])
+            if fault == "flipped-name" {
+                var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: database)))
+                let needle = Array("s7-3paused".utf8)
+                let at = try #require((0...(bytes.count - needle.count)).first { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+                bytes[at] ^= 0x01
+                try Data(bytes).write(to: URL(fileURLWithPath: database))
+            } else if fault == "row-deleted" {
+                #expect(try runCommand("/usr/bin/sqlite3", [database, "DELETE FROM countdowns WHERE name = 's7-3'"]).status == 0)
+            }
+            if fault != "whole" {
+                let reason = fault == "flipped-name" ? "1 rows that do not verify" : "the countdowns table holds 8 rows where 9 were written"
+                let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
+                #expect(refused.process.wait() == 1 && refused.stderrText.contains(reason), "\(refused.stderrText)")
+                let check = try stateTool("--check-state", state)
+                #expect(check.status == 1 && check.stdout.contains(reason), "\(check.stdout)")
+                #expect(try stateTool("--repair-state", state).status == 0)
+                expected.remove("s7-3")
+            }
+            let daemon = try DaemonProcess(arguments: ["--state-dir", state], directory: directory)
+            let list = try daemon.connect().request("LIST").countdowns
+            #expect(Set(list.map(\.name)) == expected && list.allSatisfy { $0.state == .paused }, "\(list.map(\.name))")
+            #expect(try daemon.connect().request("STATUS sleepy").countdowns.first?.pausesOnSuspend == true)
+            #expect(daemon.terminate() == 0)
+            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.snapshot") && !FileManager.default.fileExists(atPath: database), "the image replaced the database")
+            let dump = try stateTool("--dump-state", state)
+            #expect(dump.status == 0 && dump.stdout.split(separator: "\n").count == expected.count + 1, "\(dump.stdout)\(dump.stderr)")
         }
 
         @Test("a 0-byte snapshot stops the start with a clear message and is kept")
@@ -557,11 +594,11 @@ extension Integration {
             let directory = TemporaryDirectory()
             let state = directory.file("state-dir")
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
-            try #require(FileManager.default.createFile(atPath: state + "/countdownd.db", contents: Data()), "the empty snapshot could not be created")
+            try #require(FileManager.default.createFile(atPath: state + "/countdownd.snapshot", contents: Data()), "the empty snapshot could not be created")
             let refused = try DaemonProcess(arguments: ["--state-dir", state], directory: directory, waitForReady: false)
             #expect(refused.process.wait() == 1)
-            #expect(refused.stderrText.contains("countdownd.db is damaged: the file is empty (0 bytes)"), "\(refused.stderrText)")
-            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.db"))
+            #expect(refused.stderrText.contains("countdownd.snapshot is damaged: the file is empty (0 bytes)"), "\(refused.stderrText)")
+            #expect(FileManager.default.fileExists(atPath: state + "/countdownd.snapshot"))
         }
 
         @Test(

@@ -246,7 +246,7 @@ extension Integration {
             #expect(seen["SOCKET_STILL_ACTIVE"] == "active")
             // The hardened unit's sandbox is real, and its state lives under a read-only home.
             #expect(seen["SANDBOX_NET"] != nil && seen["SANDBOX_NET"] != seen["HOST_NET"], "a private network namespace")
-            #expect(seen["STATE_FILES"]?.contains("countdownd.db") == true, "the state directory is writable under ProtectHome=read-only: \(seen["STATE_FILES"] ?? "")")
+            #expect(seen["STATE_FILES"]?.contains("countdownd.snapshot") == true, "the state directory is writable under ProtectHome=read-only: \(seen["STATE_FILES"] ?? "")")
             #expect(seen["CDCTL_AFTER_RESTART"]?.contains("tea") == true && seen["CDCTL_AFTER_RESTART"]?.contains("running") == true)
             // --then ran its command from a transient unit of the manager, after the countdown.
             #expect(seen["THEN_OUTPUT"]?.contains("from run-") == true && seen["THEN_OUTPUT"]?.contains("journalctl --user -u") == true, "\(seen["THEN_OUTPUT"] ?? "")")

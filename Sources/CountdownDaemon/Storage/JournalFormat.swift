@@ -164,13 +164,13 @@ enum JournalFormat {
         append(UInt64(bitPattern: value), to: &buffer)
     }
 
-    private static func append(_ value: UInt64, to buffer: inout [UInt8], width: Int = 8) {
+    static func append(_ value: UInt64, to buffer: inout [UInt8], width: Int = 8) {
         for shift in 0..<width {
             buffer.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(shift))))
         }
     }
 
-    private static func appendShortString(_ text: String, to buffer: inout [UInt8]) {
+    static func appendShortString(_ text: String, to buffer: inout [UInt8]) {
         let bytes = text.utf8.prefix(255)
         buffer.append(UInt8(bytes.count))
         buffer.append(contentsOf: bytes)
@@ -468,7 +468,7 @@ enum JournalFormat {
 
     /// Reads little-endian fields from a frame's payload, checking each against the payload's end
     /// (the frame's length was checked against the file, so no read leaves the buffer).
-    private struct Reader {
+    struct Reader {
         let bytes: UnsafeRawBufferPointer
         var offset: Int
         let end: Int
@@ -511,6 +511,18 @@ enum JournalFormat {
             guard end - offset >= count else { throw FormatError(reason: "a record cut short") }
             defer { offset += count }
             return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)]), as: UTF8.self)
+        }
+
+        /// A countdown's name: a short string that follows `CountdownName`'s rules.
+        mutating func name() throws(FormatError) -> String {
+            let count = Int(try byte())
+            guard end - offset >= count else { throw FormatError(reason: "a record cut short") }
+            let bytes = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)])
+            guard count > 0, count <= CountdownName.maximumLength, bytes.allSatisfy(CountdownName.isAllowed) else {
+                throw FormatError(reason: "a name that is not a valid countdown name")
+            }
+            offset += count
+            return String(decoding: bytes, as: UTF8.self)
         }
     }
 }

@@ -12,8 +12,9 @@ import Glibc
 /// - `journal.<generation>`: frames of records (`JournalFormat`), one frame per committed batch,
 ///   written with one `pwrite` (plus `fdatasync` under `--durability power`). Each run of the
 ///   daemon, and each snapshot, starts a new generation.
-/// - `countdownd.db`: the snapshot (`SnapshotFile`), which says from which generation on the
-///   journal files continue it.
+/// - `countdownd.snapshot`: the snapshot (`SnapshotFile`, a checksummed flat image), which says
+///   from which generation on the journal files continue it (`countdownd.db` instead, in SQLite,
+///   as an earlier countdownd left it, until the first image lands).
 ///
 /// **Recovery** reads the snapshot, then the journal files from its generation on. A torn last
 /// frame (a write cut short) is cut off and logged. Any other damage stops the start-up with the
@@ -124,8 +125,10 @@ final class StateJournal: @unchecked Sendable {
     /// Runs on the queue when a snapshot has finished (landed or failed), outside any batch.
     var onSnapshotFinished: (() -> Void)?
 
-    /// Snapshot when this much journal has accumulated: recovery time stays bounded.
-    var snapshotBytes: Int64 = 32 << 20
+    /// Snapshot when this much journal has accumulated: recovery time stays bounded. Half the
+    /// 32 MB the journal behind a snapshot may reach, since it keeps growing while a snapshot of
+    /// a million (about a second) is written.
+    var snapshotBytes: Int64 = 16 << 20
     /// …or when this many journal files (one per start) have accumulated.
     var snapshotFiles = 8
     /// …or when the last snapshot is this old and anything changed since.
@@ -188,9 +191,15 @@ final class StateJournal: @unchecked Sendable {
             if !snapshot.problems.isEmpty {
                 // Refused, not started without them (rows are not named: a countdown's name can be
                 // personal data). `--check-state` says the same, from the same list.
-                throw .damaged(path: directory + "/" + SnapshotFile.fileName, reason: snapshot.problems.joined(separator: "; "))
+                throw .damaged(path: SnapshotFile.path(in: directory) ?? directory + "/" + SnapshotFile.fileName, reason: snapshot.problems.joined(separator: "; "))
             }
-            sources.append("\(SnapshotFile.fileName) (\(snapshot.rows.count) countdowns)")
+            let file = SnapshotFile.path(in: directory)?.split(separator: "/").last.map(String.init) ?? SnapshotFile.fileName
+            sources.append("\(file) (\(snapshot.rows.count) countdowns)")
+            if file == SnapshotDatabase.fileName {
+                // An earlier countdownd's SQLite snapshot: replaced by an image as soon as may be.
+                snapshotNeeded = true
+                recovered.remarks.append("\(file) is the SQLite snapshot of an earlier countdownd; it is replaced by \(SnapshotFile.fileName) at the next snapshot")
+            }
         }
         let snapshotRead = time.now()
         recovered.snapshotMilliseconds = snapshotRead.nanoseconds(since: began) / 1_000_000
@@ -528,7 +537,7 @@ final class StateJournal: @unchecked Sendable {
     /// Whether the snapshot, or a journal file from `journalChainStart` to the current one, is
     /// missing.
     private var restingFileIsMissing: Bool {
-        if hasSnapshotFile && access(directory + "/" + SnapshotFile.fileName, F_OK) != 0 { return true }
+        if hasSnapshotFile && SnapshotFile.path(in: directory) == nil { return true }
         guard journalChainStart <= generation else { return false }
         return (journalChainStart...generation).contains { access(journalPath($0), F_OK) != 0 }
     }
@@ -588,7 +597,7 @@ final class StateJournal: @unchecked Sendable {
             lock = try StateDirectoryLock(directory: directory)
         }
         directoryIdentity = identity
-        let olderFiles = (try? journalFiles())?.isEmpty == false || access(directory + "/" + SnapshotFile.fileName, F_OK) == 0
+        let olderFiles = (try? journalFiles())?.isEmpty == false || SnapshotFile.path(in: directory) != nil
         if sameDirectory && olderFiles {
             try openNextFile()
             countdownd_close(file)
@@ -694,7 +703,7 @@ final class StateJournal: @unchecked Sendable {
         snapshotQueue.sync {}
         checkDirectory()
         if case .failing = health { _ = retry() }
-        let needed = eventsSinceSnapshot || health == .awaitingSnapshot
+        let needed = eventsSinceSnapshot || snapshotNeeded || health == .awaitingSnapshot
         guard needed, health == .available || health == .awaitingSnapshot else {
             if case .failing(let error) = health {
                 logger.log(.error, "cannot write the state at stop: \(error); what was not stored before is lost (\(error.advice))")

@@ -29,6 +29,8 @@ public enum StateRepair {
         /// The files the repair moves aside.
         var journalPaths: [String] = []
         var snapshotExists = false
+        /// The snapshot's file: the image, or an earlier countdownd's database.
+        var snapshotPath = ""
 
         /// The countdowns that would be kept.
         var intactCountdowns: [StoredCountdown] { states.values.compactMap { $0 } }
@@ -38,15 +40,17 @@ public enum StateRepair {
     static func inspect(_ directory: String) throws(StorageError) -> Inspection {
         var inspection = Inspection()
         var snapshotGeneration: UInt64?
-        let snapshotPath = directory + "/" + SnapshotFile.fileName
+        let snapshotPath = SnapshotFile.path(in: directory) ?? directory + "/" + SnapshotFile.fileName
+        let snapshotName = snapshotPath.split(separator: "/").last.map(String.init) ?? snapshotPath
         inspection.snapshotExists = access(snapshotPath, F_OK) == 0
+        inspection.snapshotPath = snapshotPath
         do throws(StorageError) {
             if let snapshot = try SnapshotFile.read(directory: directory) {
                 snapshotGeneration = snapshot.journalGeneration
                 inspection.lastSequence = snapshot.lastSequence
                 inspection.snapshotRows = snapshot.rows.count
                 for row in snapshot.rows { inspection.states[row.key] = row }
-                inspection.findings.append("\(SnapshotFile.fileName): \(snapshot.rows.count) countdowns, continued by journal files from \(snapshot.journalGeneration) on")
+                inspection.findings.append("\(snapshotName): \(snapshot.rows.count) countdowns, continued by journal files from \(snapshot.journalGeneration) on")
                 if !snapshot.problems.isEmpty {
                     // The daemon's own verdict, from the same list: it refuses to start on any.
                     inspection.problems.append("\(snapshotPath): \(snapshot.problems.joined(separator: "; "))")
@@ -172,7 +176,7 @@ public enum StateRepair {
             let aside = directory + "/damaged-\(SystemClock.unixNanoseconds() / 1_000_000_000)"
             guard mkdir(aside, 0o700) == 0 else { throw .system(what: "cannot create \(aside)", errno: errno) }
             var moved = inspection.journalPaths
-            if inspection.snapshotExists { moved.append(directory + "/" + SnapshotFile.fileName) }
+            if inspection.snapshotExists { moved.append(inspection.snapshotPath) }
             for path in moved {
                 let name = path.split(separator: "/").last.map(String.init) ?? path
                 guard link(path, aside + "/" + name) == 0 else { throw .system(what: "cannot link \(path) into \(aside)", errno: errno) }

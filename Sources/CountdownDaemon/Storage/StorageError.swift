@@ -107,8 +107,28 @@ enum FileSystem {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .unreadable(path: path, errno: errno) }
         defer { countdownd_close(descriptor) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        // A regular file is read into one buffer of its size: a snapshot of a million countdowns
+        // is 75 MB, which a growing buffer would allocate, clear and copy several times over.
+        var info = stat()
+        let size = fstat(descriptor, &info) == 0 && info.st_mode & S_IFMT == S_IFREG ? Int(info.st_size) : 0
+        var failure: Int32 = 0
+        var bytes = [UInt8](unsafeUninitializedCapacity: min(size, limit == .max ? size : limit + 1)) { buffer, count in
+            guard let base = buffer.baseAddress else { return }
+            while count < buffer.count {
+                let got = read(descriptor, base + count, buffer.count - count)
+                if got > 0 {
+                    count += got
+                } else if got == 0 {
+                    return
+                } else if errno != EINTR {
+                    failure = errno
+                    return
+                }
+            }
+        }
+        guard failure == 0 else { throw .unreadable(path: path, errno: failure) }
+        // Then whatever else there is: a file that grew, or one whose size fstat does not tell.
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
         while bytes.count <= limit {
             let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
             if count > 0 {
