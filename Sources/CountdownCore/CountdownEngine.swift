@@ -360,7 +360,13 @@ public struct CountdownEngine {
     /// - Returns: `false` when the countdown was not restored (a name already present).
     @discardableResult
     public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
-        let hash = NameIndex.hash(persisted.name)
+        restore(persisted, hash: NameIndex.hash(persisted.name), now: now, events: &events)
+    }
+
+    /// `restore(_:now:events:)`, with the name's `NameIndex.hash` already computed: recovery
+    /// hashes each of a million names once, for its own table and this one.
+    @discardableResult
+    public mutating func restore(_ persisted: PersistedCountdown, hash: UInt32, now: Instant, events: inout [CountdownEvent]) -> Bool {
         guard persisted.totalMilliseconds > 0,
               slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == persisted.name }) == nil else { return false }
         var record = Record(persisted, generation: 0, now: now)
@@ -811,7 +817,7 @@ public struct CountdownEngine {
     /// O(1): the records are kept in pages that are shared until the engine next changes one, and
     /// then only that page is copied. The name index and the scheduler are not part of it.
     public func durableImage() -> DurableImage {
-        DurableImage(records: records, lastSequence: lastSequence)
+        DurableImage(records: records, lastSequence: lastSequence, count: slotsByName.count)
     }
 
     /// A copy of every countdown's durable state, taken by `durableImage()`.
@@ -819,6 +825,8 @@ public struct CountdownEngine {
         fileprivate let records: SlotTable<Record>
         /// The engine's `lastSequence` when the image was taken.
         public let lastSequence: UInt64
+        /// How many countdowns it holds.
+        public let count: Int
 
         /// Calls `body` with each countdown's durable state, in no particular order.
         public func forEach(_ body: (PersistedCountdown) -> Void) {

@@ -7,8 +7,8 @@
 /// count crossed a power of two). This table grows by moving stored hashes, never hashing a name
 /// again, and at 8 bytes a bucket it is also smaller. Names themselves live in the engine's
 /// records; lookups compare them through the `matches` closure.
-struct NameIndex {
-    private struct Bucket {
+public struct NameIndex: Sendable {
+    private struct Bucket: Sendable {
         var hash: UInt32
         /// The slot, or `-1` for an empty bucket.
         var slot: Int32
@@ -17,18 +17,21 @@ struct NameIndex {
     }
 
     private var buckets: [Bucket] = Array(repeating: .empty, count: 16)
+
+    /// An empty index.
+    public init() {}
     /// How many names are held.
-    private(set) var count = 0
+    public private(set) var count = 0
 
     private var mask: Int { buckets.count - 1 }
 
     /// The hash this index files `name` under.
-    static func hash(_ name: String) -> UInt32 {
+    public static func hash(_ name: String) -> UInt32 {
         UInt32(truncatingIfNeeded: name.hashValue)
     }
 
     /// The slot filed under `hash` for which `matches` says yes, or `nil`.
-    func find(hash: UInt32, matches: (Int32) -> Bool) -> Int32? {
+    public func find(hash: UInt32, matches: (Int32) -> Bool) -> Int32? {
         var index = Int(hash) & mask
         while true {
             let bucket = buckets[index]
@@ -39,7 +42,7 @@ struct NameIndex {
     }
 
     /// Files `slot` under `hash`; the caller has checked that its name is not already held.
-    mutating func insert(hash: UInt32, slot: Int32) {
+    public mutating func insert(hash: UInt32, slot: Int32) {
         // At most three quarters full, so probe runs stay short.
         if (count + 1) * 4 > buckets.count * 3 {
             grow()
@@ -50,7 +53,7 @@ struct NameIndex {
 
     /// Removes `slot`, filed under `hash`. Later entries of its probe run move back into the gap
     /// (backward-shift deletion), so no tombstones accumulate.
-    mutating func remove(hash: UInt32, slot: Int32) {
+    public mutating func remove(hash: UInt32, slot: Int32) {
         var index = Int(hash) & mask
         while buckets[index].slot != slot {
             guard buckets[index].slot >= 0 else { return }
@@ -91,7 +94,7 @@ struct NameIndex {
 
     /// Makes room for `total` names at once (at most three quarters full), so that filling the
     /// index with a restored state moves nothing.
-    mutating func reserveCapacity(_ total: Int) {
+    public mutating func reserveCapacity(_ total: Int) {
         var bucketCount = buckets.count
         while total * 4 > bucketCount * 3 {
             bucketCount *= 2

@@ -14,34 +14,45 @@ extension Daemon {
         dispatchPrecondition(condition: .onQueue(queue))
         let began = time.now()
         let clock = time.mapping(at: began)
+        // The time every countdown is restored as of: taken before reading, so that no deadline
+        // passes between being read as ahead and being scheduled.
+        let now = time.now()
+        // Nobody is subscribed yet: restored countdowns are scheduled for their deadlines only.
+        engine.setTicksEnabled(false, now: now)
+        beginBatch()
+        events.removeAll(keepingCapacity: true)
+        // Those whose deadline passed while the daemon was down wait, then go in deadline order,
+        // so their late `done`s come out in the order they were due. The rest go straight into
+        // the engine as they are read, in no order (the scheduler orders them): sorting a
+        // million took a fifth of the start-up, and gathering them first, a third.
+        var late: [(countdown: PersistedCountdown, hash: UInt32)] = []
         var recovered: StateJournal.Recovered
         do throws(StorageError) {
-            recovered = try journal.recover(clock: clock, bootID: SystemClock.bootID, keepEvents: configuration.replayEventCapacity)
+            recovered = try journal.recover(
+                clock: clock, bootID: SystemClock.bootID, keepEvents: configuration.replayEventCapacity,
+                prepare: { engine.reserveCapacity(forAdditional: $0) },
+                restore: { countdown, hash in
+                    if countdown.state == .running && (countdown.deadline ?? now) <= now {
+                        late.append((countdown, hash))
+                    } else {
+                        engine.restore(countdown, hash: hash, now: now, events: &events)
+                    }
+                }
+            )
         } catch {
             throw .storage("cannot start: \(error); \(error.advice)")
         }
-        let now = time.now()
         for remark in recovered.remarks {
             logger.log(.warning, remark)
         }
-        // Nobody is subscribed yet: restored countdowns are scheduled for their deadlines only.
-        engine.setTicksEnabled(false, now: now)
+        let restoringLate = time.now()
+        late.sort { ($0.countdown.deadline ?? now) < ($1.countdown.deadline ?? now) }
+        // Late `done`s are numbered after everything stored.
         engine.continueSequence(after: recovered.lastSequence)
-        ring = recovered.ring
-        // Those whose deadline passed while the daemon was down first, in deadline order, so
-        // their late `done`s come out in the order they were due. The rest need no order (the
-        // scheduler orders them): sorting a million of them took a fifth of the start-up.
-        // Moved out, not shared: partitioning a shared array of a million would copy it first.
-        var countdowns = recovered.countdowns
-        recovered.countdowns = []
-        let firstOnTime = countdowns.partition { $0.state == .running && ($0.deadline ?? now) > now }
-        countdowns[..<firstOnTime].sort { ($0.deadline ?? $0.finishedAt ?? now) < ($1.deadline ?? $1.finishedAt ?? now) }
-        beginBatch()
-        events.removeAll(keepingCapacity: true)
-        engine.reserveCapacity(forAdditional: countdowns.count)
-        for countdown in countdowns {
-            engine.restore(countdown, now: now, events: &events)
+        for (countdown, hash) in late {
+            engine.restore(countdown, hash: hash, now: now, events: &events)
         }
+        ring = recovered.ring
         // Finished ones whose retention ended while the daemon was down are forgotten now, each
         // with its `removed`, stored in this batch like any other. (A replica's are the cluster's
         // to forget, once its copy has caught up.)
@@ -56,8 +67,8 @@ extension Daemon {
         enter(.flushing)  // Nothing to write: no client is connected yet.
         enter(.idle)
         let milliseconds = time.now().nanoseconds(since: began) / 1_000_000
-        let restoring = time.now().nanoseconds(since: now) / 1_000_000
-        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (snapshot \(recovered.snapshotMilliseconds) ms, journal \(recovered.journalMilliseconds) ms, engine \(restoring) ms)")
+        let finishing = time.now().nanoseconds(since: restoringLate) / 1_000_000
+        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (history and journal \(recovered.journalMilliseconds) ms, countdowns \(recovered.snapshotMilliseconds) ms, \(late.count) late ones and the first batch \(finishing) ms)")
     }
 
     /// Watches the state directory with inotify, so a deletion is handled at once. Without

@@ -1,5 +1,6 @@
 @testable import CountdownDaemon
 import CountdownCore
+import Foundation
 import Testing
 
 /// The snapshot image's encoder and decoder, without files: every field of every state comes
@@ -37,8 +38,23 @@ struct SnapshotImageTests {
 
     func encoded(_ contents: SnapshotFile.Contents) throws -> [UInt8] {
         var bytes: [UInt8] = []
-        try SnapshotImage.encode(contents, writtenUnixMilliseconds: 1_764_000_000_000) { (chunk) throws(StorageError) in bytes += chunk }
+        let header = SnapshotImage.Header(
+            journalGeneration: contents.journalGeneration, lastSequence: contents.lastSequence, eventsKeptAfter: contents.eventsKeptAfter,
+            writtenUnixMilliseconds: 1_764_000_000_000, countdowns: UInt64(contents.rows.count), events: UInt64(contents.events.count),
+            bootID: contents.bootID
+        )
+        try SnapshotImage.encode(header, events: contents.events, countdowns: { contents.rows.forEach($0) }) { (chunk) throws(StorageError) in bytes += chunk }
         return bytes
+    }
+
+    /// The image read whole, as `--check-state` reads it.
+    func decode(_ bytes: [UInt8]) -> SnapshotFile.Contents {
+        var decoder = SnapshotImage.Decoder(bytes)
+        decoder.readHistory()
+        var contents = decoder.contents
+        decoder.readCountdowns { contents.rows.append($0) }
+        contents.problems = decoder.problems
+        return contents
     }
 
     @Test("10,000 countdowns of every state and 300 events: decoded as written, in many frames", arguments: [0, 1, 10_000])
@@ -49,7 +65,7 @@ struct SnapshotImageTests {
         #expect(frames.map(\.index) == (0..<UInt64(frames.count)).map { $0 }, "numbered from 0, in order")
         #expect(frames.allSatisfy { $0.payload.count <= SnapshotImage.framePayload + 512 }, "no frame much beyond 4 KiB")
         if rows == 10_000 { #expect(frames.count > 100) }
-        let read = SnapshotImage.decode(bytes)
+        let read = decode(bytes)
         #expect(read.problems.isEmpty, "\(read.problems)")
         #expect(read.rows == written.rows)
         #expect(read.events == written.events)
@@ -61,11 +77,74 @@ struct SnapshotImageTests {
         let bytes = try encoded(contents(rows: 500))
         let frames = JournalFormat.wholeFrames(in: bytes)
         for frame in frames {
-            #expect(!SnapshotImage.decode(Array(bytes[..<frame.offset])).problems.isEmpty, "cut before frame \(frame.index)")
+            #expect(!decode(Array(bytes[..<frame.offset])).problems.isEmpty, "cut before frame \(frame.index)")
         }
         var dropped = frames.map { Array(bytes[$0.offset..<$0.end]) }
-        dropped.remove(at: 1)
-        let read = SnapshotImage.decode(dropped.flatMap { $0 })
+        dropped.remove(at: frames.count - 2)  // The last frame of countdowns.
+        let read = decode(dropped.flatMap { $0 })
         #expect(read.problems.contains { $0.contains("frames are missing") } && read.rows.count < 500 && !read.rows.isEmpty, "\(read.problems)")
+    }
+
+    /// The image with frame `index`'s payload changed by `change` and every frame sealed again,
+    /// so checksums and numbers verify and only the decoder's own rules can refuse it.
+    func resealed(_ bytes: [UInt8], frame index: Int, change: (inout [UInt8]) -> Void) -> [UInt8] {
+        var payloads = JournalFormat.wholeFrames(in: bytes).map { Array(bytes[$0.payload]) }
+        if index < payloads.count { change(&payloads[index]) } else { var extra: [UInt8] = []; change(&extra); payloads.append(extra) }
+        var out: [UInt8] = []
+        for (number, payload) in payloads.enumerated() {
+            let start = out.count
+            JournalFormat.beginFrame(in: &out)
+            out += payload
+            JournalFormat.sealFrame(in: &out, at: start, index: UInt64(number))
+        }
+        return out
+    }
+
+    @Test("frames that verify but break the image's own rules are refused, each with its reason")
+    func rulesBeyondChecksums() throws {
+        let bytes = try encoded(contents(rows: 500))
+        let frames = JournalFormat.wholeFrames(in: bytes)
+        let firstCountdowns = try #require(frames.firstIndex { bytes[$0.payload.lowerBound] == SnapshotImage.RecordType.countdown.rawValue })
+        let last = frames.count - 1
+        let cases: [(String, Int, (inout [UInt8]) -> Void, String)] = [
+            ("version 2", 0, { $0[1] = 2 }, "image version 2"),
+            ("a countdown of state 9", firstCountdowns, { $0[1] = 9 }, "unknown state or flags"),
+            ("an event with flag 2", 1, { $0[10] = 2 }, "unknown kind or flags"),
+            ("a countdown with an empty name", firstCountdowns, { $0[63] = 0 }, "an empty name"),
+            ("one countdown more in the end record", last, { $0[1] &+= 1 }, "where 501 and 300 were written"),
+            ("the chain of frames altered", last, { $0[17] ^= 1 }, "do not chain"),
+            ("a record after the end record", last, { $0.append(SnapshotImage.RecordType.end.rawValue) }, "records after the end record"),
+            ("a frame after the end", last + 1, { $0 = [SnapshotImage.RecordType.end.rawValue] + [UInt8](repeating: 0, count: 20) }, "a frame after the image's end"),
+            ("an event among the countdowns", last - 1, { $0 += Array(bytes[frames[1].payload.lowerBound..<(frames[1].payload.lowerBound + 40)]) }, "an event after the countdowns"),
+            ("a second header", 1, { $0 = Array(bytes[frames[0].payload]) }, "an image header that is not the first frame"),
+            ("an empty frame", 1, { $0 = [] }, "an empty frame"),
+        ]
+        for (what, frame, change, reason) in cases {
+            let read = decode(resealed(bytes, frame: frame, change: change))
+            #expect(read.problems.contains { $0.contains(reason) }, "\(what): \(read.problems)")
+        }
+        #expect(decode(resealed(bytes, frame: 0, change: { _ in })).problems.isEmpty, "sealed again unchanged, it is whole")
+    }
+}
+
+extension StateJournalTests {
+    @Test("an earlier countdownd's database left beside the image (a stop between the image landing and its removal) is removed at the next start, and never read in its place")
+    func supersededDatabaseRemovedAtStart() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var contents = SnapshotFile.Contents(lastSequence: 1, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
+        contents.rows = [StoredCountdown(
+            name: "tea", state: .paused, totalMilliseconds: 60_000, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
+            remainingNanoseconds: 30_000_000_000, finishedUnixMilliseconds: nil, owner: 0, lateMilliseconds: nil
+        )]
+        try SnapshotFile.write(contents, directory: directory)
+        let stale = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/schema4/countdownd.db").path
+        try FileManager.default.copyItem(atPath: stale, toPath: directory + "/" + SnapshotDatabase.fileName)
+        let recovered = try recover(journal(in: directory))
+        #expect(recovered.countdowns.map(\.name) == ["tea"], "the image, not the database")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/" + SnapshotDatabase.fileName))
+        #expect(recovered.remarks.contains { $0.contains("removed countdownd.db") }, "\(recovered.remarks)")
     }
 }

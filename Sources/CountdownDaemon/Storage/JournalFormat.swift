@@ -513,16 +513,12 @@ enum JournalFormat {
             return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)]), as: UTF8.self)
         }
 
-        /// A countdown's name: a short string that follows `CountdownName`'s rules.
+        /// A countdown's name: a short string that is not empty. (What else a name may hold is
+        /// the engine's rule, checked when it was started; the checksum covers the bytes.)
         mutating func name() throws(FormatError) -> String {
-            let count = Int(try byte())
-            guard end - offset >= count else { throw FormatError(reason: "a record cut short") }
-            let bytes = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)])
-            guard count > 0, count <= CountdownName.maximumLength, bytes.allSatisfy(CountdownName.isAllowed) else {
-                throw FormatError(reason: "a name that is not a valid countdown name")
-            }
-            offset += count
-            return String(decoding: bytes, as: UTF8.self)
+            let name = try shortString()
+            guard !name.isEmpty else { throw FormatError(reason: "an empty name") }
+            return name
         }
     }
 }

@@ -65,29 +65,117 @@ enum SnapshotFile {
         return nil
     }
 
-    /// Reads the snapshot in `directory`, or returns `nil` when there is none.
+    /// A snapshot read in two steps, as recovery needs it: on opening, its header and replay
+    /// history (`contents`, without rows); then its countdowns, handed over one by one, so a
+    /// million are never gathered into an array.
+    struct Reader {
+        /// The file read: the image, or an earlier countdownd's database.
+        let path: String
+        /// The header's fields and the replay history; `rows` stays empty.
+        private(set) var contents: Contents
+        /// How many countdowns the snapshot says it holds.
+        let countdownCount: Int
+        private var image: SnapshotImage.Decoder?
+        private var databaseRows: [StoredCountdown]
+
+        /// What is damaged so far; complete once `readCountdowns` has run.
+        var problems: [String] { (image?.problems ?? []) + contents.problems }
+
+        fileprivate init(path: String, image: SnapshotImage.Decoder) {
+            self.path = path
+            self.image = image
+            contents = image.contents
+            // A countdown record takes at least 64 bytes: a header that claims more is not believed.
+            countdownCount = Int(clamping: min(image.header?.countdowns ?? 0, UInt64(image.bytes.count / 64)))
+            databaseRows = []
+        }
+
+        fileprivate init(path: String, database: Contents) {
+            self.path = path
+            contents = database
+            databaseRows = database.rows
+            contents.rows = []
+            countdownCount = databaseRows.count
+        }
+
+        /// Hands each countdown to `visit`, in the order stored; `problems` is then complete.
+        mutating func readCountdowns(_ visit: (StoredCountdown) -> Void) {
+            if image != nil {
+                image?.readCountdowns(visit)
+            } else {
+                databaseRows.forEach(visit)
+                databaseRows = []
+            }
+        }
+    }
+
+    /// Opens the snapshot in `directory` and reads its header and history, or returns `nil`
+    /// when there is none.
     /// - Throws: `StorageError.damaged` when an earlier countdownd's database is not a complete
     ///   snapshot (the file is left as it is), `.unreadable` when the file cannot be read. An
     ///   image that does not verify is returned with its `problems`.
-    static func read(directory: String) throws(StorageError) -> Contents? {
+    static func reader(directory: String) throws(StorageError) -> Reader? {
         let path = directory + "/" + fileName
         let bytes: [UInt8]
         do throws(StorageError) {
             bytes = try FileSystem.readAll(path)
         } catch {
             if case .unreadable(_, let code) = error, code == ENOENT {
-                return try SnapshotDatabase.read(path: directory + "/" + SnapshotDatabase.fileName)
+                let database = directory + "/" + SnapshotDatabase.fileName
+                return try SnapshotDatabase.read(path: database).map { Reader(path: database, database: $0) }
             }
             throw error
         }
-        return SnapshotImage.decode(bytes)
+        var decoder = SnapshotImage.Decoder(bytes)
+        decoder.readHistory()
+        return Reader(path: path, image: decoder)
+    }
+
+    /// Reads the whole snapshot in `directory`, or returns `nil` when there is none (see
+    /// `reader(directory:)`): what `--check-state` and `--repair-state` inspect.
+    static func read(directory: String) throws(StorageError) -> Contents? {
+        guard var reader = try reader(directory: directory) else { return nil }
+        var rows: [StoredCountdown] = []
+        rows.reserveCapacity(reader.countdownCount)
+        reader.readCountdowns { rows.append($0) }
+        var contents = reader.contents
+        contents.rows = rows
+        contents.problems = reader.problems
+        return contents
+    }
+
+    /// Writes `contents` as a complete snapshot to `directory` (see the other `write`).
+    static func write(_ contents: Contents, directory: String) throws(StorageError) {
+        let header = SnapshotImage.Header(
+            journalGeneration: contents.journalGeneration, lastSequence: contents.lastSequence,
+            eventsKeptAfter: contents.eventsKeptAfter, writtenUnixMilliseconds: SystemClock.unixNanoseconds() / 1_000_000,
+            countdowns: UInt64(contents.rows.count), events: UInt64(contents.events.count), bootID: contents.bootID
+        )
+        try write(header, events: contents.events, countdowns: { contents.rows.forEach($0) }, directory: directory)
+    }
+
+    /// Writes the engine's durable image as a complete snapshot to `directory`, each countdown
+    /// encoded as it is read (a million are never gathered into an array first), continued by
+    /// the journal files from `journalGeneration` on.
+    static func write(
+        _ image: CountdownEngine.DurableImage, events: [CountdownEvent], eventsKeptAfter: UInt64, bootID: String?,
+        journalGeneration: UInt64, clock: WallClockMapping, directory: String
+    ) throws(StorageError) {
+        let header = SnapshotImage.Header(
+            journalGeneration: journalGeneration, lastSequence: image.lastSequence, eventsKeptAfter: eventsKeptAfter,
+            writtenUnixMilliseconds: clock.unixMilliseconds, countdowns: UInt64(image.count), events: UInt64(events.count),
+            bootID: bootID
+        )
+        try write(header, events: events, countdowns: { visit in image.forEach { visit(StoredCountdown($0, clock: clock)) } }, directory: directory)
     }
 
     /// Writes a complete snapshot to `directory` and puts it in place atomically: a temporary
     /// file, synced, renamed over the old snapshot, then the directory synced. An earlier
     /// countdownd's database is removed after that: the image replaces it.
     /// Runs off the daemon's queue.
-    static func write(_ contents: Contents, directory: String) throws(StorageError) {
+    private static func write(
+        _ header: SnapshotImage.Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void, directory: String
+    ) throws(StorageError) {
         let path = directory + "/" + fileName
         let temporary = path + ".tmp"
         // Ignored on purpose: usually there is none; one that cannot be removed fails the open below.
@@ -99,7 +187,7 @@ enum SnapshotFile {
         var offset: Int64 = 0
         do throws(StorageError) {
             defer { countdownd_close(descriptor) }
-            try SnapshotImage.encode(contents, writtenUnixMilliseconds: SystemClock.unixNanoseconds() / 1_000_000) { (bytes) throws(StorageError) in
+            try SnapshotImage.encode(header, events: events, countdowns: countdowns) { (bytes) throws(StorageError) in
                 try FileSystem.write(bytes, to: descriptor, at: offset, path: temporary)
                 offset += Int64(bytes.count)
             }
@@ -114,11 +202,22 @@ enum SnapshotFile {
             throw .system(what: "rename \(temporary) to \(path)", errno: code)
         }
         try FileSystem.sync(path: directory)
-        // The image has landed, so an earlier countdownd's database is superseded. Ignored on
-        // purpose when there is none (the usual case); one left behind is never read while the
-        // image is there, and is removed after the next snapshot.
-        for name in [SnapshotDatabase.fileName, SnapshotDatabase.fileName + "-wal", SnapshotDatabase.fileName + "-shm", SnapshotDatabase.fileName + ".tmp"] {
-            _ = unlink(directory + "/" + name)
-        }
+        removeSupersededDatabase(in: directory)
+    }
+
+    /// Removes an earlier countdownd's database once an image is in place: it is never read
+    /// while the image is there, and must not be taken for the snapshot should the image be
+    /// lost. Returns whether there was one. (At the end of a write, and at a start, for one a
+    /// crash left between the two.)
+    @discardableResult
+    static func removeSupersededDatabase(in directory: String) -> Bool {
+        let database = directory + "/" + SnapshotDatabase.fileName
+        guard access(database, F_OK) == 0 else { return false }
+        // Ignored on purpose: a file that cannot be removed is tried again at the next snapshot
+        // and start; the `-wal`, `-shm` and `.tmp` files are usually not there at all.
+        for suffix in ["", "-wal", "-shm", ".tmp"] { _ = unlink(database + suffix) }
+        // Ignored on purpose, as above: the image is already durable either way.
+        try? FileSystem.sync(path: directory)
+        return true
     }
 }

@@ -9,27 +9,34 @@ import Glibc
 ///
 ///     0     the image header, alone:
 ///           16 image  version u8 (1), journal_generation u64, last_seq u64,
-///                     events_kept_after u64, written_unix_ms i64, boot id (u8 length + bytes)
-///     1…    countdowns, then the replay history, about 4 KiB of records a frame:
+///                     events_kept_after u64, written_unix_ms i64, countdowns u64, events u64,
+///                     boot id (u8 length + bytes)
+///     1…    the replay history, then the countdowns, about 4 KiB of records a frame (a frame
+///           holds one kind or the other):
+///           18 event      seq u64, kind u8, flags u8 (bit 0: caused by the machine's sleep),
+///                         owner u32, remaining_ms i64, total_ms i64, late_ms i64, name
 ///           17 countdown  state u8, flags u8 (bit 0: stands still while the machine sleeps),
 ///                         owner u32, total_ms i64, deadline_unix_ms i64, deadline_boot_ns i64,
 ///                         remaining_ns i64, finished_unix_ms i64, late_ms i64, pinned_unix_ms i64,
 ///                         name (u8 length + bytes, the plain name in the owner's namespace)
-///           18 event      seq u64, kind u8, flags u8 (bit 0: caused by the machine's sleep),
-///                         owner u32, remaining_ms i64, total_ms i64, late_ms i64, name
 ///     last  the end, alone:
-///           19 end    countdowns u64, events u64
+///           19 end    countdowns u64, events u64, frames_crc u32
+///           -- frames_crc chains the checksums of every frame before it, in order
+///           -- (`chained`): a frame of another image, whole and in the right place (a lost
+///           -- or misdirected write into reused blocks), does not chain
 ///
 /// Absent values are `Int64.min`. The file is written whole and renamed into place, so any
-/// frame that does not verify, any frame out of its place, anything after the end record, and
-/// an image without one (cut short) is damage. The reader goes on past damage to every whole
-/// frame, so `--repair-state` keeps every countdown that verifies.
+/// frame that does not verify, any frame out of its place, anything after the end record, an
+/// image without one (cut short), and counts that differ from the header's are damage. The
+/// reader goes on past damage to every whole frame, so `--repair-state` keeps every countdown
+/// that verifies.
 ///
-/// A million countdowns are about 80 MB; they are written in 1 MiB writes and read with one
-/// pass over the bytes, each name made into a String once.
+/// The history comes first so that recovery can read it, then the journal, then stream the
+/// countdowns straight into the engine: a million (about 75 MB) are never gathered into an array.
 enum SnapshotImage {
     static let version: UInt8 = 1
-    /// Records of countdowns and events are gathered into frames of about this many bytes.
+    /// Records of countdowns and events are gathered into frames of about this many bytes: a
+    /// flipped bit costs `--repair-state` at most one frame's countdowns (some 55).
     static let framePayload = 4 << 10
     /// Bytes handed to `write` at a time.
     static let writeChunk = 1 << 20
@@ -46,30 +53,63 @@ enum SnapshotImage {
         static let causedBySuspend: UInt8 = 1
     }
 
+    /// What the header frame says.
+    struct Header: Equatable {
+        var journalGeneration: UInt64
+        var lastSequence: UInt64
+        var eventsKeptAfter: UInt64
+        var writtenUnixMilliseconds: Int64
+        var countdowns: UInt64
+        var events: UInt64
+        var bootID: String?
+    }
+
     // MARK: Writing
 
-    /// Encodes `contents` into frames, handing the bytes to `sink` about `writeChunk` at a time.
+    /// Encodes a snapshot into frames, handing the bytes to `sink` about `writeChunk` at a time:
+    /// `header`, `events`, then the `header.countdowns` countdowns that `countdowns` hands over.
     static func encode(
-        _ contents: SnapshotFile.Contents, writtenUnixMilliseconds: Int64, sink: ([UInt8]) throws(StorageError) -> Void
+        _ header: Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void,
+        sink: ([UInt8]) throws(StorageError) -> Void
+    ) throws(StorageError) {
+        // `sink` is called from inside `countdowns`' visitor, which the compiler cannot see
+        // is not re-entrant; it does not escape.
+        try withoutActuallyEscaping(sink) { (sink) throws(StorageError) in
+            try encode(header, events: events, countdowns: countdowns, escapingSink: sink)
+        }
+    }
+
+    private static func encode(
+        _ header: Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void,
+        escapingSink sink: @escaping ([UInt8]) throws(StorageError) -> Void
     ) throws(StorageError) {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(writeChunk + framePayload + 512)
         var index: UInt64 = 0
         var frameStart = 0
+        var failure: StorageError?
         func begin() {
             frameStart = buffer.count
             JournalFormat.beginFrame(in: &buffer)
         }
+        var chain: UInt32 = 0
         func seal() {
-            JournalFormat.sealFrame(in: &buffer, at: frameStart, index: index)
+            chain = chained(chain, JournalFormat.sealFrame(in: &buffer, at: frameStart, index: index).checksum)
             index += 1
         }
-        // Seals the frame when full, and hands over the buffer when it holds a chunk.
-        func recordWritten() throws(StorageError) {
-            guard buffer.count - frameStart - JournalFormat.frameHeaderSize >= framePayload else { return }
+        // Seals the frame when `full` (or when at least 4 KiB), and hands the buffer over when it
+        // holds a chunk. (No throwing here: `countdowns` takes a plain closure; a failed write
+        // is kept and thrown after.)
+        func endRecord(full: Bool = false) {
+            let payload = buffer.count - frameStart - JournalFormat.frameHeaderSize
+            guard payload > 0, full || payload >= framePayload else { return }
             seal()
-            if buffer.count >= writeChunk {
-                try sink(buffer)
+            if buffer.count >= writeChunk && failure == nil {
+                do throws(StorageError) {
+                    try sink(buffer)
+                } catch {
+                    failure = error
+                }
                 buffer.removeAll(keepingCapacity: true)
             }
             begin()
@@ -78,14 +118,29 @@ enum SnapshotImage {
         begin()
         buffer.append(RecordType.image.rawValue)
         buffer.append(version)
-        JournalFormat.append(contents.journalGeneration, to: &buffer)
-        JournalFormat.append(contents.lastSequence, to: &buffer)
-        JournalFormat.append(contents.eventsKeptAfter, to: &buffer)
-        JournalFormat.append(writtenUnixMilliseconds, to: &buffer)
-        JournalFormat.appendShortString(contents.bootID ?? "", to: &buffer)
-        seal()
-        begin()
-        for row in contents.rows {
+        JournalFormat.append(header.journalGeneration, to: &buffer)
+        JournalFormat.append(header.lastSequence, to: &buffer)
+        JournalFormat.append(header.eventsKeptAfter, to: &buffer)
+        JournalFormat.append(header.writtenUnixMilliseconds, to: &buffer)
+        JournalFormat.append(header.countdowns, to: &buffer)
+        JournalFormat.append(UInt64(events.count), to: &buffer)
+        JournalFormat.appendShortString(header.bootID ?? "", to: &buffer)
+        endRecord(full: true)
+        for event in events {
+            buffer.append(RecordType.event.rawValue)
+            JournalFormat.append(event.sequence, to: &buffer)
+            buffer.append(UInt8(JournalFormat.kinds.firstIndex(of: event.kind) ?? 0))
+            buffer.append(event.causedBySuspend ? Flag.causedBySuspend : 0)
+            JournalFormat.append(UInt64(event.owner), to: &buffer, width: 4)
+            JournalFormat.append(event.remainingMilliseconds, to: &buffer)
+            JournalFormat.append(event.totalMilliseconds, to: &buffer)
+            JournalFormat.append(event.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
+            JournalFormat.appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
+            endRecord()
+        }
+        endRecord(full: true)  // The countdowns start a frame of their own.
+        var written: UInt64 = 0
+        countdowns { row in
             buffer.append(RecordType.countdown.rawValue)
             buffer.append(UInt8(JournalFormat.states.firstIndex(of: row.state) ?? 0))
             buffer.append(row.pausesOnSuspend ? Flag.pausesOnSuspend : 0)
@@ -98,168 +153,210 @@ enum SnapshotImage {
             JournalFormat.append(row.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.append(row.pinnedUnixMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.appendShortString(row.name, to: &buffer)
-            try recordWritten()
+            written += 1
+            endRecord()
         }
-        for event in contents.events {
-            buffer.append(RecordType.event.rawValue)
-            JournalFormat.append(event.sequence, to: &buffer)
-            buffer.append(UInt8(JournalFormat.kinds.firstIndex(of: event.kind) ?? 0))
-            buffer.append(event.causedBySuspend ? Flag.causedBySuspend : 0)
-            JournalFormat.append(UInt64(event.owner), to: &buffer, width: 4)
-            JournalFormat.append(event.remainingMilliseconds, to: &buffer)
-            JournalFormat.append(event.totalMilliseconds, to: &buffer)
-            JournalFormat.append(event.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
-            JournalFormat.appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
-            try recordWritten()
+        endRecord(full: true)
+        if let failure { throw failure }
+        // The header promised a number: a writer that handed over another is a bug, not a
+        // snapshot to keep (it would be refused at the next start).
+        guard written == header.countdowns else {
+            throw .writeFailed(path: "the snapshot", reason: "\(written) countdowns were written where \(header.countdowns) were announced")
         }
-        if buffer.count > frameStart + JournalFormat.frameHeaderSize {
-            seal()
-        } else {
-            buffer.removeSubrange(frameStart...)  // An empty frame would hold nothing.
-        }
-        begin()
         buffer.append(RecordType.end.rawValue)
-        JournalFormat.append(UInt64(contents.rows.count), to: &buffer)
-        JournalFormat.append(UInt64(contents.events.count), to: &buffer)
-        seal()
+        JournalFormat.append(written, to: &buffer)
+        JournalFormat.append(UInt64(events.count), to: &buffer)
+        JournalFormat.append(UInt64(chain), to: &buffer, width: 4)
+        endRecord(full: true)
+        buffer.removeSubrange(frameStart...)  // The empty frame begun after the end.
         try sink(buffer)
+    }
+
+    /// The chain of frame checksums after one more frame: CRC-32C of the chain so far and the
+    /// frame's checksum (both little-endian).
+    static func chained(_ chain: UInt32, _ checksum: UInt32) -> UInt32 {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(8)
+        JournalFormat.append(UInt64(chain) | UInt64(checksum) << 32, to: &bytes)
+        return CRC32C.checksum(bytes)
     }
 
     // MARK: Reading
 
-    /// Decodes an image. Never throws: what does not verify is named in `problems`, and every
-    /// countdown of every whole frame is kept in `rows` (all of them when `problems` is empty).
-    static func decode(_ bytes: [UInt8]) -> SnapshotFile.Contents {
-        var contents = SnapshotFile.Contents()
-        guard !bytes.isEmpty else {
-            contents.problems.append("the file is empty (0 bytes)")
-            return contents
-        }
-        // About 80 bytes a countdown: room for them at once.
-        contents.rows.reserveCapacity(bytes.count / 80)
-        var expected: UInt64 = 0
-        var offset = 0
-        var sawHeader = false
-        var end: (countdowns: UInt64, events: UInt64)?
-        var problems: [String] = []
-        while offset < bytes.count {
-            guard let frame = JournalFormat.wholeFrame(at: offset, in: bytes), frame.layout == .ordered else {
-                // Written whole and renamed into place: no torn tail is legitimate.
-                guard let next = JournalFormat.nextValidFrame(in: bytes, after: offset) else {
-                    problems.append(end == nil
-                        ? "bytes \(offset) to \(bytes.count) are not a whole frame, and the image has no end: it was cut short or overwritten"
-                        : "bytes \(offset) to \(bytes.count) after the image's end are not a whole frame")
-                    break
-                }
-                problems.append("bytes \(offset) to \(next) do not verify (a checksum that does not match, or a frame cut short)")
-                offset = next
-                continue
-            }
-            if frame.index != expected {
-                problems.append(frame.index < expected
-                    ? "frame \(frame.index) comes again where frame \(expected) belongs: a frame is repeated, or frames are out of order"
-                    : "frame \(frame.index) comes where frame \(expected) belongs: frames are missing, or out of order")
-            }
-            if end != nil {
-                problems.append("a frame after the image's end, at byte \(offset)")
-            }
-            expected = max(expected, frame.index) + 1
-            offset = frame.end
-            // (withUnsafeBytes rethrows untyped errors: the result carries the reason out.)
-            let failure = bytes.withUnsafeBytes { raw -> String? in
-                do throws(JournalFormat.FormatError) {
-                    try decodePayload(raw, frame: frame, sawHeader: &sawHeader, end: &end, into: &contents)
-                    return nil
-                } catch {
-                    return error.reason
-                }
-            }
-            if let failure { problems.append("the frame at byte \(frame.offset): \(failure)") }
-        }
-        if !sawHeader {
-            problems.append("it does not start with a whole image header")
-        }
-        if let end {
-            if end.countdowns != UInt64(contents.rows.count) || end.events != UInt64(contents.events.count) {
-                problems.append("it holds \(contents.rows.count) countdowns and \(contents.events.count) events where \(end.countdowns) and \(end.events) were written: frames are missing, added or altered")
-            }
-        } else if problems.isEmpty {
-            problems.append("it has no end record: it was cut short")
-        }
-        contents.problems = problems
-        return contents
-    }
+    /// Reads an image in two steps, frame by frame: the header and the replay history, then the
+    /// countdowns, each handed over as it is decoded. Damage is collected in `problems`, never
+    /// thrown: the reader goes on to the next whole frame.
+    struct Decoder {
+        let bytes: [UInt8]
+        /// The header's fields and the events (no `rows`; `problems` are below).
+        private(set) var contents = SnapshotFile.Contents()
+        private(set) var header: Header?
+        private(set) var problems: [String] = []
+        private var offset = 0
+        private var expected: UInt64 = 0
+        private var end: (countdowns: UInt64, events: UInt64)?
+        /// The end record's chain of frame checksums, and the chain of the frames read before it.
+        private var endChain: UInt32?
+        private var chain: UInt32 = 0
+        private var countdownsRead: UInt64 = 0
+        private var readingCountdowns = false
 
-    private static func decodePayload(
-        _ raw: UnsafeRawBufferPointer, frame: JournalFormat.Frame, sawHeader: inout Bool,
-        end: inout (countdowns: UInt64, events: UInt64)?, into contents: inout SnapshotFile.Contents
-    ) throws(JournalFormat.FormatError) {
-        var reader = JournalFormat.Reader(bytes: raw, offset: frame.payload.lowerBound, end: frame.payload.upperBound)
-        while reader.offset < reader.end {
-            let type = RecordType(rawValue: try reader.byte())
-            guard type == .image || sawHeader else {
-                throw JournalFormat.FormatError(reason: "a record before the image header")
+        init(_ bytes: [UInt8]) {
+            self.bytes = bytes
+        }
+
+        /// Reads the header and the replay history: every frame before the first of countdowns.
+        mutating func readHistory() {
+            guard !bytes.isEmpty else {
+                problems.append("the file is empty (0 bytes)")
+                return
             }
-            switch type {
-            case .image:
-                guard !sawHeader, frame.index == 0, reader.offset == frame.payload.lowerBound + 1 else {
-                    throw JournalFormat.FormatError(reason: "an image header that is not the first frame")
+            readFrames(stopAtCountdowns: true) { _ in }
+        }
+
+        /// Reads the rest, handing each countdown to `visit`, then checks the end record.
+        mutating func readCountdowns(_ visit: (StoredCountdown) -> Void) {
+            readFrames(stopAtCountdowns: false, visit: visit)
+            guard !bytes.isEmpty else { return }
+            if header == nil {
+                problems.append("it does not start with a whole image header")
+            }
+            let read = (countdowns: countdownsRead, events: UInt64(contents.events.count))
+            if let end {
+                if end != read || header.map({ ($0.countdowns, $0.events) }).map({ $0 != read }) == true {
+                    problems.append("it holds \(read.countdowns) countdowns and \(read.events) events where \(end.countdowns) and \(end.events) were written: frames are missing, added or altered")
+                } else if endChain != chain {
+                    problems.append("its frames do not chain to its end record: a frame of another snapshot is among them")
                 }
-                let version = try reader.byte()
-                guard version == Self.version else {
-                    throw JournalFormat.FormatError(reason: "image version \(version), which this countdownd does not read (it reads \(Self.version))")
-                }
-                contents.journalGeneration = try reader.u64()
-                contents.lastSequence = try reader.u64()
-                contents.eventsKeptAfter = try reader.u64()
-                _ = try reader.i64()  // When it was written: for people reading a dump.
-                let boot = try reader.shortString()
-                contents.bootID = boot.isEmpty ? nil : boot
-                guard reader.offset == reader.end else { throw JournalFormat.FormatError(reason: "records after the image header in its frame") }
-                sawHeader = true
-            case .countdown:
-                let stateIndex = Int(try reader.byte()), flags = try reader.byte()
-                guard stateIndex < JournalFormat.states.count, flags & ~Flag.pausesOnSuspend == 0 else {
-                    throw JournalFormat.FormatError(reason: "a countdown with an unknown state or flags")
-                }
-                let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
-                let total = try reader.i64(), deadlineUnix = try reader.i64(), deadlineBoot = try reader.i64()
-                let remaining = try reader.i64(), finished = try reader.i64(), late = try reader.i64()
-                let pinned = try reader.i64()
-                let name = try reader.name()
-                contents.rows.append(StoredCountdown(
-                    name: name, state: JournalFormat.states[stateIndex], totalMilliseconds: total,
-                    deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
-                    remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished), owner: owner,
-                    lateMilliseconds: present(late), pinnedUnixMilliseconds: present(pinned),
-                    pausesOnSuspend: flags & Flag.pausesOnSuspend != 0
-                ))
-            case .event:
-                let sequence = try reader.u64()
-                let kindIndex = Int(try reader.byte()), flags = try reader.byte()
-                guard kindIndex < JournalFormat.kinds.count, flags & ~Flag.causedBySuspend == 0 else {
-                    throw JournalFormat.FormatError(reason: "an event with an unknown kind or flags")
-                }
-                let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
-                let remaining = try reader.i64(), total = try reader.i64(), late = try reader.i64()
-                let name = try reader.name()
-                var event = CountdownEvent(
-                    sequence: sequence, kind: JournalFormat.kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
-                    remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: present(late), owner: owner
-                )
-                event.causedBySuspend = flags & Flag.causedBySuspend != 0
-                contents.events.append(event)
-            case .end:
-                guard end == nil, reader.offset == frame.payload.lowerBound + 1 else {
-                    throw JournalFormat.FormatError(reason: "an end record that does not begin its frame")
-                }
-                end = (try reader.u64(), try reader.u64())
-                guard reader.offset == reader.end else { throw JournalFormat.FormatError(reason: "records after the end record in its frame") }
-            case nil:
-                throw JournalFormat.FormatError(reason: "a record of unknown type")
+            } else if problems.isEmpty {
+                problems.append("it has no end record: it was cut short")
             }
         }
-    }
 
-    private static func present(_ value: Int64) -> Int64? { value == JournalFormat.absent ? nil : value }
+        private mutating func readFrames(stopAtCountdowns: Bool, visit: (StoredCountdown) -> Void) {
+            let bytes = self.bytes  // (Shared, not copied: `self` is mutated below.)
+            while offset < bytes.count {
+                guard let frame = JournalFormat.wholeFrame(at: offset, in: bytes), frame.layout == .ordered else {
+                    // Written whole and renamed into place: no torn tail is legitimate.
+                    guard let next = JournalFormat.nextValidFrame(in: bytes, after: offset) else {
+                        problems.append(end == nil
+                            ? "bytes \(offset) to \(bytes.count) are not a whole frame, and the image has no end: it was cut short or overwritten"
+                            : "bytes \(offset) to \(bytes.count) after the image's end are not a whole frame")
+                        offset = bytes.count
+                        return
+                    }
+                    problems.append("bytes \(offset) to \(next) do not verify (a checksum that does not match, or a frame cut short)")
+                    offset = next
+                    continue
+                }
+                if stopAtCountdowns, !frame.payload.isEmpty, bytes[frame.payload.lowerBound] == RecordType.countdown.rawValue {
+                    return  // Left for `readCountdowns`.
+                }
+                if frame.index != expected {
+                    problems.append(frame.index < expected
+                        ? "frame \(frame.index) comes again where frame \(expected) belongs: a frame is repeated, or frames are out of order"
+                        : "frame \(frame.index) comes where frame \(expected) belongs: frames are missing, or out of order")
+                }
+                if end != nil {
+                    problems.append("a frame after the image's end, at byte \(offset)")
+                }
+                expected = max(expected, frame.index) + 1
+                offset = frame.end
+                if end == nil, frame.payload.first.map({ bytes[$0] }) != RecordType.end.rawValue {
+                    chain = SnapshotImage.chained(chain, frame.checksum)
+                }
+                // (withUnsafeBytes rethrows untyped errors: the result carries the reason out.)
+                let failure = bytes.withUnsafeBytes { raw -> String? in
+                    do throws(JournalFormat.FormatError) {
+                        try decodePayload(raw, frame: frame, visit: visit)
+                        return nil
+                    } catch {
+                        return error.reason
+                    }
+                }
+                if let failure { problems.append("the frame at byte \(frame.offset): \(failure)") }
+            }
+        }
+
+        private mutating func decodePayload(
+            _ raw: UnsafeRawBufferPointer, frame: JournalFormat.Frame, visit: (StoredCountdown) -> Void
+        ) throws(JournalFormat.FormatError) {
+            var reader = JournalFormat.Reader(bytes: raw, offset: frame.payload.lowerBound, end: frame.payload.upperBound)
+            guard reader.offset < reader.end else { throw JournalFormat.FormatError(reason: "an empty frame") }
+            while reader.offset < reader.end {
+                let type = RecordType(rawValue: try reader.byte())
+                guard type == .image || header != nil else {
+                    throw JournalFormat.FormatError(reason: "a record before the image header")
+                }
+                switch type {
+                case .image:
+                    guard header == nil, frame.index == 0, reader.offset == frame.payload.lowerBound + 1 else {
+                        throw JournalFormat.FormatError(reason: "an image header that is not the first frame")
+                    }
+                    let version = try reader.byte()
+                    guard version == SnapshotImage.version else {
+                        throw JournalFormat.FormatError(reason: "image version \(version), which this countdownd does not read (it reads \(SnapshotImage.version))")
+                    }
+                    let generation = try reader.u64(), lastSequence = try reader.u64(), keptAfter = try reader.u64()
+                    let written = try reader.i64(), countdowns = try reader.u64(), events = try reader.u64()
+                    let boot = try reader.shortString()
+                    guard reader.offset == reader.end else { throw JournalFormat.FormatError(reason: "records after the image header in its frame") }
+                    header = Header(
+                        journalGeneration: generation, lastSequence: lastSequence, eventsKeptAfter: keptAfter,
+                        writtenUnixMilliseconds: written, countdowns: countdowns, events: events, bootID: boot.isEmpty ? nil : boot
+                    )
+                    contents.journalGeneration = generation
+                    contents.lastSequence = lastSequence
+                    contents.eventsKeptAfter = keptAfter
+                    contents.bootID = boot.isEmpty ? nil : boot
+                case .countdown:
+                    readingCountdowns = true
+                    let stateIndex = Int(try reader.byte()), flags = try reader.byte()
+                    guard stateIndex < JournalFormat.states.count, flags & ~Flag.pausesOnSuspend == 0 else {
+                        throw JournalFormat.FormatError(reason: "a countdown with an unknown state or flags")
+                    }
+                    let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
+                    let total = try reader.i64(), deadlineUnix = try reader.i64(), deadlineBoot = try reader.i64()
+                    let remaining = try reader.i64(), finished = try reader.i64(), late = try reader.i64()
+                    let pinned = try reader.i64()
+                    let name = try reader.name()
+                    countdownsRead += 1
+                    visit(StoredCountdown(
+                        name: name, state: JournalFormat.states[stateIndex], totalMilliseconds: total,
+                        deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
+                        remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished), owner: owner,
+                        lateMilliseconds: present(late), pinnedUnixMilliseconds: present(pinned),
+                        pausesOnSuspend: flags & Flag.pausesOnSuspend != 0
+                    ))
+                case .event:
+                    guard !readingCountdowns else { throw JournalFormat.FormatError(reason: "an event after the countdowns") }
+                    let sequence = try reader.u64()
+                    let kindIndex = Int(try reader.byte()), flags = try reader.byte()
+                    guard kindIndex < JournalFormat.kinds.count, flags & ~Flag.causedBySuspend == 0 else {
+                        throw JournalFormat.FormatError(reason: "an event with an unknown kind or flags")
+                    }
+                    let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
+                    let remaining = try reader.i64(), total = try reader.i64(), late = try reader.i64()
+                    let name = try reader.name()
+                    var event = CountdownEvent(
+                        sequence: sequence, kind: JournalFormat.kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
+                        remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: present(late), owner: owner
+                    )
+                    event.causedBySuspend = flags & Flag.causedBySuspend != 0
+                    contents.events.append(event)
+                case .end:
+                    guard end == nil, reader.offset == frame.payload.lowerBound + 1 else {
+                        throw JournalFormat.FormatError(reason: "an end record that does not begin its frame")
+                    }
+                    end = (try reader.u64(), try reader.u64())
+                    endChain = UInt32(try reader.u64(width: 4))
+                    guard reader.offset == reader.end else { throw JournalFormat.FormatError(reason: "records after the end record in its frame") }
+                case nil:
+                    throw JournalFormat.FormatError(reason: "a record of unknown type")
+                }
+            }
+        }
+
+        private func present(_ value: Int64) -> Int64? { value == JournalFormat.absent ? nil : value }
+    }
 }

@@ -66,9 +66,10 @@ final class StateJournal: @unchecked Sendable {
         var remarks: [String] = []
         /// The files it read.
         var sources: String = ""
-        /// Milliseconds spent reading the snapshot, and the journal files.
-        var snapshotMilliseconds: Int64 = 0
+        /// Milliseconds spent reading the snapshot's history and the journal files, then the
+        /// snapshot's countdowns and handing every countdown over.
         var journalMilliseconds: Int64 = 0
+        var snapshotMilliseconds: Int64 = 0
     }
 
     let directory: String
@@ -157,52 +158,65 @@ final class StateJournal: @unchecked Sendable {
     // MARK: - Recovery
 
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
-    /// keeping the last `keepEvents` lifecycle events for the replay ring.
+    /// keeping the last `keepEvents` lifecycle events for the replay ring; the countdowns are
+    /// gathered into `Recovered.countdowns` (see the other `recover` for the daemon's way).
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(clock: WallClockMapping, bootID: String?, keepEvents: Int) throws(StorageError) -> Recovered {
+        var countdowns: [PersistedCountdown] = []
+        var recovered = try recover(
+            clock: clock, bootID: bootID, keepEvents: keepEvents,
+            prepare: { countdowns.reserveCapacity($0) }, restore: { countdown, _ in countdowns.append(countdown) }
+        )
+        recovered.countdowns = countdowns
+        return recovered
+    }
+
+    /// Locks the state directory, then reads the snapshot and the journal that continues it,
+    /// handing each countdown to `restore` as it is read, with its name's `NameIndex.hash`: a
+    /// million are never gathered into an array, and each name is hashed once.
+    ///
+    /// Order: the snapshot's header and replay history, then the journal (whose records win:
+    /// they are later), then the snapshot's countdowns that the journal did not change, then the
+    /// journal's. `prepare` is called once before the first, with how many may come. Nothing in
+    /// the directory is changed (a torn tail is cut) unless everything verifies; on a throw, some
+    /// countdowns may have been handed over already.
+    /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
+    func recover(
+        clock: WallClockMapping, bootID: String?, keepEvents: Int,
+        prepare: (Int) -> Void, restore: (PersistedCountdown, UInt32) -> Void
+    ) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
         let lockedBefore = access(directory + "/" + StateDirectoryLock.fileName, F_OK) == 0
         lock = try StateDirectoryLock(directory: directory)
         directoryIdentity = Self.identity(of: directory)
         var recovered = Recovered()
         recovered.ring = EventRing(capacity: keepEvents)
-        // The snapshot's rows, then what the journal says later, by name (last record wins). Only
-        // the journal's names are hashed: a snapshot of a million rows is taken as it is.
-        var snapshotRows: [StoredCountdown] = []
-        var snapshotSameBoot = false
-        // The journal's countdowns in the order their last records came, and where each name's
-        // last one is; a removed countdown is a tombstone, `nil`. (A table of small indexes and
-        // an array written in order: a dictionary of the records themselves was most of the
-        // time of a start-up after a long journal.)
+        // The journal's countdowns by key, in the order their last records came (a removed one
+        // is a tombstone, `nil`), and an index from each key's hash to its place there.
         var journalStates: [(StoredCountdown, sameBoot: Bool)?] = []
-        var latest: [String: Int32] = [:]
+        var journalKeys: [String] = []
+        var journalHashes: [UInt32] = []
+        var latest = NameIndex()
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         let began = time.now()
-        var hasSnapshot = false
-        if let snapshot = try SnapshotFile.read(directory: directory) {
-            hasSnapshot = true
-            snapshotSameBoot = bootID != nil && snapshot.bootID == bootID
-            snapshotRows = snapshot.rows
-            recovered.lastSequence = snapshot.lastSequence
-            recovered.ring = EventRing(capacity: keepEvents, keptAfter: snapshot.eventsKeptAfter)
-            for event in snapshot.events { recovered.ring.append(event) }
-            firstGeneration = snapshot.journalGeneration
-            if !snapshot.problems.isEmpty {
-                // Refused, not started without them (rows are not named: a countdown's name can be
-                // personal data). `--check-state` says the same, from the same list.
-                throw .damaged(path: SnapshotFile.path(in: directory) ?? directory + "/" + SnapshotFile.fileName, reason: snapshot.problems.joined(separator: "; "))
-            }
-            let file = SnapshotFile.path(in: directory)?.split(separator: "/").last.map(String.init) ?? SnapshotFile.fileName
-            sources.append("\(file) (\(snapshot.rows.count) countdowns)")
+        var snapshot = try SnapshotFile.reader(directory: directory)
+        var snapshotSameBoot = false
+        if let snapshot {
+            snapshotSameBoot = bootID != nil && snapshot.contents.bootID == bootID
+            recovered.lastSequence = snapshot.contents.lastSequence
+            recovered.ring = EventRing(capacity: keepEvents, keptAfter: snapshot.contents.eventsKeptAfter)
+            for event in snapshot.contents.events { recovered.ring.append(event) }
+            firstGeneration = snapshot.contents.journalGeneration
+            try Self.refuseDamaged(snapshot)
+            let file = snapshot.path.split(separator: "/").last.map(String.init) ?? snapshot.path
+            sources.append("\(file) (\(snapshot.countdownCount) countdowns)")
             if file == SnapshotDatabase.fileName {
                 // An earlier countdownd's SQLite snapshot: replaced by an image as soon as may be.
                 snapshotNeeded = true
                 recovered.remarks.append("\(file) is the SQLite snapshot of an earlier countdownd; it is replaced by \(SnapshotFile.fileName) at the next snapshot")
             }
         }
-        let snapshotRead = time.now()
-        recovered.snapshotMilliseconds = snapshotRead.nanoseconds(since: began) / 1_000_000
         var highest = firstGeneration
         var chainStart = UInt64.max
         let files = try journalFiles()
@@ -211,6 +225,7 @@ final class StateJournal: @unchecked Sendable {
         // silently drop what it held.
         var previous: (UInt64, String)?
         var previousEnd: (path: String, last: JournalFormat.FrameMark?)?
+        var tornTails: [(path: String, length: Int, what: String)] = []
         let newest = files.last?.0
         for (fileGeneration, path) in files {
             guard fileGeneration >= firstGeneration else {
@@ -220,7 +235,7 @@ final class StateJournal: @unchecked Sendable {
                 _ = unlink(path)
                 continue
             }
-            try checkContinuity(of: fileGeneration, path: path, after: previous, snapshotGeneration: hasSnapshot ? firstGeneration : nil)
+            try checkContinuity(of: fileGeneration, path: path, after: previous, snapshotGeneration: snapshot != nil ? firstGeneration : nil)
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
                 throw .damaged(path: path, reason: Self.emptyFileProblem(isNewest: fileGeneration == newest))
@@ -234,11 +249,15 @@ final class StateJournal: @unchecked Sendable {
             var eventCount = 0
             let scan = JournalFormat.scan(bytes) { record in
                 let state = record.state.map { ($0, sameBoot: sameBoot) }
-                if let index = latest[record.event.name] {
+                let key = record.event.name
+                let hash = NameIndex.hash(key)
+                if let index = latest.find(hash: hash, matches: { journalKeys[Int($0)] == key }) {
                     journalStates[Int(index)] = state
                 } else {
-                    latest[record.event.name] = Int32(journalStates.count)
+                    latest.insert(hash: hash, slot: Int32(journalStates.count))
                     journalStates.append(state)
+                    journalKeys.append(key)
+                    journalHashes.append(hash)
                 }
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
                 recovered.ring.append(record.event)  // Lifecycle events only: not `snapshot` records.
@@ -251,31 +270,55 @@ final class StateJournal: @unchecked Sendable {
             previousEnd = (path, scan.lastFrame)
             lastFrame = scan.lastFrame
             if let torn = scan.tornTail {
-                let cut = truncate(path, off_t(scan.validLength)) == 0 ? "cut it off" : "could not cut it off (\(String(cString: strerror(errno))))"
-                recovered.remarks.append("\(path) ended in a torn write (\(torn)); \(cut) at byte \(scan.validLength), keeping every complete commit")
+                tornTails.append((path, scan.validLength, torn))
             }
             sources.append("\(path.split(separator: "/").last.map(String.init) ?? path) (\(eventCount) events)")
             filesSinceSnapshot += 1
             bytesSinceSnapshot += Int64(scan.validLength)
             eventsSinceSnapshot = eventsSinceSnapshot || eventCount > 0
         }
-        recovered.countdowns.reserveCapacity(snapshotRows.count + latest.count)
-        for row in snapshotRows where latest.isEmpty || latest[row.key] == nil {
-            recovered.countdowns.append(row.persisted(clock: clock, sameBoot: snapshotSameBoot))
+        let journalRead = time.now()
+        recovered.journalMilliseconds = journalRead.nanoseconds(since: began) / 1_000_000
+        prepare((snapshot?.countdownCount ?? 0) + journalStates.count)
+        if snapshot != nil {
+            snapshot?.readCountdowns { row in
+                let key = row.key
+                let hash = NameIndex.hash(key)
+                guard latest.count == 0 || latest.find(hash: hash, matches: { journalKeys[Int($0)] == key }) == nil else { return }
+                restore(row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key), hash)
+            }
+            if let snapshot { try Self.refuseDamaged(snapshot) }
         }
-        for case let (row, sameBoot)? in journalStates {
-            recovered.countdowns.append(row.persisted(clock: clock, sameBoot: sameBoot))
+        for (index, entry) in journalStates.enumerated() {
+            guard let (row, sameBoot) = entry else { continue }
+            restore(row.persisted(clock: clock, sameBoot: sameBoot, key: journalKeys[index]), journalHashes[index])
+        }
+        recovered.snapshotMilliseconds = time.now().nanoseconds(since: journalRead) / 1_000_000
+        // Everything verified: only now is anything in the directory changed.
+        if snapshot?.path.hasSuffix("/" + SnapshotFile.fileName) == true, SnapshotFile.removeSupersededDatabase(in: directory) {
+            recovered.remarks.append("removed \(SnapshotDatabase.fileName), an earlier countdownd's snapshot that \(SnapshotFile.fileName) replaced (a stop between the two left it)")
+        }
+        for (path, length, torn) in tornTails {
+            let cut = truncate(path, off_t(length)) == 0 ? "cut it off" : "could not cut it off (\(String(cString: strerror(errno))))"
+            recovered.remarks.append("\(path) ended in a torn write (\(torn)); \(cut) at byte \(length), keeping every complete commit")
         }
         if sources.isEmpty && lockedBefore {
             recovered.remarks.append("\(directory) holds no snapshot and no journal, only an earlier daemon's lock file: it was recreated after a deletion and the daemon stopped before its first snapshot landed, or it never held a countdown; starting with none")
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
-        recovered.journalMilliseconds = time.now().nanoseconds(since: snapshotRead) / 1_000_000
         generation = highest
         // The files this state rests on: from the first read (or the next one made) on.
         journalChainStart = min(chainStart, highest + 1)
-        hasSnapshotFile = hasSnapshot
+        hasSnapshotFile = snapshot != nil
         return recovered
+    }
+
+    /// Refuses a snapshot with damage (its countdowns are not named: a name can be personal
+    /// data). `--check-state` says the same, from the same list.
+    private static func refuseDamaged(_ snapshot: SnapshotFile.Reader) throws(StorageError) {
+        guard snapshot.problems.isEmpty else {
+            throw .damaged(path: snapshot.path, reason: snapshot.problems.joined(separator: "; "))
+        }
     }
 
     /// Checks that journal file `generation` continues what came before it: the previous file
@@ -673,17 +716,16 @@ final class StateJournal: @unchecked Sendable {
         let epoch = directoryEpoch
         snapshotQueue.async { [self] in
             ThreadName.snapshot.apply()
-            let contents = SnapshotFile.Contents(
-                image, events: events, eventsKeptAfter: keptAfter, bootID: bootID, journalGeneration: covered, clock: clock
-            )
             let result: Result<Void, StorageError>
             do throws(StorageError) {
-                try SnapshotFile.write(contents, directory: directory)
+                try SnapshotFile.write(
+                    image, events: events, eventsKeptAfter: keptAfter, bootID: bootID, journalGeneration: covered, clock: clock, directory: directory
+                )
                 result = .success(())
             } catch {
                 result = .failure(error)
             }
-            let count = contents.rows.count
+            let count = image.count
             queue.async { [self] in
                 ThreadName.state.apply()
                 snapshotFinished(result, covering: covered, countdowns: count, started: started, epoch: epoch)
@@ -692,7 +734,7 @@ final class StateJournal: @unchecked Sendable {
     }
 
     /// Writes a snapshot now, on the caller's thread, if anything changed since the last one: at a
-    /// clean stop, so the next start reads one file and `sqlite3` shows the final state.
+    /// clean stop, so the next start reads one file and `--dump-state` shows the final state.
     ///
     /// A directory lost since the last look is recreated first, and a recreated one gets its
     /// snapshot whatever changed: a clean stop never leaves an empty directory behind. A snapshot
@@ -710,12 +752,11 @@ final class StateJournal: @unchecked Sendable {
             }
             return
         }
-        let contents = SnapshotFile.Contents(
-            image, events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: SystemClock.bootID,
-            journalGeneration: generation + 1, clock: clock
-        )
         do throws(StorageError) {
-            try SnapshotFile.write(contents, directory: directory)
+            try SnapshotFile.write(
+                image, events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: SystemClock.bootID,
+                journalGeneration: generation + 1, clock: clock, directory: directory
+            )
             if let files = try? journalFiles() {
                 // Ignored on purpose: the snapshot continues with generation + 1, so a file left
                 // behind is older than it and skipped (and removed) by the next start.
@@ -784,20 +825,5 @@ final class StateJournal: @unchecked Sendable {
             logger.log(.warning, "cannot write a snapshot: \(error); the journal keeps everything meanwhile, trying again in \(health == .awaitingSnapshot ? "a second" : "a minute")")
             nextSnapshotAttempt = time.now().advanced(byMilliseconds: health == .awaitingSnapshot ? 1000 : 60_000)
         }
-    }
-}
-
-extension SnapshotFile.Contents {
-    /// A snapshot of the engine's durable image and the replay ring's events, continued by the
-    /// journal files from `journalGeneration` on.
-    init(
-        _ image: CountdownEngine.DurableImage, events: [CountdownEvent], eventsKeptAfter: UInt64,
-        bootID: String?, journalGeneration: UInt64, clock: WallClockMapping
-    ) {
-        self.init(
-            lastSequence: image.lastSequence, bootID: bootID, journalGeneration: journalGeneration,
-            events: events, eventsKeptAfter: eventsKeptAfter
-        )
-        image.forEach { rows.append(StoredCountdown($0, clock: clock)) }
     }
 }

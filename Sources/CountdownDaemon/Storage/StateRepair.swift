@@ -36,8 +36,42 @@ public enum StateRepair {
         var intactCountdowns: [StoredCountdown] { states.values.compactMap { $0 } }
     }
 
-    /// Reads `directory` without changing it.
+    /// Reads `directory` without changing it. A daemon may be running on it (`--dump-state`):
+    /// the files are read again, up to ten times, until the snapshot and the list of journal
+    /// files stayed the same while they were read, so a snapshot landing meanwhile (which
+    /// removes the journal files it covers) is never read half before and half after.
     static func inspect(_ directory: String) throws(StorageError) -> Inspection {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let before = FilesInView(directory)
+            do throws(StorageError) {
+                let inspection = try inspectOnce(directory)
+                if FilesInView(directory) == before || attempt >= 10 { return inspection }
+            } catch {
+                if FilesInView(directory) == before || attempt >= 10 { throw error }
+            }
+        }
+    }
+
+    /// What says the state directory changed under a reader: the snapshot files' identity and
+    /// the journal files' names (the newest journal growing is not a change: it is read up to
+    /// its last whole frame).
+    private struct FilesInView: Equatable {
+        var snapshots: [[Int]]
+        var journals: [String]
+
+        init(_ directory: String) {
+            snapshots = [SnapshotFile.fileName, SnapshotDatabase.fileName].map { name in
+                var info = stat()
+                guard stat(directory + "/" + name, &info) == 0 else { return [] }
+                return [Int(info.st_ino), Int(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec]
+            }
+            journals = ((try? StateJournal.journalFiles(in: directory)) ?? []).map(\.1)
+        }
+    }
+
+    private static func inspectOnce(_ directory: String) throws(StorageError) -> Inspection {
         var inspection = Inspection()
         var snapshotGeneration: UInt64?
         let snapshotPath = SnapshotFile.path(in: directory) ?? directory + "/" + SnapshotFile.fileName

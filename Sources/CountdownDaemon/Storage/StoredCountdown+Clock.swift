@@ -27,6 +27,11 @@ extension StoredCountdown {
     /// reboot the wall-clock deadline is all there is. Whether a deadline has passed is the
     /// engine's business (`CountdownEngine.restore`), not storage's.
     func persisted(clock: WallClockMapping, sameBoot: Bool) -> PersistedCountdown {
+        persisted(clock: clock, sameBoot: sameBoot, key: key)
+    }
+
+    /// `persisted(clock:sameBoot:)`, with the key already made.
+    func persisted(clock: WallClockMapping, sameBoot: Bool, key: String) -> PersistedCountdown {
         var deadline: Instant?
         if state == .running {
             if let pinned = pinnedUnixMilliseconds {
