@@ -26,6 +26,12 @@ public struct EventRing: Sendable {
 
         var count: Int { events.count - head }
 
+        /// Appends `event`; returns the new count.
+        mutating func append(_ event: CountdownEvent) -> Int {
+            events.append(event)
+            return events.count - head
+        }
+
         mutating func removeOldest() {
             keptAfter = max(keptAfter, events[head].sequence)
             head += 1
@@ -72,9 +78,9 @@ public struct EventRing: Sendable {
             histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].keptAfter = event.sequence
             return
         }
-        histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].events.append(event)
+        let count = histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].append(event)
         total += 1
-        if (histories[event.owner]?.count ?? 0) > share { overShare.insert(event.owner) }
+        if count > share { overShare.insert(event.owner) }
         guard total > capacity else { return }
         // The newcomer's owner pays while over its share (the usual case); otherwise any owner
         // over its share; only when none is (more than 16 owners, all within it), the owner
