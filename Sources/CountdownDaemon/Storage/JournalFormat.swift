@@ -164,16 +164,22 @@ enum JournalFormat {
         append(UInt64(bitPattern: value), to: &buffer)
     }
 
+    /// Appends the low `width` bytes of `value`, little-endian, in one copy (a snapshot of a
+    /// million countdowns appends eight million of them).
     static func append(_ value: UInt64, to buffer: inout [UInt8], width: Int = 8) {
-        for shift in 0..<width {
-            buffer.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(shift))))
+        withUnsafeBytes(of: value.littleEndian) { bytes in
+            buffer.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[..<width]))
         }
     }
 
+    /// Appends a length byte and at most 255 bytes of `text`'s UTF-8.
     static func appendShortString(_ text: String, to buffer: inout [UInt8]) {
-        let bytes = text.utf8.prefix(255)
-        buffer.append(UInt8(bytes.count))
-        buffer.append(contentsOf: bytes)
+        var text = text
+        text.withUTF8 { bytes in
+            let count = min(bytes.count, 255)
+            buffer.append(UInt8(count))
+            buffer.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[..<count]))
+        }
     }
 
     private static func store(_ value: UInt32, at offset: Int, in buffer: inout [UInt8]) {

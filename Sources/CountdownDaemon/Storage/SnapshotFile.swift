@@ -190,6 +190,11 @@ enum SnapshotFile {
             try SnapshotImage.encode(header, events: events, countdowns: countdowns) { (bytes) throws(StorageError) in
                 try FileSystem.write(bytes, to: descriptor, at: offset, path: temporary)
                 offset += Int64(bytes.count)
+                // The file unlinked under the writer (the directory deleted: `rm -rf` removes
+                // its files first): the rest of a million would be written for nothing, while
+                // the recreated directory waits for its own snapshot.
+                var info = stat()
+                if fstat(descriptor, &info) == 0 && info.st_nlink == 0 { throw .directoryGone(path: directory) }
             }
             guard fsync(descriptor) == 0 else { throw .system(what: "fsync \(temporary)", errno: errno) }
         } catch {

@@ -72,61 +72,88 @@ enum SnapshotImage {
         _ header: Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void,
         sink: ([UInt8]) throws(StorageError) -> Void
     ) throws(StorageError) {
-        // `sink` is called from inside `countdowns`' visitor, which the compiler cannot see
-        // is not re-entrant; it does not escape.
-        try withoutActuallyEscaping(sink) { (sink) throws(StorageError) in
-            try encode(header, events: events, countdowns: countdowns, escapingSink: sink)
+        var encoder = Encoder()
+        encoder.add(header)
+        for event in events {
+            encoder.add(event)
+            if let chunk = encoder.takeChunk() { try sink(chunk) }
         }
+        encoder.sealFrame()  // The countdowns start a frame of their own.
+        var written: UInt64 = 0
+        var failure: StorageError?
+        // (`countdowns` takes a plain closure: a failed write is kept, and thrown after. The
+        // visitor calls `sink`, which the compiler cannot see is not re-entrant; it does not
+        // escape.)
+        withoutActuallyEscaping(sink) { sink in
+            countdowns { row in
+                encoder.add(row)
+                written += 1
+                if failure == nil, let chunk = encoder.takeChunk() {
+                    do throws(StorageError) { try sink(chunk) } catch { failure = error }
+                }
+            }
+        }
+        if let failure { throw failure }
+        // The header promised a number: a writer that handed over another is a bug, not a
+        // snapshot to keep (it would be refused at the next start).
+        guard written == header.countdowns else {
+            throw .writeFailed(path: "the snapshot", reason: "\(written) countdowns were written where \(header.countdowns) were announced")
+        }
+        encoder.addEnd(countdowns: written, events: UInt64(events.count))
+        try sink(encoder.finish())
     }
 
-    private static func encode(
-        _ header: Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void,
-        escapingSink sink: @escaping ([UInt8]) throws(StorageError) -> Void
-    ) throws(StorageError) {
-        var buffer: [UInt8] = []
-        buffer.reserveCapacity(writeChunk + framePayload + 512)
-        var index: UInt64 = 0
-        var frameStart = 0
-        var failure: StorageError?
-        func begin() {
+    /// Builds frames in a buffer, a chunk at a time.
+    private struct Encoder {
+        private var buffer: [UInt8] = []
+        private var index: UInt64 = 0
+        private var frameStart = 0
+        private var chain: UInt32 = 0
+
+        init() {
+            buffer.reserveCapacity(writeChunk + framePayload + 512)
+            JournalFormat.beginFrame(in: &buffer)
+        }
+
+        /// Seals the frame being built (unless it is empty) and begins the next.
+        mutating func sealFrame() {
+            guard buffer.count > frameStart + JournalFormat.frameHeaderSize else { return }
+            chain = chained(chain, JournalFormat.sealFrame(in: &buffer, at: frameStart, index: index).checksum)
+            index += 1
             frameStart = buffer.count
             JournalFormat.beginFrame(in: &buffer)
         }
-        var chain: UInt32 = 0
-        func seal() {
-            chain = chained(chain, JournalFormat.sealFrame(in: &buffer, at: frameStart, index: index).checksum)
-            index += 1
-        }
-        // Seals the frame when `full` (or when at least 4 KiB), and hands the buffer over when it
-        // holds a chunk. (No throwing here: `countdowns` takes a plain closure; a failed write
-        // is kept and thrown after.)
-        func endRecord(full: Bool = false) {
-            let payload = buffer.count - frameStart - JournalFormat.frameHeaderSize
-            guard payload > 0, full || payload >= framePayload else { return }
-            seal()
-            if buffer.count >= writeChunk && failure == nil {
-                do throws(StorageError) {
-                    try sink(buffer)
-                } catch {
-                    failure = error
-                }
-                buffer.removeAll(keepingCapacity: true)
-            }
-            begin()
+
+        /// The bytes of every sealed frame, once they make a chunk.
+        mutating func takeChunk() -> [UInt8]? {
+            if buffer.count - frameStart - JournalFormat.frameHeaderSize >= framePayload { sealFrame() }
+            guard frameStart >= writeChunk else { return nil }
+            let chunk = Array(buffer[..<frameStart])
+            buffer.removeSubrange(..<frameStart)
+            frameStart = 0
+            return chunk
         }
 
-        begin()
-        buffer.append(RecordType.image.rawValue)
-        buffer.append(version)
-        JournalFormat.append(header.journalGeneration, to: &buffer)
-        JournalFormat.append(header.lastSequence, to: &buffer)
-        JournalFormat.append(header.eventsKeptAfter, to: &buffer)
-        JournalFormat.append(header.writtenUnixMilliseconds, to: &buffer)
-        JournalFormat.append(header.countdowns, to: &buffer)
-        JournalFormat.append(UInt64(events.count), to: &buffer)
-        JournalFormat.appendShortString(header.bootID ?? "", to: &buffer)
-        endRecord(full: true)
-        for event in events {
+        /// The rest, the frame begun after the last one dropped.
+        mutating func finish() -> [UInt8] {
+            sealFrame()
+            return Array(buffer[..<frameStart])
+        }
+
+        mutating func add(_ header: Header) {
+            buffer.append(RecordType.image.rawValue)
+            buffer.append(version)
+            JournalFormat.append(header.journalGeneration, to: &buffer)
+            JournalFormat.append(header.lastSequence, to: &buffer)
+            JournalFormat.append(header.eventsKeptAfter, to: &buffer)
+            JournalFormat.append(header.writtenUnixMilliseconds, to: &buffer)
+            JournalFormat.append(header.countdowns, to: &buffer)
+            JournalFormat.append(header.events, to: &buffer)
+            JournalFormat.appendShortString(header.bootID ?? "", to: &buffer)
+            sealFrame()
+        }
+
+        mutating func add(_ event: CountdownEvent) {
             buffer.append(RecordType.event.rawValue)
             JournalFormat.append(event.sequence, to: &buffer)
             buffer.append(UInt8(JournalFormat.kinds.firstIndex(of: event.kind) ?? 0))
@@ -136,11 +163,9 @@ enum SnapshotImage {
             JournalFormat.append(event.totalMilliseconds, to: &buffer)
             JournalFormat.append(event.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
-            endRecord()
         }
-        endRecord(full: true)  // The countdowns start a frame of their own.
-        var written: UInt64 = 0
-        countdowns { row in
+
+        mutating func add(_ row: StoredCountdown) {
             buffer.append(RecordType.countdown.rawValue)
             buffer.append(UInt8(JournalFormat.states.firstIndex(of: row.state) ?? 0))
             buffer.append(row.pausesOnSuspend ? Flag.pausesOnSuspend : 0)
@@ -153,23 +178,16 @@ enum SnapshotImage {
             JournalFormat.append(row.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.append(row.pinnedUnixMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.appendShortString(row.name, to: &buffer)
-            written += 1
-            endRecord()
         }
-        endRecord(full: true)
-        if let failure { throw failure }
-        // The header promised a number: a writer that handed over another is a bug, not a
-        // snapshot to keep (it would be refused at the next start).
-        guard written == header.countdowns else {
-            throw .writeFailed(path: "the snapshot", reason: "\(written) countdowns were written where \(header.countdowns) were announced")
+
+        /// The end record, in a frame of its own, after every other frame.
+        mutating func addEnd(countdowns: UInt64, events: UInt64) {
+            sealFrame()
+            buffer.append(RecordType.end.rawValue)
+            JournalFormat.append(countdowns, to: &buffer)
+            JournalFormat.append(events, to: &buffer)
+            JournalFormat.append(UInt64(chain), to: &buffer, width: 4)
         }
-        buffer.append(RecordType.end.rawValue)
-        JournalFormat.append(written, to: &buffer)
-        JournalFormat.append(UInt64(events.count), to: &buffer)
-        JournalFormat.append(UInt64(chain), to: &buffer, width: 4)
-        endRecord(full: true)
-        buffer.removeSubrange(frameStart...)  // The empty frame begun after the end.
-        try sink(buffer)
     }
 
     /// The chain of frame checksums after one more frame: CRC-32C of the chain so far and the
