@@ -68,7 +68,7 @@ extension Daemon {
         enter(.idle)
         let milliseconds = time.now().nanoseconds(since: began) / 1_000_000
         let finishing = time.now().nanoseconds(since: restoringLate) / 1_000_000
-        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (history and journal \(recovered.journalMilliseconds) ms, countdowns \(recovered.snapshotMilliseconds) ms, \(late.count) late ones and the first batch \(finishing) ms)")
+        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (history and journal \(recovered.historyAndJournalMilliseconds) ms, countdowns \(recovered.countdownsMilliseconds) ms, \(late.count) late ones and the first batch \(finishing) ms)")
     }
 
     /// Watches the state directory with inotify, so a deletion is handled at once. Without

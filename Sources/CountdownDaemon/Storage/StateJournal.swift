@@ -68,8 +68,8 @@ final class StateJournal: @unchecked Sendable {
         var sources: String = ""
         /// Milliseconds spent reading the snapshot's history and the journal files, then the
         /// snapshot's countdowns and handing every countdown over.
-        var journalMilliseconds: Int64 = 0
-        var snapshotMilliseconds: Int64 = 0
+        var historyAndJournalMilliseconds: Int64 = 0
+        var countdownsMilliseconds: Int64 = 0
     }
 
     let directory: String
@@ -278,7 +278,7 @@ final class StateJournal: @unchecked Sendable {
             eventsSinceSnapshot = eventsSinceSnapshot || eventCount > 0
         }
         let journalRead = time.now()
-        recovered.journalMilliseconds = journalRead.nanoseconds(since: began) / 1_000_000
+        recovered.historyAndJournalMilliseconds = journalRead.nanoseconds(since: began) / 1_000_000
         prepare((snapshot?.countdownCount ?? 0) + journalStates.count)
         if snapshot != nil {
             snapshot?.readCountdowns { row in
@@ -293,7 +293,7 @@ final class StateJournal: @unchecked Sendable {
             guard let (row, sameBoot) = entry else { continue }
             restore(row.persisted(clock: clock, sameBoot: sameBoot, key: journalKeys[index]), journalHashes[index])
         }
-        recovered.snapshotMilliseconds = time.now().nanoseconds(since: journalRead) / 1_000_000
+        recovered.countdownsMilliseconds = time.now().nanoseconds(since: journalRead) / 1_000_000
         // Everything verified: only now is anything in the directory changed.
         if snapshot?.path.hasSuffix("/" + SnapshotFile.fileName) == true, SnapshotFile.removeSupersededDatabase(in: directory) {
             recovered.remarks.append("removed \(SnapshotDatabase.fileName), an earlier countdownd's snapshot that \(SnapshotFile.fileName) replaced (a stop between the two left it)")
