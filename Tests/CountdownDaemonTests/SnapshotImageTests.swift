@@ -148,3 +148,38 @@ extension StateJournalTests {
         #expect(recovered.remarks.contains { $0.contains("removed countdownd.db") }, "\(recovered.remarks)")
     }
 }
+
+@Suite("countdownd --dump-state: what a start would restore, as JSON lines")
+struct StateDumpTests {
+    @Test("a whole directory: a state line, then one line per countdown by owner and name, exit 0; a damaged one: what is intact, the damage named on the first line and on stderr, exit 1")
+    func dumpWholeAndDamaged() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var contents = SnapshotFile.Contents(lastSequence: 7, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
+        for (owner, name) in [(1000 as UInt32, "b"), (0, "z"), (1000, "a")] {
+            contents.rows.append(StoredCountdown(
+                name: name, state: .paused, totalMilliseconds: 60_000, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
+                remainingNanoseconds: 5_000_000_000, finishedUnixMilliseconds: nil, owner: owner, lateMilliseconds: nil, pausesOnSuspend: name == "a"
+            ))
+        }
+        try SnapshotFile.write(contents, directory: directory)
+        var lines: [String] = [], errors: [String] = []
+        #expect(StateDump.dump(directory, print: { lines.append($0) }, printError: { errors.append($0) }) == 0)
+        let objects = try lines.map { try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]) }
+        #expect(objects.first?["type"] as? String == "state" && objects.first?["countdowns"] as? Int == 3 && (objects.first?["damaged"] as? [Any])?.isEmpty == true)
+        #expect(objects.dropFirst().map { "\($0["owner"] ?? "")/\($0["name"] ?? "")" } == ["0/z", "1000/a", "1000/b"], "by owner, then name")
+        #expect(objects[2]["on_suspend"] as? String == "pause" && objects[1]["on_suspend"] == nil && objects[1]["remaining_ns"] as? Int == 5_000_000_000)
+        #expect(errors.isEmpty)
+
+        let path = directory + "/" + SnapshotFile.fileName
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        bytes[bytes.count - 3] ^= 0x10  // In the end record's frame.
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        lines = []
+        #expect(StateDump.dump(directory, print: { lines.append($0) }, printError: { errors.append($0) }) == 1)
+        let header = try #require(try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any])
+        #expect((header["damaged"] as? [String])?.isEmpty == false, "\(header)")
+        #expect(errors.count == 1 && errors[0].contains("is damaged") && errors[0].contains("--check-state"), "\(errors)")
+    }
+}
