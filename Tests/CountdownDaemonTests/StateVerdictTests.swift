@@ -84,6 +84,8 @@ struct StateVerdictTests {
         var file: String
         var damage: ([UInt8]) -> [UInt8]
         var mayStart: Bool
+        /// The file is deleted instead.
+        var removes = false
     }
 
     func frames(_ bytes: [UInt8]) -> [[UInt8]] {
@@ -105,6 +107,8 @@ struct StateVerdictTests {
             let last = parts.count - 1
             let name = (file as NSString).lastPathComponent
             faults.append(Fault(what: "\(name) emptied", file: file, damage: { _ in [] }, mayStart: false))
+            // Nothing names the newest file: its loss cannot be told from a stop before it was made.
+            faults.append(Fault(what: "\(name) removed", file: file, damage: { $0 }, mayStart: newest, removes: true))
             for index in 1...last {
                 faults.append(Fault(what: "\(name) frame \(index) removed", file: file, damage: { _ in parts.enumerated().filter { $0.offset != index }.flatMap(\.element) }, mayStart: newest && index == last))
                 faults.append(Fault(what: "\(name) frame \(index) repeated", file: file, damage: { _ in parts.prefix(index + 1).flatMap { $0 } + parts[index] + parts.dropFirst(index + 1).flatMap { $0 } }, mayStart: false))
@@ -173,7 +177,11 @@ struct StateVerdictTests {
             let directory = try copy(healthy, to: scratch.path + "/case\(number)")
             let target = fault.file.hasPrefix("/") ? directory + "/" + (fault.file as NSString).lastPathComponent : directory + "/" + fault.file
             let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: target)))
-            try Data(fault.damage(original)).write(to: URL(fileURLWithPath: target))
+            if fault.removes {
+                try FileManager.default.removeItem(atPath: target)
+            } else {
+                try Data(fault.damage(original)).write(to: URL(fileURLWithPath: target))
+            }
             // The check first: recovery cuts a torn tail, the check changes nothing.
             let inspection = try StateRepair.inspect(directory)
             let (started, refusal) = try start(directory)

@@ -78,6 +78,9 @@ enum SnapshotFile {
         private var image: SnapshotImage.Decoder?
         private var databaseRows: [StoredCountdown]
 
+        /// Whether it is an earlier countdownd's SQLite database, not an image.
+        var isDatabase: Bool { image == nil }
+
         /// What is damaged so far; complete once `readCountdowns` has run.
         var problems: [String] { (image?.problems ?? []) + contents.problems }
 

@@ -235,7 +235,10 @@ final class StateJournal: @unchecked Sendable {
                 _ = unlink(path)
                 continue
             }
-            try checkContinuity(of: fileGeneration, path: path, after: previous, snapshotGeneration: snapshot != nil ? firstGeneration : nil)
+            try checkContinuity(
+                of: fileGeneration, path: path, after: previous, snapshotGeneration: snapshot != nil ? firstGeneration : nil,
+                snapshotIsDatabase: snapshot?.isDatabase == true
+            )
             let bytes = try FileSystem.readAll(path)
             if bytes.isEmpty {
                 throw .damaged(path: path, reason: Self.emptyFileProblem(isNewest: fileGeneration == newest))
@@ -306,9 +309,11 @@ final class StateJournal: @unchecked Sendable {
             recovered.remarks.append("\(directory) holds no snapshot and no journal, only an earlier daemon's lock file: it was recreated after a deletion and the daemon stopped before its first snapshot landed, or it never held a countdown; starting with none")
         }
         recovered.sources = sources.isEmpty ? "nothing (a new state directory)" : sources.joined(separator: ", ")
-        generation = highest
+        // With no journal file after the snapshot, the next one made is the one it continues
+        // with, so that a start never accepts a first file one later (a lost file).
+        generation = chainStart == .max && snapshot != nil && firstGeneration > 0 ? firstGeneration - 1 : highest
         // The files this state rests on: from the first read (or the next one made) on.
-        journalChainStart = min(chainStart, highest + 1)
+        journalChainStart = min(chainStart, generation + 1)
         hasSnapshotFile = snapshot != nil
         return recovered
     }
@@ -322,13 +327,15 @@ final class StateJournal: @unchecked Sendable {
     }
 
     /// Checks that journal file `generation` continues what came before it: the previous file
-    /// (no gap), or the snapshot (it continues from `snapshotGeneration`, or the next generation
-    /// when a stop's snapshot removed the files), or, with no snapshot, the directory's first
-    /// file, generation 1.
+    /// (no gap), or the snapshot (it continues with `snapshotGeneration`; an earlier countdownd's
+    /// database, with that one or the next, as that countdownd numbered the first file after a
+    /// stop), or, with no snapshot, the directory's first file, generation 1.
     private func checkContinuity(
-        of generation: UInt64, path: String, after previous: (UInt64, String)?, snapshotGeneration: UInt64?
+        of generation: UInt64, path: String, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool
     ) throws(StorageError) {
-        if let problem = Self.continuityProblem(of: generation, after: previous, snapshotGeneration: snapshotGeneration, directory: directory) {
+        if let problem = Self.continuityProblem(
+            of: generation, after: previous, snapshotGeneration: snapshotGeneration, snapshotIsDatabase: snapshotIsDatabase, directory: directory
+        ) {
             throw .damaged(path: path, reason: problem)
         }
     }
@@ -336,14 +343,18 @@ final class StateJournal: @unchecked Sendable {
     /// What is wrong with journal file `generation` coming where it does (`nil`: nothing): the
     /// rule of `checkContinuity`, shared with `countdownd --check-state`.
     static func continuityProblem(
-        of generation: UInt64, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, directory: String
+        of generation: UInt64, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool = false,
+        directory: String
     ) -> String? {
         if let (previousGeneration, previousPath) = previous {
             guard generation == previousGeneration + 1 else {
                 return "journal files \(previousGeneration + 1) to \(generation - 1) are missing between \(previousPath) and this one: what they held is lost"
             }
         } else if let snapshotGeneration {
-            guard generation <= snapshotGeneration + 1 else {
+            // The file the snapshot names comes first, always: after a stop's snapshot removed
+            // the files, the next start makes exactly that one. (An earlier countdownd made the
+            // one after it: a database's journal may start one later.)
+            guard generation == snapshotGeneration || (snapshotIsDatabase && generation == snapshotGeneration + 1) else {
                 return "the snapshot \(SnapshotFile.fileName) continues with journal file \(snapshotGeneration), but the first one here is \(generation): what the files between held is lost"
             }
         } else {

@@ -107,7 +107,10 @@ public enum StateRepair {
             }
             // A damaged snapshot says nothing about where the journal starts: no gap is judged then.
             if !(inspection.snapshotExists && snapshotGeneration == nil),
-               let problem = StateJournal.continuityProblem(of: generation, after: previous, snapshotGeneration: snapshotGeneration, directory: directory) {
+               let problem = StateJournal.continuityProblem(
+                   of: generation, after: previous, snapshotGeneration: snapshotGeneration,
+                   snapshotIsDatabase: inspection.snapshotPath.hasSuffix("/" + SnapshotDatabase.fileName), directory: directory
+               ) {
                 inspection.problems.append("\(path): \(problem)")
             }
             previous = (generation, path)
