@@ -1,6 +1,7 @@
 @testable import CountdownDaemon
 import CountdownCore
 import Foundation
+import Glibc
 import Testing
 
 /// The snapshot image's encoder and decoder, without files: every field of every state comes
@@ -111,7 +112,7 @@ struct SnapshotImageTests {
             ("a countdown of state 9", firstCountdowns, { $0[1] = 9 }, "unknown state or flags"),
             ("an event with flag 2", 1, { $0[10] = 2 }, "unknown kind or flags"),
             ("a countdown with an empty name", firstCountdowns, { $0[63] = 0 }, "an empty name"),
-            ("one countdown more in the end record", last, { $0[1] &+= 1 }, "where 501 and 300 were written"),
+            ("one countdown more in the end record", last, { $0[1] &+= 1 }, "end record says 501 and 300 were written"),
             ("the chain of frames altered", last, { $0[17] ^= 1 }, "do not chain"),
             ("a record after the end record", last, { $0.append(SnapshotImage.RecordType.end.rawValue) }, "records after the end record"),
             ("a frame after the end", last + 1, { $0 = [SnapshotImage.RecordType.end.rawValue] + [UInt8](repeating: 0, count: 20) }, "a frame after the image's end"),
@@ -124,6 +125,36 @@ struct SnapshotImageTests {
             #expect(read.problems.contains { $0.contains(reason) }, "\(what): \(read.problems)")
         }
         #expect(decode(resealed(bytes, frame: 0, change: { _ in })).problems.isEmpty, "sealed again unchanged, it is whole")
+        let promised = decode(resealed(bytes, frame: 0, change: { $0[34] &+= 1 }))  // The header's count of countdowns.
+        #expect(promised.problems.contains { $0.contains("its header says 501 and 300") }, "\(promised.problems)")
+    }
+
+    @Test("a damaged header: refused, named once, and every countdown of the frames that verify is still read (what --repair-state keeps)")
+    func damagedHeader() throws {
+        var bytes = try encoded(contents(rows: 2_000))
+        bytes[30] ^= 0x08
+        let read = decode(bytes)
+        #expect(read.rows.count == 2_000, "the countdowns' frames all verify")
+        // The damaged frame, the count that starts at 1, the missing header, the chain: named once each.
+        #expect(read.problems.count <= 4 && read.problems.contains { $0.contains("does not start with a whole image header") }, "\(read.problems)")
+    }
+
+    @Test("damage in every frame is named for the first 20 and counted for the rest, not listed frame by frame")
+    func problemsBounded() throws {
+        let bytes = try encoded(contents(rows: 10_000))
+        // Every frame of countdowns sealed again around a state this countdownd does not know.
+        var damaged: [UInt8] = []
+        for frame in JournalFormat.wholeFrames(in: bytes) {
+            var payload = Array(bytes[frame.payload])
+            if payload[0] == SnapshotImage.RecordType.countdown.rawValue { payload[1] = 9 }
+            let start = damaged.count
+            JournalFormat.beginFrame(in: &damaged)
+            damaged += payload
+            JournalFormat.sealFrame(in: &damaged, at: start, index: frame.index)
+        }
+        let read = decode(damaged)
+        #expect(read.problems.count == SnapshotImage.Decoder.problemLimit + 1 && read.problems.last?.hasPrefix("and ") == true, "\(read.problems.count): \(read.problems.last ?? "")")
+        #expect(read.rows.isEmpty)
     }
 }
 
@@ -181,5 +212,25 @@ struct StateDumpTests {
         let header = try #require(try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any])
         #expect((header["damaged"] as? [String])?.isEmpty == false, "\(header)")
         #expect(errors.count == 1 && errors[0].contains("is damaged") && errors[0].contains("--check-state"), "\(errors)")
+    }
+}
+
+extension StateJournalTests {
+    @Test("a snapshot that is a FIFO, a device, a file of 5 GiB (sparse) or a symbolic link to nothing is refused at once, never read forever, waited on, or taken for no snapshot", arguments: ["fifo", "device", "sparse", "dangling"])
+    func snapshotNotARegularFile(kind: String) throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = directory + "/" + SnapshotFile.fileName
+        switch kind {
+        case "fifo": #expect(mkfifo(path, 0o600) == 0)
+        case "device": #expect(symlink("/dev/zero", path) == 0)
+        case "sparse": #expect(open(path, O_WRONLY | O_CREAT, 0o600) >= 0 && truncate(path, 5 << 30) == 0)
+        default: #expect(symlink(scratch.path + "/moved-away", path) == 0)
+        }
+        #expect(throws: StorageError.self, "\(kind): refused") { try recover(journal(in: directory)) }
+        #expect(!FileManager.default.fileExists(atPath: directory + "/journal.000000000001"), "no journal begun beside it")
+        let inspection = try StateRepair.inspect(directory)
+        #expect(!inspection.problems.isEmpty, "\(kind): --check-state agrees: \(inspection.problems)")
     }
 }

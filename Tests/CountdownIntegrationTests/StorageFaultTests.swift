@@ -539,7 +539,7 @@ extension Integration {
             #expect(refused.stderrText.contains("do not verify") && refused.stderrText.contains("--repair-state"), "\(refused.stderrText)")
             #expect([UInt8](try Data(contentsOf: URL(fileURLWithPath: snapshot))) == bytes, "kept byte for byte")
             let check = try stateTool("--check-state", state)
-            #expect(check.status == 1 && check.stdout.contains("do not verify") && check.stdout.contains("where 200 and"), "\(check.stdout)")
+            #expect(check.status == 1 && check.stdout.contains("do not verify") && check.stdout.contains("says 200 and"), "\(check.stdout)")
             let intact = try #require(check.stdout.split(separator: "\n").last { $0.hasPrefix("intact: ") }.flatMap { Int($0.split(separator: " ")[1]) })
             #expect(try stateTool("--repair-state", state).status == 0)
             let repaired = try StorageFaults.names(try DaemonProcess(arguments: ["--state-dir", state], directory: directory))

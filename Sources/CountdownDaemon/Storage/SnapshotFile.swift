@@ -121,9 +121,10 @@ enum SnapshotFile {
         let path = directory + "/" + fileName
         let bytes: [UInt8]
         do throws(StorageError) {
-            bytes = try FileSystem.readAll(path)
+            bytes = try FileSystem.readStateFile(path)
         } catch {
-            if case .unreadable(_, let code) = error, code == ENOENT {
+            // No image: the database, if any. (A symbolic link to nothing is not "no image".)
+            if case .unreadable(_, let code) = error, code == ENOENT, !FileSystem.entryExists(path) {
                 let database = directory + "/" + SnapshotDatabase.fileName
                 return try SnapshotDatabase.read(path: database).map { Reader(path: database, database: $0) }
             }

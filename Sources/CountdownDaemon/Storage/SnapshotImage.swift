@@ -218,6 +218,14 @@ enum SnapshotImage {
         private var chain: UInt32 = 0
         private var countdownsRead: UInt64 = 0
         private var readingCountdowns = false
+        /// Problems past the first `problemLimit`, counted, not listed: damage across a million
+        /// countdowns' frames would otherwise be a message of megabytes.
+        private var unlistedProblems = 0
+        static let problemLimit = 20
+
+        private mutating func note(_ problem: String) {
+            if problems.count < Self.problemLimit { problems.append(problem) } else { unlistedProblems += 1 }
+        }
 
         init(_ bytes: [UInt8]) {
             self.bytes = bytes
@@ -226,7 +234,7 @@ enum SnapshotImage {
         /// Reads the header and the replay history: every frame before the first of countdowns.
         mutating func readHistory() {
             guard !bytes.isEmpty else {
-                problems.append("the file is empty (0 bytes)")
+                note("the file is empty (0 bytes)")
                 return
             }
             readFrames(stopAtCountdowns: true) { _ in }
@@ -237,17 +245,24 @@ enum SnapshotImage {
             readFrames(stopAtCountdowns: false, visit: visit)
             guard !bytes.isEmpty else { return }
             if header == nil {
-                problems.append("it does not start with a whole image header")
+                note("it does not start with a whole image header")
             }
             let read = (countdowns: countdownsRead, events: UInt64(contents.events.count))
+            let promised = header.map { (countdowns: $0.countdowns, events: $0.events) }
             if let end {
-                if end != read || header.map({ ($0.countdowns, $0.events) }).map({ $0 != read }) == true {
-                    problems.append("it holds \(read.countdowns) countdowns and \(read.events) events where \(end.countdowns) and \(end.events) were written: frames are missing, added or altered")
+                if end != read {
+                    note("it holds \(read.countdowns) countdowns and \(read.events) events where its end record says \(end.countdowns) and \(end.events) were written: frames are missing, added or altered")
+                } else if let promised, promised != read {
+                    note("it holds \(read.countdowns) countdowns and \(read.events) events where its header says \(promised.countdowns) and \(promised.events) were written: frames are missing, added or altered")
                 } else if endChain != chain {
-                    problems.append("its frames do not chain to its end record: a frame of another snapshot is among them")
+                    note("its frames do not chain to its end record: a frame of another snapshot is among them")
                 }
             } else if problems.isEmpty {
-                problems.append("it has no end record: it was cut short")
+                note("it has no end record: it was cut short")
+            }
+            if unlistedProblems > 0 {
+                problems.append("and \(unlistedProblems) more problems of its frames")
+                unlistedProblems = 0
             }
         }
 
@@ -257,13 +272,13 @@ enum SnapshotImage {
                 guard let frame = JournalFormat.wholeFrame(at: offset, in: bytes), frame.layout == .ordered else {
                     // Written whole and renamed into place: no torn tail is legitimate.
                     guard let next = JournalFormat.nextValidFrame(in: bytes, after: offset) else {
-                        problems.append(end == nil
+                        note(end == nil
                             ? "bytes \(offset) to \(bytes.count) are not a whole frame, and the image has no end: it was cut short or overwritten"
                             : "bytes \(offset) to \(bytes.count) after the image's end are not a whole frame")
                         offset = bytes.count
                         return
                     }
-                    problems.append("bytes \(offset) to \(next) do not verify (a checksum that does not match, or a frame cut short)")
+                    note("bytes \(offset) to \(next) do not verify (a checksum that does not match, or a frame cut short)")
                     offset = next
                     continue
                 }
@@ -271,12 +286,12 @@ enum SnapshotImage {
                     return  // Left for `readCountdowns`.
                 }
                 if frame.index != expected {
-                    problems.append(frame.index < expected
+                    note(frame.index < expected
                         ? "frame \(frame.index) comes again where frame \(expected) belongs: a frame is repeated, or frames are out of order"
                         : "frame \(frame.index) comes where frame \(expected) belongs: frames are missing, or out of order")
                 }
                 if end != nil {
-                    problems.append("a frame after the image's end, at byte \(offset)")
+                    note("a frame after the image's end, at byte \(offset)")
                 }
                 expected = max(expected, frame.index) + 1
                 offset = frame.end
@@ -292,7 +307,7 @@ enum SnapshotImage {
                         return error.reason
                     }
                 }
-                if let failure { problems.append("the frame at byte \(frame.offset): \(failure)") }
+                if let failure { note("the frame at byte \(frame.offset): \(failure)") }
             }
         }
 
@@ -302,10 +317,9 @@ enum SnapshotImage {
             var reader = JournalFormat.Reader(bytes: raw, offset: frame.payload.lowerBound, end: frame.payload.upperBound)
             guard reader.offset < reader.end else { throw JournalFormat.FormatError(reason: "an empty frame") }
             while reader.offset < reader.end {
+                // (Without a header, which is named once at the end, the other frames are still
+                // read: `--repair-state` keeps the countdowns of every one that verifies.)
                 let type = RecordType(rawValue: try reader.byte())
-                guard type == .image || header != nil else {
-                    throw JournalFormat.FormatError(reason: "a record before the image header")
-                }
                 switch type {
                 case .image:
                     guard header == nil, frame.index == 0, reader.offset == frame.payload.lowerBound + 1 else {

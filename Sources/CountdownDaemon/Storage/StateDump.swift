@@ -60,7 +60,7 @@ public enum StateDump {
         do throws(StorageError) {
             inspection = try StateRepair.inspect(directory)
         } catch {
-            printError("countdownd: cannot read \(directory): \(error)")
+            printError("countdownd: cannot read \(directory): \(error); \(error.advice)")
             return 1
         }
         let encoder = JSONEncoder()

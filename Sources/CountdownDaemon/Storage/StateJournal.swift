@@ -239,7 +239,7 @@ final class StateJournal: @unchecked Sendable {
                 of: fileGeneration, path: path, after: previous, snapshotGeneration: snapshot != nil ? firstGeneration : nil,
                 snapshotIsDatabase: snapshot?.isDatabase == true
             )
-            let bytes = try FileSystem.readAll(path)
+            let bytes = try FileSystem.readStateFile(path)
             if bytes.isEmpty {
                 throw .damaged(path: path, reason: Self.emptyFileProblem(isNewest: fileGeneration == newest))
             }

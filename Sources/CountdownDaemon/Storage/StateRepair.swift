@@ -37,21 +37,21 @@ public enum StateRepair {
     }
 
     /// Reads `directory` without changing it. A daemon may be running on it (`--dump-state`):
-    /// the files are read again, up to ten times, until the snapshot and the list of journal
-    /// files stayed the same while they were read, so a snapshot landing meanwhile (which
-    /// removes the journal files it covers) is never read half before and half after.
-    static func inspect(_ directory: String) throws(StorageError) -> Inspection {
-        var attempt = 0
-        while true {
-            attempt += 1
+    /// the files are read again, up to `attempts` times, until the snapshot and the list of
+    /// journal files stayed the same while they were read, so a snapshot landing meanwhile
+    /// (which removes the journal files it covers) is never read half before and half after.
+    /// - Throws: `keptChanging` when they changed at every attempt: never a view of two moments.
+    static func inspect(_ directory: String, attempts: Int = 20) throws(StorageError) -> Inspection {
+        for _ in 0..<attempts {
             let before = FilesInView(directory)
             do throws(StorageError) {
                 let inspection = try inspectOnce(directory)
-                if FilesInView(directory) == before || attempt >= 10 { return inspection }
+                if FilesInView(directory) == before { return inspection }
             } catch {
-                if FilesInView(directory) == before || attempt >= 10 { throw error }
+                if FilesInView(directory) == before { throw error }
             }
         }
+        throw .keptChanging(directory: directory)
     }
 
     /// What says the state directory changed under a reader: the snapshot files' identity and
@@ -114,7 +114,7 @@ public enum StateRepair {
                 inspection.problems.append("\(path): \(problem)")
             }
             previous = (generation, path)
-            let bytes = try FileSystem.readAll(path)
+            let bytes = try FileSystem.readStateFile(path)
             if bytes.isEmpty {
                 inspection.problems.append("\(path): \(StateJournal.emptyFileProblem(isNewest: generation == files.last?.0))")
                 previousEnd = nil
@@ -184,7 +184,7 @@ public enum StateRepair {
         do throws(StorageError) {
             inspection = try inspect(directory)
         } catch {
-            print("cannot read \(directory): \(error)")
+            print("cannot read \(directory): \(error); \(error.advice)")
             return 1
         }
         for finding in inspection.findings { print(finding) }

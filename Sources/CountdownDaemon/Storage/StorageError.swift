@@ -15,6 +15,8 @@ enum StorageError: Error, CustomStringConvertible, Equatable {
     case directoryGone(path: String)
     /// Another daemon holds the state directory.
     case locked(directory: String, holder: String?)
+    /// The state directory changed at every attempt to read it whole (a busy daemon's snapshots).
+    case keptChanging(directory: String)
 
     var description: String {
         switch self {
@@ -30,6 +32,8 @@ enum StorageError: Error, CustomStringConvertible, Equatable {
             return "the state directory \(path) was deleted"
         case .locked(let directory, let holder):
             return "another countdownd\(holder.map { " (pid \($0))" } ?? "") is using the state directory \(directory)"
+        case .keptChanging(let directory):
+            return "the state directory \(directory) changed while it was read, at every attempt: a running countdownd writes snapshots into it faster than it can be read whole"
         }
     }
 
@@ -53,6 +57,8 @@ enum StorageError: Error, CustomStringConvertible, Equatable {
             return "it is being recreated"
         case .locked:
             return "stop that one, or give this one its own --state-dir"
+        case .keptChanging:
+            return "try again when the daemon is less busy, or stop it first"
         }
     }
 }
@@ -101,14 +107,55 @@ enum FileSystem {
         return names
     }
 
+    /// The most a state file (a snapshot or a journal file) may hold: the snapshot of some 65
+    /// million countdowns. A larger one is not one the daemon wrote (a sparse file, say), and reading it
+    /// whole would exhaust memory.
+    static let maximumStateFile = 1 << 32
+
+    /// A state file's whole bytes: a snapshot or a journal file. Anything but a regular file (a
+    /// device, a FIFO, a directory; symbolic links are followed) or one larger than
+    /// `maximumStateFile` is damage, refused without reading it (a FIFO is opened without
+    /// waiting for a writer); a symbolic link to nothing is unreadable, never "no file".
+    static func readStateFile(_ path: String) throws(StorageError) -> [UInt8] {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard descriptor >= 0 else { throw .unreadable(path: path, errno: errno) }
+        defer { countdownd_close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw .unreadable(path: path, errno: errno) }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw .damaged(path: path, reason: "it is not a regular file (a device, a FIFO or a directory), so not one countdownd wrote")
+        }
+        guard info.st_size <= off_t(maximumStateFile) else {
+            throw .damaged(path: path, reason: "it is \(info.st_size) bytes long, more than any countdownd writes (\(maximumStateFile)): a sparse or foreign file")
+        }
+        // With the limit: a file that grows meanwhile is still bounded.
+        let bytes = try readAll(descriptor: descriptor, path: path, limit: maximumStateFile)
+        guard bytes.count <= maximumStateFile else {
+            throw .damaged(path: path, reason: "it grew past \(maximumStateFile) bytes while it was read")
+        }
+        return bytes
+    }
+
+    /// Whether a directory entry exists at `path`, whatever it points to (a symbolic link to
+    /// nothing exists).
+    static func entryExists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
     /// A whole file's bytes; with `limit`, reading stops once more than `limit` bytes are in
     /// (the caller tells a file that is too big by the count: a device such as /dev/zero never ends).
     static func readAll(_ path: String, limit: Int = .max) throws(StorageError) -> [UInt8] {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw .unreadable(path: path, errno: errno) }
         defer { countdownd_close(descriptor) }
+        return try readAll(descriptor: descriptor, path: path, limit: limit)
+    }
+
+    /// What is left to read of `descriptor` (opened on `path`, for messages), as `readAll(_:limit:)`.
+    private static func readAll(descriptor: Int32, path: String, limit: Int) throws(StorageError) -> [UInt8] {
         // A regular file is read into one buffer of its size: a snapshot of a million countdowns
-        // is 75 MB, which a growing buffer would allocate, clear and copy several times over.
+        // is 66 MB, which a growing buffer would allocate, clear and copy several times over.
         var info = stat()
         let size = fstat(descriptor, &info) == 0 && info.st_mode & S_IFMT == S_IFREG ? Int(info.st_size) : 0
         var failure: Int32 = 0
