@@ -139,6 +139,18 @@ struct SnapshotImageTests {
         #expect(read.problems.count <= 4 && read.problems.contains { $0.contains("does not start with a whole image header") }, "\(read.problems)")
     }
 
+    @Test("an image whose header and history frames are gone is refused at its history, before any journal is judged against it")
+    func countdownsFirst() throws {
+        let bytes = try encoded(contents(rows: 500))
+        let frames = JournalFormat.wholeFrames(in: bytes)
+        let first = try #require(frames.first { bytes[$0.payload.lowerBound] == SnapshotImage.RecordType.countdown.rawValue })
+        var decoder = SnapshotImage.Decoder(Array(bytes[first.offset...]))
+        decoder.readHistory()
+        #expect(decoder.problems == ["it does not start with a whole image header"], "\(decoder.problems)")
+        decoder.readCountdowns { _ in }
+        #expect(decoder.problems.filter { $0.contains("image header") }.count == 1, "named once: \(decoder.problems)")
+    }
+
     @Test("damage in every frame is named for the first 20 and counted for the rest, not listed frame by frame")
     func problemsBounded() throws {
         let bytes = try encoded(contents(rows: 10_000))

@@ -32,7 +32,7 @@ import Glibc
 /// that verifies.
 ///
 /// The history comes first so that recovery can read it, then the journal, then stream the
-/// countdowns straight into the engine: a million (about 75 MB) are never gathered into an array.
+/// countdowns straight into the engine: a million (about 66 MB) are never gathered into an array.
 enum SnapshotImage {
     static let version: UInt8 = 1
     /// Records of countdowns and events are gathered into frames of about this many bytes: a
@@ -238,15 +238,24 @@ enum SnapshotImage {
                 return
             }
             readFrames(stopAtCountdowns: true) { _ in }
+            // Countdowns first (the header and history frames gone): refused before the journal
+            // is judged against a generation no header gave.
+            if header == nil { noteMissingHeader() }
+        }
+
+        private var missingHeaderNoted = false
+
+        private mutating func noteMissingHeader() {
+            guard !missingHeaderNoted else { return }
+            missingHeaderNoted = true
+            note("it does not start with a whole image header")
         }
 
         /// Reads the rest, handing each countdown to `visit`, then checks the end record.
         mutating func readCountdowns(_ visit: (StoredCountdown) -> Void) {
             readFrames(stopAtCountdowns: false, visit: visit)
             guard !bytes.isEmpty else { return }
-            if header == nil {
-                note("it does not start with a whole image header")
-            }
+            if header == nil { noteMissingHeader() }
             let read = (countdowns: countdownsRead, events: UInt64(contents.events.count))
             let promised = header.map { (countdowns: $0.countdowns, events: $0.events) }
             if let end {
