@@ -200,7 +200,7 @@ final class StateJournal: @unchecked Sendable {
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         let began = time.now()
-        var snapshot = try SnapshotFile.reader(directory: directory)
+        let snapshot = try SnapshotFile.reader(directory: directory)
         var snapshotSameBoot = false
         if let snapshot {
             snapshotSameBoot = bootID != nil && snapshot.contents.bootID == bootID
@@ -211,7 +211,7 @@ final class StateJournal: @unchecked Sendable {
             try Self.refuseDamaged(snapshot)
             let file = snapshot.path.split(separator: "/").last.map(String.init) ?? snapshot.path
             sources.append("\(file) (\(snapshot.countdownCount) countdowns)")
-            if file == SnapshotDatabase.fileName {
+            if snapshot.isDatabase {
                 // An earlier countdownd's SQLite snapshot: replaced by an image as soon as may be.
                 snapshotNeeded = true
                 recovered.remarks.append("\(file) is the SQLite snapshot of an earlier countdownd; it is replaced by \(SnapshotFile.fileName) at the next snapshot")
@@ -283,14 +283,14 @@ final class StateJournal: @unchecked Sendable {
         let journalRead = time.now()
         recovered.historyAndJournalMilliseconds = journalRead.nanoseconds(since: began) / 1_000_000
         prepare((snapshot?.countdownCount ?? 0) + journalStates.count)
-        if snapshot != nil {
-            snapshot?.readCountdowns { row in
+        if var reader = snapshot {
+            reader.readCountdowns { row in
                 let key = row.key
                 let hash = NameIndex.hash(key)
                 guard latest.count == 0 || latest.find(hash: hash, matches: { journalKeys[Int($0)] == key }) == nil else { return }
                 restore(row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key), hash)
             }
-            if let snapshot { try Self.refuseDamaged(snapshot) }
+            try Self.refuseDamaged(reader)
         }
         for (index, entry) in journalStates.enumerated() {
             guard let (row, sameBoot) = entry else { continue }
@@ -298,7 +298,7 @@ final class StateJournal: @unchecked Sendable {
         }
         recovered.countdownsMilliseconds = time.now().nanoseconds(since: journalRead) / 1_000_000
         // Everything verified: only now is anything in the directory changed.
-        if snapshot?.path.hasSuffix("/" + SnapshotFile.fileName) == true, SnapshotFile.removeSupersededDatabase(in: directory) {
+        if snapshot?.isDatabase == false, SnapshotFile.removeSupersededDatabase(in: directory) {
             recovered.remarks.append("removed \(SnapshotDatabase.fileName), an earlier countdownd's snapshot that \(SnapshotFile.fileName) replaced (a stop between the two left it)")
         }
         for (path, length, torn) in tornTails {

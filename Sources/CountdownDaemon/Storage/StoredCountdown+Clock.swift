@@ -25,12 +25,8 @@ extension StoredCountdown {
     /// The stored state on this run's clock. Within the boot that wrote it, the boot-clock
     /// deadline is exact and immune to wall-clock steps made while the daemon was down; after a
     /// reboot the wall-clock deadline is all there is. Whether a deadline has passed is the
-    /// engine's business (`CountdownEngine.restore`), not storage's.
-    func persisted(clock: WallClockMapping, sameBoot: Bool) -> PersistedCountdown {
-        persisted(clock: clock, sameBoot: sameBoot, key: key)
-    }
-
-    /// `persisted(clock:sameBoot:)`, with the key already made.
+    /// engine's business (`CountdownEngine.restore`), not storage's. `key` is this countdown's
+    /// `key`, made once by the caller (which hashes it too).
     func persisted(clock: WallClockMapping, sameBoot: Bool, key: String) -> PersistedCountdown {
         var deadline: Instant?
         if state == .running {
