@@ -60,15 +60,15 @@ extension Daemon {
     /// compacted away were never announced): each gets `RESYNC <seq>`, then snapshots of what it
     /// follows (by name: finished ones too, so a waiter learns of a `done` it missed).
     private func announceResync(now: Instant, clock: WallClockMapping) {
-        for (connection, following, kinds) in fanOut.subscriptions where !clients.isClosing(connection) {
+        for (connection, following, kinds) in fanOut.subscriptions where clients.state(of: connection) == .open || clients.state(of: connection) == .listing {
             let viewer = connection.peerUID
             replyBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendResync(sequence: engine.lastSequence, to: &replyBuffer)
             if kinds.includes(.snapshot) {
                 switch following {
-                case .all where !clients.isListing(connection):
+                case .all where clients.state(of: connection) != .listing:
                     beginActiveSnapshots(on: connection, clock: clock, now: now)
-                case .prefix(let keyPrefix) where !clients.isListing(connection):
+                case .prefix(let keyPrefix) where clients.state(of: connection) != .listing:
                     // The prefix as its user writes it.
                     let prefix = CountdownAddress.display(keyPrefix, owner: viewer, to: viewer)
                     beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
@@ -205,7 +205,7 @@ extension Daemon {
         }
     }
 
-    /// Queues a reply that was waiting for etcd in its place (`ClientTable.answer`): replies
+    /// Queues a reply that was waiting for etcd in its place (`ClientOutput.answer`): replies
     /// after it that were ready go out with it.
     private func answer(_ connection: Connection, ticket: StoreTicket, _ build: (inout [UInt8]) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -213,11 +213,11 @@ extension Daemon {
         // SHUTDOWN line instead.
         guard !isStopping else { return }
         precondition(phase == .serving, "cluster replies are queued within a batch")
-        guard clients.isOpen(connection) else { return }
+        guard clients.state(of: connection) != .closed else { return }
         var out: [UInt8] = []
         build(&out)
         batch.items.append((connection, .storeAnswer(out)))
-        clients.answer(connection, ticket: ticket, with: out, batch: batch.number)
+        clients.send(.answer(ticket, out), to: connection, batch: batch.number)
     }
 
     /// How long past a deadline the other hosts leave its `done` to the host that wrote the

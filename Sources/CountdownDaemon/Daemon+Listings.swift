@@ -1,42 +1,32 @@
 import CountdownCore
 import Dispatch
 
-/// A reply of many lines in progress on one connection: a `LIST`, or the snapshots a new
-/// subscriber to everything is sent after its `OK`.
-struct ListingInProgress {
-    /// What the lines are.
-    enum Purpose {
-        /// `COUNTDOWN` lines, then `OK <count>`.
-        case list
-        /// `EVENT snapshot` lines (the `OK` came first).
-        case snapshots
-    }
-
-    var listing: CountdownListing
-    let purpose: Purpose
-    /// The wall clock as the listing started, for the wall-clock fields of its lines.
-    let clock: WallClockMapping
-}
-
 extension Daemon {
     /// The most lines one slice of a listing produces: about half a millisecond of work, after
     /// which other clients and due events get their turn.
     static let linesPerListingSlice = 1024
 
-    /// A listing is continued while less than this is waiting to be written to its connection:
-    /// a client that reads slowly holds a few hundred KiB in the daemon, never the whole reply.
-    static let listingOutputThreshold = 256 * 1024
-
     /// Starts a sliced reply on `connection`, producing its first slice now (into `replyBuffer`,
-    /// as part of the request's reply). Its further requests wait until it is finished.
+    /// as part of the request's reply). Its further requests wait until it is finished; the
+    /// client table keeps it (`ClientTable.beginListing`).
     func beginListing(_ listing: CountdownListing, purpose: ListingInProgress.Purpose, on connection: Connection, clock: WallClockMapping, now: Instant) {
         var progress = ListingInProgress(listing: listing, purpose: purpose, clock: clock)
-        produceSlice(of: &progress, for: connection.peerUID, now: now)
-        if progress.listing.isFinished {
+        switch clients.state(of: connection) {
+        case .closed:
             return
+        case .closing:
+            // Served again after a failed commit, on a connection that has since stopped reading
+            // (its QUIT or end of input came after this request): it is read no more, so the
+            // whole reply is produced now, and the replies after it follow it.
+            while !progress.isFinished {
+                produceSlice(of: &progress, for: connection.peerUID, now: now)
+            }
+        case .open, .listing:
+            produceSlice(of: &progress, for: connection.peerUID, now: now)
+            if !progress.isFinished {
+                clients.beginListing(progress, on: connection)
+            }
         }
-        listings[connection.id] = (connection, progress)
-        clients.beginListing(connection)
     }
 
     /// Starts the snapshots of every running or paused countdown the connection's user may see,
@@ -47,42 +37,21 @@ extension Daemon {
         beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
     }
 
-    /// Produces the next slice of every listing whose connection has room for it, as part of the
-    /// current batch. Run once per batch.
-    func continueListings(now: Instant) {
+    /// Produces the next slice of listings (`ClientTable.continueListings`) as part of the
+    /// current batch: of every one whose connection has room, once per batch, or of one again
+    /// after a failed commit took it back. Each is recorded, so that a failed commit produces it
+    /// again from the same progress.
+    func continueListings(_ which: ClientTable.ListingsToContinue = .everyWithRoom, now: Instant) {
         dispatchPrecondition(condition: .onQueue(queue))
-        for (connection, saved) in listings.values where clients.queuedBytes(of: connection) < Self.listingOutputThreshold {
-            // Ended meanwhile: cut off for overflow by the events of a listing before it.
-            guard listings[connection.id] != nil else { continue }
-            // If the batch's commit fails, the slice is taken back and produced again from here.
-            batch.items.append((connection, .listingSlice(saved)))
-            continueListing(from: saved, on: connection, now: now)
-        }
-    }
-
-    /// Produces one slice of `progress` on `connection` and queues it; the listing ends (and the
-    /// connection's waiting requests are served next batch) when it was the last.
-    func continueListing(from progress: ListingInProgress, on connection: Connection, now: Instant) {
-        var progress = progress
-        replyBuffer.removeAll(keepingCapacity: true)
+        // What fell due first. Its events may cut a listing's connection off (`ERR overflow`):
+        // its listing ends with it, and the table produces nothing after the ERR.
         advanceTime(to: now)
-        // The events that fell due may have cut this connection off (`ERR overflow`; during a
-        // listing nothing else closes it): its listing ended with it, and nothing follows the ERR.
-        guard !clients.isClosing(connection) else { return }
-        produceSlice(of: &progress, for: connection.peerUID, now: now)
-        appendBesideEvents(to: connection)
-        if progress.listing.isFinished {
-            listings[connection.id] = nil
-            clients.endListing(connection)
-        } else {
-            listings[connection.id] = (connection, progress)
+        clients.continueListings(which) { progress, connection in
+            batch.items.append((connection, .listingSlice(progress)))
+            replyBuffer.removeAll(keepingCapacity: true)
+            produceSlice(of: &progress, for: connection.peerUID, now: now)
+            appendBesideEvents(to: connection)
         }
-    }
-
-    /// Whether some listing can go on at once (its connection has room): then the next batch
-    /// comes without waiting for the poller.
-    var hasListingWithRoom: Bool {
-        listings.values.contains { clients.queuedBytes(of: $0.connection) < Self.listingOutputThreshold }
     }
 
     /// Encodes the next slice into `replyBuffer`, and the final `OK` of a finished `LIST`.

@@ -2,11 +2,11 @@ import CountdownCore
 import Dispatch
 import Glibc
 
-extension Daemon {
+extension Daemon: RequestServer {
     /// The most requests of one connection handled in one batch before other work (the timer,
     /// other clients, the commit and the replies) gets a turn: a burst of thousands of pipelined
     /// requests must not hold due ticks back.
-    static let requestsPerPass = 32
+    static let requestsPerTurn = 32
 
     /// How long one poller batch may spend on requests before it ends (commit, replies, events):
     /// what fell due meanwhile waits at most about this long, however many clients pipeline.
@@ -42,43 +42,22 @@ extension Daemon {
     /// of work; a request that alone costs more is still served, one per batch.
     static let workPerUserPerBatch = 8192
 
-    /// A connection's turn in a batch: handles what its framer holds and reads more, up to a
-    /// fair share of `requestsPerPass` requests, leaving the replies for the end of the batch.
-    /// A read shorter than the buffer emptied the socket; the poller reports it again when more
-    /// arrives (or at end of file).
-    func readable(_ connection: Connection) {
+    /// A connection's turn begins (`RequestServer`): what fell due runs first, so its requests
+    /// see the engine as of now, and what they change can be undone without touching what time
+    /// did. A fair share of `requestsPerTurn` requests, none past the batch's time (but for the
+    /// first `minimumTurnsPerBatch` turns, one each), none once the uid had its share.
+    func beginTurn(of connection: Connection) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
         precondition(phase == .serving, "requests are read only while a batch is serving")
-        // While a listing is produced, its connection's next requests wait (they come after it).
-        // One with changes in etcd is not read from its socket (reading is paused), but its
-        // framed requests are served as far as `mayServeNext` allows.
-        guard clients.mayServe(connection) else { return }
         let now = time.now()
+        turn = Turn(now: now)
         turnsThisBatch += 1
-        var budget = !batchIsOutOfTime ? Self.requestsPerPass : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
+        var budget = !batchIsOutOfTime ? Self.requestsPerTurn : turnsThisBatch <= Self.minimumTurnsPerBatch ? 1 : 0
         if batch.work(of: connection.peerUID) >= Self.workPerUserPerBatch {
             budget = 0  // This uid had its share of the batch; the next batch serves it first.
         }
-        let skipped = budget == 0
-        budget -= handleLines(of: connection, now: now, limit: budget)
-        reading: while budget > 0 && clients.mayRead(connection) {
-            switch clients.read(connection) {
-            case .read(_, let socketEmptied):
-                budget -= handleLines(of: connection, now: now, limit: budget)
-                if socketEmptied { break reading }
-            case .endOfInput:
-                // The peer closed its sending side: answer what it sent, then close.
-                handleLines(of: connection, now: now)
-                // A reply in progress holds the rest back; the end of input is read again after it.
-                if clients.isReplyInProgress(connection) { break reading }
-                clients.endOfInput(connection)
-            case .wouldBlock:
-                break reading
-            case .failed:
-                return
-            }
-        }
-        clients.endTurn(connection, budgetUsed: budget <= 0, skipped: skipped)
+        advanceTime(to: now)
+        return budget
     }
 
     /// Whether the current batch has used its time for requests.
@@ -86,105 +65,89 @@ extension Daemon {
         time.now() >= batchDeadline
     }
 
-    /// Handles complete lines the connection has buffered, in order: all of them, or up to
-    /// `limit` and not past the batch's deadline, nor past the uid's share of the batch
+    /// Serves one framed line of `connection` (`RequestServer`), as of its turn's start. A
+    /// `bounded` turn ends past the batch's deadline, or past the uid's share of the batch
     /// (`workPerUserPerBatch`). The deadline is checked after every 16 units of work (a request,
     /// and each event line it queued): every 16 plain requests, but after each one that went out
     /// to 16 subscribers or more, so a user whose changes fan out far overshoots the deadline by
     /// one request, not by sixteen.
-    /// - Returns: how many lines were handled, or `limit` when the batch ran out of time.
-    @discardableResult
-    func handleLines(of connection: Connection, now: Instant, limit: Int? = nil) -> Int {
-        let timeBounded = limit != nil
-        let limit = limit ?? .max
-        var clock: WallClockMapping?
-        var handled = 0
-        var workSinceTimeCheck = 0
-        // Whatever fell due comes first: the requests below then see the engine as of `now`,
-        // and what they change can be undone without touching what time did.
-        advanceTime(to: now)
-        // Backpressure: past the threshold, lines wait in the framer until the replies drain.
-        while handled < limit, mayServeNext(connection), let frame = clients.nextRequest(of: connection) {
-            handled += 1
-            replyBuffer.removeAll(keepingCapacity: true)
-            events.removeAll(keepingCapacity: true)
-            switch frame {
-            case .tooLong:
-                let error = ProtocolError(
-                    .lineTooLong,
-                    "request line is longer than \(LineFramer.maximumLineLength) bytes; it was discarded"
-                )
-                batch.items.append((connection, .failed(error)))
+    func serve(_ frame: LineFramer.Frame, of connection: Connection, bounded: Bool) -> ServeVerdict {
+        let now = turn.now
+        replyBuffer.removeAll(keepingCapacity: true)
+        events.removeAll(keepingCapacity: true)
+        var quit = false
+        switch frame {
+        case .tooLong:
+            let error = ProtocolError(
+                .lineTooLong,
+                "request line is longer than \(LineFramer.maximumLineLength) bytes; it was discarded"
+            )
+            batch.items.append((connection, .failed(error)))
+            WireEncoder.appendError(error, to: &replyBuffer)
+        case .line(let bytes):
+            var parsed = false
+            do throws(ProtocolError) {
+                guard let request = try RequestParser.parse(bytes) else { return .next }
+                parsed = true
+                batch.items.append((connection, .request(request)))
+                quit = request == .quit
+                // Read the wall clock once per turn, and only when a request needs it.
+                let mapping = turn.clock ?? time.mapping(at: now)
+                turn.clock = mapping
+                try execute(request, from: connection, now: now, clock: mapping)
+            } catch {
+                if !parsed {
+                    batch.items.append((connection, .failed(error)))
+                }
                 WireEncoder.appendError(error, to: &replyBuffer)
-            case .line(let bytes):
-                var parsed = false
-                do throws(ProtocolError) {
-                    guard let request = try RequestParser.parse(bytes) else { continue }
-                    parsed = true
-                    batch.items.append((connection, .request(request)))
-                    // Read the wall clock once per pass, and only when a request needs it.
-                    let mapping = clock ?? time.mapping(at: now)
-                    clock = mapping
-                    try execute(request, from: connection, now: now, clock: mapping)
-                } catch {
-                    if !parsed {
-                        batch.items.append((connection, .failed(error)))
-                    }
-                    WireEncoder.appendError(error, to: &replyBuffer)
-                }
-            }
-            appendReply(to: connection)
-            let cost = 1 + publish(events)
-            let work = batch.charge(connection.peerUID, cost)
-            guard timeBounded else { continue }
-            if work >= Self.workPerUserPerBatch {
-                handled = limit  // This uid had its share of the batch: the rest wait.
-                shareUsed.warn(
-                    "uid \(connection.peerUID)'s requests used their share of a batch (\(Self.workPerUserPerBatch) requests and event lines queued for its subscribers); the rest wait for the next batch, so that other users are served meanwhile",
-                    now: now
-                )
-            } else {
-                workSinceTimeCheck += cost
-                if workSinceTimeCheck >= 16 {
-                    workSinceTimeCheck = 0
-                    if batchIsOutOfTime { handled = limit }  // This line is handled; the rest wait.
-                }
             }
         }
-        return handled
+        appendReply(to: connection)
+        let cost = 1 + publish(events)
+        let verdict = afterServing(connection, cost: cost, bounded: bounded, now: now)
+        return quit ? .quit : verdict
+    }
+
+    /// Charges a served request's cost to its uid, and says whether the turn goes on.
+    private func afterServing(_ connection: Connection, cost: Int, bounded: Bool, now: Instant) -> ServeVerdict {
+        let work = batch.charge(connection.peerUID, cost)
+        guard bounded else { return .next }
+        if work >= Self.workPerUserPerBatch {
+            shareUsed.warn(
+                "uid \(connection.peerUID)'s requests used their share of a batch (\(Self.workPerUserPerBatch) requests and event lines queued for its subscribers); the rest wait for the next batch, so that other users are served meanwhile",
+                now: now
+            )
+            return .endTurn  // This uid had its share of the batch: the rest wait.
+        }
+        turn.workSinceTimeCheck += cost
+        if turn.workSinceTimeCheck >= 16 {
+            turn.workSinceTimeCheck = 0
+            if batchIsOutOfTime { return .endTurn }  // This line is served; the rest wait.
+        }
+        return .next
+    }
+
+    /// A closed (or cut off) connection's subscriptions are forgotten (`RequestServer`).
+    func connectionClosed(_ connection: Connection) {
+        fanOut.unsubscribe(connection)
+    }
+
+    /// A drained subscriber takes ticks again (`RequestServer`).
+    func outputDrained(_ connection: Connection) {
+        fanOut.outputDrained(connection)
     }
 
     /// Queues `replyBuffer` on the connection, remembering where this batch's output starts (or,
     /// while changes of the connection's are in etcd, after their replies).
     func appendReply(to connection: Connection) {
-        clients.queueReply(replyBuffer, on: connection, batch: batch.number)
+        clients.send(.reply(replyBuffer), to: connection, batch: batch.number)
     }
 
     /// Queues `replyBuffer` on the connection's output now, as events are, even while its changes
     /// are in etcd: a subscription's `RESYNC` and snapshots belong with its events, and a
     /// listing's slices (which begin only when no change waits) keep their backpressure.
     func appendBesideEvents(to connection: Connection) {
-        clients.appendNow(replyBuffer, on: connection, batch: batch.number)
-    }
-
-    /// How many of one connection's changes may be in etcd at once (cluster mode).
-    static let changesInFlightPerConnection = 64
-
-    /// Whether the connection's next framed request is served now. A listing holds everything
-    /// after it. While changes of the connection's are in etcd, the next request is served beside
-    /// them only if it changes another countdown: pipelined changes then wait in parallel (and
-    /// go in one transaction), while a read, or a second change of one countdown, waits for the
-    /// answers before it, so it sees them.
-    func mayServeNext(_ connection: Connection) -> Bool {
-        guard !clients.isListing(connection) else { return false }
-        let inFlight = clients.changesInFlight(of: connection)
-        guard inFlight > 0 else { return true }
-        guard inFlight < Self.changesInFlightPerConnection else { return false }
-        guard case .line(let bytes)? = clients.peekRequest(of: connection), let request = try? RequestParser.parse(bytes),
-              let name = request.changedName, let (key, _) = try? CountdownAddress.resolve(name, requester: connection.peerUID) else {
-            return false
-        }
-        return !clients.isChanging(key, on: connection)
+        clients.send(.besideEvents(replyBuffer), to: connection, batch: batch.number)
     }
 
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.
@@ -317,8 +280,8 @@ extension Daemon {
             }
             WireEncoder.appendOK(count: lines.count, to: &replyBuffer)
         case .quit:
+            // The client table stops reading the connection (`ServeVerdict.quit`).
             WireEncoder.appendOK("bye", to: &replyBuffer)
-            clients.stopReading(connection)
         }
     }
 

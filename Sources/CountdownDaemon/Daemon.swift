@@ -68,6 +68,9 @@ public final class Daemon: @unchecked Sendable {
     var stateWatcher: StateDirectoryWatcher?
     var stateCheckScheduled = false
     var poller: EventPoller?
+    /// The listening socket until the client table opens with it (in cluster mode, once the
+    /// replica holds what etcd holds), so that a stop before then still removes its file.
+    var listenerNotYetOpen: ListeningSocket?
     var isStopping = false
     /// Cluster mode: the link to etcd (`Daemon+Cluster`); `nil` on a daemon of its own.
     var cluster: ClusterReplica?
@@ -77,9 +80,6 @@ public final class Daemon: @unchecked Sendable {
 
     let clients: ClientTable
     let fanOut: EventFanOut
-    /// Replies produced in slices across batches (`LIST`, a new subscriber's snapshots), by
-    /// connection id: continued while their connection has room (`continueListings`).
-    var listings: [Int: (connection: Connection, progress: ListingInProgress)] = [:]
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
     /// How long the last batch's journal commit took (its `fdatasync` under `--durability
@@ -87,6 +87,8 @@ public final class Daemon: @unchecked Sendable {
     var lastCommitNanoseconds: Int64 = 0
     /// Connections that had a turn in the running batch (see `minimumTurnsPerBatch`).
     var turnsThisBatch = 0
+    /// The connection's turn being served (`beginTurn`).
+    var turn = Turn(now: Instant(nanoseconds: 0))
     /// Events by kind and lateness, for `STATS`.
     var statistics: DaemonStatistics
 
@@ -157,15 +159,9 @@ public final class Daemon: @unchecked Sendable {
         try started.get().run { [unowned self] batch in runBatch(batch) }
     }
 
-    /// Wires the client table and the fan-out to the daemon: a closed (or cut off) connection's
-    /// subscriptions and listing are forgotten, a drained one takes ticks again, and the engine
-    /// learns who follows what. Called once, by `start`.
+    /// Wires the fan-out to the engine: the engine learns who follows what. Called once, by
+    /// `start`. (The client table learns who serves its requests when it opens.)
     func connectComponents() {
-        clients.onClose = { [unowned self] connection in
-            fanOut.unsubscribe(connection)
-            listings[connection.id] = nil
-        }
-        clients.onOutputDrained = { [unowned self] connection in fanOut.outputDrained(connection) }
         // Ticks only where someone looks: the fan-out tells the engine who follows what.
         fanOut.tickInterest = EventFanOut.TickInterest(
             everything: { [unowned self] on in engine.setTicksEnabled(on, now: time.now()) },
@@ -188,8 +184,9 @@ public final class Daemon: @unchecked Sendable {
         // reached (its `seq`): the watch resumes after it.
         try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
-        clients.listener = listener
-        clients.connectionLimit = connectionLimit()
+        let connectionLimit = connectionLimit()
+        // Closed at a stop that comes before the table takes it (cluster mode's first load).
+        listenerNotYetOpen = listener
         connectComponents()
         let poller = try EventPoller(queue: queue)
         self.poller = poller
@@ -200,9 +197,8 @@ public final class Daemon: @unchecked Sendable {
         watchStateDirectory(poller: poller)
         try service.watchSignals(on: poller)
         let openForClients = { [unowned self] () throws(DaemonError) in
-            try listener.startAccepting(with: poller) { [unowned self] in
-                clients.acceptPending(poller: poller, batch: batch.number) { [unowned self] connection in readable(connection) }
-            }
+            listenerNotYetOpen = nil
+            try clients.open(listener: listener, connectionLimit: connectionLimit, poller: poller, server: self)
             service.startWatchdog(now: time.now())
             logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
             service.ready(status: statusCounts())
@@ -348,9 +344,7 @@ public final class Daemon: @unchecked Sendable {
         batchDeadline = time.now().advanced(byNanoseconds: requestTimeBudget)
         pollerBatch.deliverUrgent()
         if let cluster, cluster.isCatchingUp { cluster.continueCatchUp() }  // A slice per batch.
-        for connection in clients.takeCarriedOver(rotation: Self.minimumTurnsPerBatch) {
-            readable(connection)
-        }
+        clients.serveCarriedOver(rotation: Self.minimumTurnsPerBatch)
         continueListings(now: time.now())
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
@@ -358,7 +352,7 @@ public final class Daemon: @unchecked Sendable {
         if let signalNumber = service.stopSignal {
             stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
         }
-        return clients.hasCarriedOver || hasListingWithRoom || cluster?.isCatchingUp == true
+        return clients.hasWorkLeft || cluster?.isCatchingUp == true
     }
 
     /// Moves the batch to its next phase; any other move is a bug, stopped here by name.
@@ -444,10 +438,9 @@ public final class Daemon: @unchecked Sendable {
         publish(timeEvents)
         let clock = time.mapping(at: now)
         var slicesRedone = 0
-        for (connection, item) in items where clients.isOpen(connection) && rolledBack.contains(connection.id) {
+        for (connection, item) in items where rolledBack.contains(connection.id) {
             if case .listingSlice(let saved) = item {
-                batch.items.append((connection, item))
-                continueListing(from: saved, on: connection, now: now)
+                continueListings(.again(connection, from: saved), now: now)
                 slicesRedone += 1
                 continue
             }
@@ -528,11 +521,22 @@ public final class Daemon: @unchecked Sendable {
         var notice: [UInt8] = []
         WireEncoder.appendShutdown("countdownd is stopping", to: &notice)
         clients.closeAll(notice: notice)
+        listenerNotYetOpen?.close()
         cluster?.stop()
         journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: time.mapping())
         logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
         exit(0)
     }
+}
+
+/// One connection's turn in a batch, as the daemon serves it (`Daemon.beginTurn`).
+struct Turn {
+    /// Its requests are served as of this instant.
+    let now: Instant
+    /// The wall clock at `now`, read once a turn, when a request first needs it.
+    var clock: WallClockMapping?
+    /// Work since the batch's deadline was last checked (`Daemon.serve`).
+    var workSinceTimeCheck = 0
 }
 
 /// What one batch did, kept until its commit so that a failed commit can undo it.

@@ -91,7 +91,7 @@ extension Daemon {
             ("connections", "\(clients.count)"),
             ("subscribers", "\(fanOut.subscriberCount)"),
             ("subscribers_behind", "\(fanOut.heldCount)"),
-            ("listings_in_progress", "\(listings.count)"),
+            ("listings_in_progress", "\(clients.listingCount)"),
             ("last_seq", "\(engine.lastSequence)"),
         ]
         for kind in EventKind.allCases where kind != .snapshot {

@@ -9,22 +9,41 @@ import Testing
 /// and components wired as `start` wires them (no poller loop, no listening socket).
 @Suite("Listings in slices")
 struct DaemonListingTests {
-    @Test("a subscriber cut off for overflow by the events that fall due as its next slice is made gets no slice after its ERR overflow, and its listing ends")
-    func overflowWhileContinuingListing() throws {
+    /// A daemon on a manual clock and one connection on a socket pair, wired as `start` wires
+    /// them. Everything on the daemon's queue but `received`.
+    final class Rig {
         let scratch = ScratchDirectory()
-        var configuration = DaemonConfiguration(socketPath: scratch.path + "/d.sock", stateDirectory: scratch.path + "/state")
-        configuration.outputHardLimit = 64 * 1024
-        // Time moves when the test moves it: the `soon` countdowns fall due by an advance, not a sleep.
         let time = ManualTime()
-        let daemon = Daemon(configuration: configuration, environment: [:], time: time.clock)
-        let poller = try EventPoller(queue: daemon.queue)
-        var pair: [Int32] = [0, 0]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
-        defer { close(pair[0]); close(pair[1]) }
-        // Room in the socket for everything written below, so that one write takes it all.
-        var size: Int32 = 4 << 20
-        setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        let connection = Connection(id: 1, descriptor: pair[0], peerUID: 0, poller: poller)
+        let daemon: Daemon
+        let poller: EventPoller
+        let connection: Connection
+        private var pair: [Int32] = [0, 0]
+
+        init(configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+            var configuration = DaemonConfiguration(socketPath: scratch.path + "/d.sock", stateDirectory: scratch.path + "/state")
+            configure(&configuration)
+            daemon = Daemon(configuration: configuration, environment: [:], time: time.clock)
+            poller = try EventPoller(queue: daemon.queue)
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+            // Room in the socket for everything written, so that one write takes it all.
+            var size: Int32 = 4 << 20
+            setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            connection = Connection(id: 1, descriptor: pair[0], peerUID: 0, poller: poller)
+            let daemon = daemon
+            daemon.queue.sync {
+                #expect(throws: Never.self) { try daemon.recoverState() }
+                daemon.connectComponents()
+                daemon.clients.server = daemon  // As `open` sets it; there is no listening socket.
+                daemon.beginBatch()
+            }
+        }
+
+        deinit {
+            close(pair[0])
+            close(pair[1])
+        }
+
+        /// Serves one request line, as `serve` does, its reply queued on the connection.
         func run(_ line: String) {
             daemon.replyBuffer.removeAll(keepingCapacity: true)
             let now = time.clock.now()
@@ -35,15 +54,38 @@ struct DaemonListingTests {
             #expect(throws: Never.self) { try daemon.execute(request, from: connection, now: now, clock: time.clock.mapping(at: now)) }
             daemon.appendReply(to: connection)
         }
+
+        /// Writes what the connection has queued (on the queue).
+        func write() {
+            var scratchBuffer: [UInt8] = []
+            _ = connection.output.write(to: pair[0], scratch: &scratchBuffer)
+        }
+
+        /// The lines the client's end received.
+        func received() -> [Substring] {
+            var text = Data()
+            var chunk = [UInt8](repeating: 0, count: 1 << 16)
+            _ = fcntl(pair[1], F_SETFL, O_NONBLOCK)
+            while true {
+                let got = read(pair[1], &chunk, chunk.count)
+                if got <= 0 { break }
+                text.append(contentsOf: chunk[0..<got])
+            }
+            return String(decoding: text, as: UTF8.self).split(separator: "\n")
+        }
+    }
+
+    @Test("a subscriber cut off for overflow by the events that fall due as its next slice is made gets no slice after its ERR overflow, and its listing ends")
+    func overflowWhileContinuingListing() throws {
+        let rig = try Rig { $0.outputHardLimit = 64 * 1024 }
+        let (daemon, connection, time) = (rig.daemon, rig.connection, rig.time)
+        // Time moves when the test moves it: the `soon` countdowns fall due by an advance, not a sleep.
         let dueBy: Instant = daemon.queue.sync {
-            #expect(throws: Never.self) { try daemon.recoverState() }
-            daemon.connectComponents()
-            daemon.beginBatch()
-            for index in 0..<3000 { run("START long\(index) 1h") }
-            for index in 0..<3000 { run("START soon\(index) 50ms") }
+            for index in 0..<3000 { rig.run("START long\(index) 1h") }
+            for index in 0..<3000 { rig.run("START soon\(index) 50ms") }
             connection.output.discardAllButCurrentLine()  // Only what follows SUBSCRIBE matters.
-            run("SUBSCRIBE")
-            #expect(daemon.listings[connection.id] != nil && daemon.clients.isListing(connection), "snapshots in slices")
+            rig.run("SUBSCRIBE")
+            #expect(daemon.clients.state(of: connection) == .listing && daemon.clients.listingCount == 1, "snapshots in slices")
             return time.clock.now().advanced(byMilliseconds: 50)
         }
         // Until the `soon` countdowns are due: their 3,000 `done`s pass the 64 KiB limit.
@@ -51,22 +93,32 @@ struct DaemonListingTests {
         #expect(time.clock.now() >= dueBy)
         daemon.queue.sync {
             daemon.continueListings(now: time.clock.now())
-            #expect(daemon.clients.isClosing(connection), "cut off for overflow")
-            #expect(!daemon.clients.isListing(connection) && daemon.listings[connection.id] == nil, "its listing ended with it")
-            #expect(!daemon.hasListingWithRoom)
-            var scratchBuffer: [UInt8] = []
-            _ = connection.output.write(to: pair[0], scratch: &scratchBuffer)
+            #expect(daemon.clients.state(of: connection) == .closing, "cut off for overflow")
+            #expect(daemon.clients.state(of: connection) != .listing && daemon.clients.listingCount == 0, "its listing ended with it")
+            #expect(!daemon.clients.hasWorkLeft, "no listing left to go on")
+            rig.write()
         }
-        var text = Data()
-        var chunk = [UInt8](repeating: 0, count: 1 << 16)
-        _ = fcntl(pair[1], F_SETFL, O_NONBLOCK)
-        while true {
-            let got = read(pair[1], &chunk, chunk.count)
-            if got <= 0 { break }
-            text.append(contentsOf: chunk[0..<got])
-        }
-        let lines = String(decoding: text, as: UTF8.self).split(separator: "\n")
+        let lines = rig.received()
         let error = try #require(lines.firstIndex { $0.hasPrefix("ERR overflow") }, "no ERR overflow among \(lines.count) lines")
         #expect(lines.count == error + 1, "\(lines.count - error - 1) lines follow ERR overflow, the first: \(lines.dropFirst(error + 1).first ?? "")")
+    }
+
+    @Test("a LIST served again after a failed commit, on a connection that stopped reading since (its QUIT came after it), is produced whole, with its final OK, and no listing is left behind")
+    func listingOnClosingConnection() throws {
+        let rig = try Rig()
+        let (daemon, connection) = (rig.daemon, rig.connection)
+        daemon.queue.sync {
+            for index in 0..<3000 { rig.run("START c\(index) 1h") }
+            connection.output.discardAllButCurrentLine()
+            connection.stopReading()  // As its QUIT, served after the LIST the first time, left it.
+            rig.run("LIST")
+            #expect(daemon.clients.state(of: connection) == .closing, "still closing, never listing")
+            #expect(daemon.clients.listingCount == 0 && !daemon.clients.hasWorkLeft, "no listing left to go on")
+            rig.write()
+            #expect(connection.output.isEmpty, "the socket took it all")
+        }
+        let lines = rig.received()
+        #expect(lines.filter { $0.hasPrefix("COUNTDOWN ") }.count == 3000)
+        #expect(lines.last == "OK 3000", "the LIST's final OK: \(lines.last ?? "nothing")")
     }
 }

@@ -4,8 +4,15 @@ import Dispatch
 import Glibc
 
 /// The client table: the listening socket, every connection, framing (each connection's
-/// `LineFramer`), output and backpressure. It hands complete request lines to the daemon through
-/// the `readable` handler and writes output only when the daemon's batch flushes.
+/// `LineFramer`), turns, reply order, listings in progress, output and backpressure.
+///
+/// Its interface to the daemon is narrow. The daemon opens it (`open`), and each batch asks it
+/// to serve the connections carried over (`serveCarriedOver`) and to continue listings
+/// (`continueListings`); it runs every connection's turn itself, handing complete requests to
+/// the daemon one at a time (`RequestServer.serve`), and takes replies, events and store answers
+/// back (`send`), holding replies behind a change the store decides later (`hold`). Output is
+/// written only when the daemon's batch flushes (`flushTouched`), or taken back when its commit
+/// failed (`rollback`). `Connection` is private to it.
 ///
 /// Confined to the daemon's queue (hence `@unchecked Sendable`: its deferred blocks run there).
 final class ClientTable: @unchecked Sendable {
@@ -29,10 +36,15 @@ final class ClientTable: @unchecked Sendable {
     private let later: DelayedWork
     private let logger: Logger
     private let configuration: DaemonConfiguration
-    var listener: ListeningSocket?
+    private var listener: ListeningSocket?
+    /// Who serves the requests (the daemon); set by `open` (a test without a listener sets it
+    /// directly).
+    weak var server: (any RequestServer)?
     private(set) var connections: [Int: Connection] = [:]
     /// Connections with output produced in the current batch, written when it flushes.
     private var touched: [Int: Connection] = [:]
+    /// Connections with a listing in progress (the listing itself is in each one's lifecycle).
+    private var listing: [Int: Connection] = [:]
     /// Connections served first in the next batch: they used their share of this one with lines
     /// still framed, or they just left backpressure.
     private var carried: [Int: Connection] = [:]
@@ -63,12 +75,6 @@ final class ClientTable: @unchecked Sendable {
     private let overflowed: RateLimitedWarning
     /// Closes hung-up clients' descriptors off the queue.
     private let closer = DescriptorCloser()
-    /// Called for a connection that is being closed or disconnected for overflow (to forget its
-    /// subscriptions and any listing in progress on it).
-    var onClose: (Connection) -> Void = { _ in }
-    /// Called when a connection's output was all written (a subscriber held for being behind
-    /// takes ticks again).
-    var onOutputDrained: (Connection) -> Void = { _ in }
 
     /// Where the times of warnings and delayed closes are read.
     private let time: DaemonClock
@@ -93,12 +99,54 @@ final class ClientTable: @unchecked Sendable {
         connectionsByUID[uid] ?? 0
     }
 
+    /// How many listings are in progress.
+    var listingCount: Int { listing.count }
+
+    /// Opens the table for clients: `server` serves their requests, and new connections on
+    /// `listener` are accepted, up to `connectionLimit` at once.
+    func open(listener: ListeningSocket, connectionLimit: Int, poller: EventPoller, server: any RequestServer) throws(DaemonError) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        self.listener = listener
+        self.connectionLimit = connectionLimit
+        self.server = server
+        try listener.startAccepting(with: poller) { [unowned self] in acceptPending(poller: poller) }
+    }
+
+    /// What the daemon may know of a connection's life (`Connection.Lifecycle`, without what
+    /// only the table needs).
+    enum ConnectionState {
+        /// Reading, or paused (backpressure, or changes waiting for the store).
+        case open
+        /// A reply in slices is in progress.
+        case listing
+        /// Takes no more requests; closes once its output is written.
+        case closing
+        /// Closed and forgotten.
+        case closed
+    }
+
+    /// Where `connection` is in its life.
+    func state(of connection: Connection) -> ConnectionState {
+        switch connection.lifecycle {
+        case .reading, .paused: .open
+        case .listing: .listing
+        case .closing: .closing
+        case .closed: .closed
+        }
+    }
+
+    /// Whether the next batch has work at once: connections carried over, or a listing with
+    /// room to go on.
+    var hasWorkLeft: Bool {
+        !carried.isEmpty || listing.values.contains { $0.output.byteCount < Self.listingOutputThreshold }
+    }
+
     // MARK: - Accepting
 
     /// Accepts pending connections, up to a fair share per batch: the poller reports the
     /// listening socket again while more wait. Out of descriptors, it stops watching the socket
-    /// for 100 ms instead of spinning on it. Each new connection is greeted in `batch`.
-    func acceptPending(poller: EventPoller, batch: Int, readable: @escaping (Connection) -> Void) {
+    /// for 100 ms instead of spinning on it. Each new connection is greeted.
+    func acceptPending(poller: EventPoller) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let listener else { return }
         for _ in 0..<Self.acceptsPerBatch {
@@ -108,7 +156,7 @@ final class ClientTable: @unchecked Sendable {
             }
             switch listener.acceptOne() {
             case .accepted(let descriptor):
-                accept(descriptor, poller: poller, batch: batch, readable: readable)
+                accept(descriptor, poller: poller)
             case .drained:
                 return
             case .retryLater:
@@ -133,7 +181,7 @@ final class ClientTable: @unchecked Sendable {
     }
 
     /// A new client: greet it, or turn it away when the connection limit is reached.
-    private func accept(_ descriptor: Int32, poller: EventPoller, batch: Int, readable: @escaping (Connection) -> Void) {
+    private func accept(_ descriptor: Int32, poller: EventPoller) {
         guard !isStopping else {
             _ = Glibc.close(descriptor)  // Released whatever close reports.
             return
@@ -175,7 +223,7 @@ final class ClientTable: @unchecked Sendable {
         }
         do throws(DaemonError) {
             try connection.start(
-                readable: readable,
+                readable: { [unowned self] connection in turn(connection) },
                 // Room to write: written in this batch's flushing phase, after its commit.
                 writable: { [unowned self] connection in touched[connection.id] = connection }
             )
@@ -188,19 +236,89 @@ final class ClientTable: @unchecked Sendable {
         connectionsByUID[peerUID, default: 0] += 1
         var greeting: [UInt8] = []
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
-        touch(connection, batch: batch)
+        // Before any mark of the batch: a failed commit takes back what the batch produced, never
+        // the greeting (which no request produced, and which nothing would produce again).
         connection.output.append(greeting)
+        touched[connection.id] = connection
     }
 
     /// Tells a client it is not taken, in one non-blocking send, and closes it.
     private func refuse(_ descriptor: Int32, with line: [UInt8]) {
         // Ignored on purpose: one attempt, never a wait; a client that cannot take one short line
         // into an empty socket buffer has gone, and is closed either way.
-        _ = line.withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        _ = line.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
         _ = Glibc.close(descriptor)  // Released whatever close reports.
     }
 
-    // MARK: - Reading
+    // MARK: - Turns
+
+    /// How many of one connection's changes may be in etcd at once (cluster mode).
+    static let changesInFlightPerConnection = 64
+
+    /// A connection's turn in a batch (when the poller reports input, or when it was carried
+    /// over): serves what its framer holds and reads more, up to what the server allows
+    /// (`RequestServer.beginTurn`), leaving the replies for the end of the batch. A read shorter
+    /// than the buffer emptied the socket; the poller reports it again when more arrives (or at
+    /// end of file).
+    func turn(_ connection: Connection) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        // While a listing is produced, its connection's next requests wait (they come after it).
+        // One with changes in etcd is not read from its socket (reading is paused), but its
+        // framed requests are served as far as `mayServeNext` allows.
+        guard mayServe(connection), let server else { return }
+        var budget = server.beginTurn(of: connection)
+        let skipped = budget == 0
+        budget -= serveFramed(connection, limit: budget, server: server)
+        reading: while budget > 0 && mayRead(connection) {
+            switch read(connection) {
+            case .read(_, let socketEmptied):
+                budget -= serveFramed(connection, limit: budget, server: server)
+                if socketEmptied { break reading }
+            case .endOfInput:
+                // The peer closed its sending side: answer what it sent, then close.
+                serveFramed(connection, limit: nil, server: server)
+                // A reply in progress holds the rest back; the end of input is read again after it.
+                if connection.isReplyInProgress { break reading }
+                endOfInput(connection)
+            case .wouldBlock:
+                break reading
+            case .failed:
+                return
+            }
+        }
+        endTurn(connection, budgetUsed: budget <= 0, skipped: skipped)
+    }
+
+    /// Serves the connections carried over from the last batch, first in this one (see
+    /// `takeCarriedOver` for `rotation`).
+    func serveCarriedOver(rotation: Int) {
+        for connection in takeCarriedOver(rotation: rotation) {
+            turn(connection)
+        }
+    }
+
+    /// Serves the complete lines the connection has framed, in order: all of them, or up to
+    /// `limit` until the server ends the turn.
+    /// - Returns: how many were served, or `limit` when the server ended the turn.
+    @discardableResult
+    private func serveFramed(_ connection: Connection, limit: Int?, server: any RequestServer) -> Int {
+        let bounded = limit != nil
+        let limit = limit ?? .max
+        var served = 0
+        // Backpressure: past the threshold, lines wait in the framer until the replies drain.
+        while served < limit, mayServeNext(connection), let frame = nextRequest(of: connection) {
+            served += 1
+            switch server.serve(frame, of: connection, bounded: bounded) {
+            case .next:
+                continue
+            case .endTurn:
+                served = limit  // This line is served; the rest wait.
+            case .quit:
+                connection.stopReading()
+            }
+        }
+        return served
+    }
 
     /// Reads what the socket has (up to 64 KiB) into the connection's framer.
     func read(_ connection: Connection) -> ReadOutcome {
@@ -227,80 +345,56 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
-    // MARK: - Serving requests
-
     /// Whether a connection's turn may serve requests now: it is open, no listing is in progress
     /// on it, and it is read (or, with changes in etcd, holds framed requests to serve beside them).
     func mayServe(_ connection: Connection) -> Bool {
-        !connection.isClosed && !connection.isListing && (!connection.isReadingPaused || !connection.changesInFlight.isEmpty)
+        switch connection.lifecycle {
+        case .reading, .closing: true
+        case .paused: connection.replies.isHeld
+        case .listing, .closed: false
+        }
     }
 
-    /// Whether more may be read from a connection's socket in this turn: it is not closing, no
+    /// Whether more may be read from a connection's socket in this turn: it is reading, no
     /// reply is in progress, and fewer than `readPauseThreshold` bytes of replies wait.
     func mayRead(_ connection: Connection) -> Bool {
-        !connection.isClosing && !connection.isReplyInProgress && !connection.isReadingPaused
-            && connection.output.byteCount < configuration.readPauseThreshold
+        guard case .reading = connection.lifecycle else { return false }
+        return !connection.replies.isHeld && connection.output.byteCount < configuration.readPauseThreshold
+    }
+
+    /// Whether the connection's next framed request is served now. A listing holds everything
+    /// after it. While changes of the connection's are in etcd, the next request is served beside
+    /// them only if it changes another countdown: pipelined changes then wait in parallel (and
+    /// go in one transaction), while a read, or a second change of one countdown, waits for the
+    /// answers before it, so it sees them.
+    func mayServeNext(_ connection: Connection) -> Bool {
+        guard !connection.isListing else { return false }
+        let inFlight = connection.replies.changesInFlight.count
+        guard inFlight > 0 else { return true }
+        guard inFlight < Self.changesInFlightPerConnection else { return false }
+        var ahead = connection.framer  // A copy of the framer shares its buffer, never copies it.
+        guard case .line(let bytes)? = ahead.nextFrame(), let request = try? RequestParser.parse(bytes),
+              let name = request.changedName, let (key, _) = try? CountdownAddress.resolve(name, requester: connection.peerUID) else {
+            return false
+        }
+        return !connection.replies.isChanging(key)
     }
 
     /// The connection's next framed request, taken from its framer; `nil` when none is complete,
     /// when it is closing, or while `readPauseThreshold` bytes of replies wait (backpressure: the
     /// lines wait in the framer until the replies drain).
-    func nextRequest(of connection: Connection) -> LineFramer.Frame? {
+    private func nextRequest(of connection: Connection) -> LineFramer.Frame? {
         guard !connection.isClosing, connection.output.byteCount < configuration.readPauseThreshold else { return nil }
         return connection.framer.nextFrame()
     }
 
-    /// The connection's next framed request, left in its framer (a copy of the framer shares its
-    /// buffer, never copies it).
-    func peekRequest(of connection: Connection) -> LineFramer.Frame? {
-        var ahead = connection.framer
-        return ahead.nextFrame()
-    }
-
-    /// Whether a listing is in progress on the connection (`beginListing`).
-    func isListing(_ connection: Connection) -> Bool {
-        connection.isListing
-    }
-
-    /// Whether a reply is being produced over several batches: a listing, or changes in etcd.
-    func isReplyInProgress(_ connection: Connection) -> Bool {
-        connection.isReplyInProgress
-    }
-
-    /// How many of the connection's changes wait for the store (etcd).
-    func changesInFlight(of connection: Connection) -> Int {
-        connection.changesInFlight.count
-    }
-
-    /// Whether one of the connection's changes in etcd changes `key`.
-    func isChanging(_ key: String, on connection: Connection) -> Bool {
-        connection.isChanging(key)
-    }
-
-    /// Whether the connection is open (not closed and forgotten).
-    func isOpen(_ connection: Connection) -> Bool { !connection.isClosed }
-
-    /// Whether it takes no more requests: after `QUIT`, its peer's end of input, an overflow, or
-    /// once closed.
-    func isClosing(_ connection: Connection) -> Bool { connection.isClosing }
-
     /// The peer closed its sending side: nothing more is read, and the connection closes once
     /// its output is written. A partial last line is dropped (logged at debug level).
-    func endOfInput(_ connection: Connection) {
+    private func endOfInput(_ connection: Connection) {
         if connection.framer.hasPartialLine {
             logger.log(.debug, "connection \(connection.id) closed mid-line; the partial request was dropped")
         }
         connection.stopReading()
-    }
-
-    /// `QUIT`: nothing more is read; the connection closes once its output is written.
-    func stopReading(_ connection: Connection) {
-        connection.stopReading()
-    }
-
-    /// Bytes queued on the connection and not yet written.
-    func queuedBytes(of connection: Connection) -> Int {
-        connection.output.byteCount
     }
 
     /// Applies backpressure after a connection's turn: with `readPauseThreshold` (4 MiB) of output
@@ -335,44 +429,139 @@ final class ClientTable: @unchecked Sendable {
         }
         carriedTurn = waiting[min(rotation, waiting.count) - 1].id
         // One with changes in etcd is served its framed lines; its socket waits for their answers.
-        for connection in waiting where connection.changesInFlight.isEmpty { connection.resumeReading() }
+        for connection in waiting where !connection.replies.isHeld { connection.resumeReading() }
         return waiting
     }
 
-    /// Whether connections wait to be served in the next batch.
-    var hasCarriedOver: Bool { !carried.isEmpty }
-
     // MARK: - Listings
 
-    /// A listing started on `connection` (its slices are produced by the daemon, batch by
-    /// batch): it is not read until the listing ends (its requests are answered in order, after
-    /// it), and it is not closed while the listing goes on.
-    func beginListing(_ connection: Connection) {
-        connection.isListing = true
-        connection.pauseReading()
+    /// A listing is continued while less than this is waiting to be written to its connection:
+    /// a client that reads slowly holds a few hundred KiB in the daemon, never the whole reply.
+    static let listingOutputThreshold = 256 * 1024
+
+    /// Which listings `continueListings` continues.
+    enum ListingsToContinue {
+        /// Every listing whose connection has room (fewer than `listingOutputThreshold` bytes
+        /// waiting): once per batch.
+        case everyWithRoom
+        /// The one on `connection`, from `progress`: a slice a failed commit took back, produced
+        /// again.
+        case again(Connection, from: ListingInProgress)
+    }
+
+    /// A listing begins on `connection` (its first slice was part of the request's reply): it is
+    /// not read until the listing ends (its requests are answered in order, after it), and it is
+    /// not closed while the listing goes on. `progress` is kept in its lifecycle.
+    func beginListing(_ progress: ListingInProgress, on connection: Connection) {
+        precondition(!connection.isClosing, "connection \(connection.id) began a listing after it stopped reading")
         carried[connection.id] = nil
+        connection.list(progress)
+        // Telling the poller may have failed, and closed it.
+        if !connection.isClosed { listing[connection.id] = connection }
+    }
+
+    /// Continues listings by a slice each: `produce` makes the slice from the progress so far
+    /// (and queues it: `ClientOutput.besideEvents`). The listing ends after its last slice, and
+    /// its connection's framed requests are served in the next batch.
+    func continueListings(_ which: ListingsToContinue, produce: (inout ListingInProgress, Connection) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        switch which {
+        case .everyWithRoom:
+            for connection in listing.values where connection.output.byteCount < Self.listingOutputThreshold {
+                // Ended meanwhile: cut off for overflow by the events of a slice before it.
+                guard case .listing(let progress) = connection.lifecycle else { continue }
+                continueListing(connection, from: progress, produce: produce)
+            }
+        case .again(let connection, let progress):
+            guard !connection.isClosing else { return }
+            continueListing(connection, from: progress, produce: produce)
+        }
+    }
+
+    private func continueListing(_ connection: Connection, from progress: ListingInProgress, produce: (inout ListingInProgress, Connection) -> Void) {
+        var progress = progress
+        produce(&progress, connection)
+        if progress.isFinished {
+            endListing(connection)
+        } else {
+            connection.list(progress)
+            if !connection.isClosed { listing[connection.id] = connection }
+        }
     }
 
     /// The listing on `connection` ended: its framed requests are served in the next batch.
-    func endListing(_ connection: Connection) {
-        connection.isListing = false
+    private func endListing(_ connection: Connection) {
+        connection.endListing()
+        listing[connection.id] = nil
         carried[connection.id] = connection
     }
 
-    /// A fresh number for a store ticket (`hold`).
-    func issueTicketNumber() -> Int {
+    // MARK: - Reply order
+
+    /// Holds a change of `key` on `connection` behind a new ticket, its reply in its place in
+    /// request order: the connection is not read from its socket until every ticket it holds
+    /// is answered, and replies after this one wait for it (`send(.reply)`).
+    func hold(_ connection: Connection, changing key: String) -> StoreTicket {
+        precondition(!connection.isListing, "connection \(connection.id) held for a change during a listing")
+        precondition(!connection.isChanging(key), "connection \(connection.id) held for a second change of one countdown before the first was answered")
         ticketsIssued += 1
-        return ticketsIssued
-    }
-
-    /// Serves `connection` first in the next batch (unless it is closed).
-    func carryOver(_ connection: Connection) {
-        if !connection.isClosed { carried[connection.id] = connection }
-    }
-
-    /// No longer serves `connection` first in the next batch.
-    func forgetCarriedOver(_ connection: Connection) {
+        let ticket = StoreTicket(number: ticketsIssued)
+        connection.replies.hold(ticket, changing: key)
+        connection.pauseReading()
         carried[connection.id] = nil
+        return ticket
+    }
+
+    /// Queues output on `connection`, as `batch`'s (a failed commit takes it back). A store's
+    /// answer for a connection closed meanwhile is dropped; other output queued on a closed
+    /// connection is never written.
+    func send(_ output: ClientOutput, to connection: Connection, batch: Int) {
+        switch output {
+        case .reply(let bytes):
+            queueReply(bytes, on: connection, batch: batch)
+        case .besideEvents(let bytes):
+            appendNow(bytes, on: connection, batch: batch)
+        case .event(let line):
+            queueEvent(line, on: connection, batch: batch)
+        case .sharedEvents(let bytes):
+            queueSharedEvents(bytes, on: connection, batch: batch)
+        case .answer(let ticket, let bytes):
+            guard !connection.isClosed else { return }
+            answer(connection, ticket: ticket, with: bytes, batch: batch)
+        }
+    }
+
+    /// Queues a reply of a request handled now: after the replies still waiting for the store,
+    /// if any, else straight to the output (marked as `batch`'s).
+    func queueReply(_ bytes: [UInt8], on connection: Connection, batch: Int) {
+        if connection.replies.take(bytes) {
+            appendNow(bytes, on: connection, batch: batch)
+        }
+    }
+
+    /// Appends output straight to the connection's queue (marked as `batch`'s), beside events and
+    /// not behind replies waiting for the store.
+    private func appendNow(_ bytes: [UInt8], on connection: Connection, batch: Int) {
+        touch(connection, batch: batch)
+        connection.output.append(bytes)
+    }
+
+    /// The store decided `ticket`: its reply takes its place, and the replies now ready at the
+    /// front go out (marked as `batch`'s). The connection's framed requests are served in the
+    /// next batch, and its socket is read again once the last ticket is answered.
+    func answer(_ connection: Connection, ticket: StoreTicket, with bytes: [UInt8], batch: Int) {
+        guard let ready = connection.replies.answer(ticket, with: bytes) else {
+            preconditionFailure("connection \(connection.id) answered for ticket \(ticket.number), which it does not hold (it holds \(connection.replies.changesInFlight.map { "ticket \($0.ticket.number)" }))")
+        }
+        touch(connection, batch: batch)
+        for reply in ready {
+            connection.output.append(reply)
+        }
+        // Served in the next batch: all of it once the last is answered, else what it has framed
+        // (a request that waited for this answer may go now).
+        if (!connection.replies.isHeld || connection.framer.hasFrame) && !connection.isClosed {
+            carried[connection.id] = connection
+        }
     }
 
     // MARK: - Output
@@ -416,11 +605,11 @@ final class ClientTable: @unchecked Sendable {
     }
 
     /// Takes back every connection's output of `batch`.
-    /// - Returns: the ids of the connections whose output was taken back (not those replaced
-    ///   meanwhile by an overflow notice).
+    /// - Returns: the ids of the open connections whose output was taken back (not those
+    ///   replaced meanwhile by an overflow notice).
     func rollback(batch: Int) -> Set<Int> {
         var rolledBack = Set<Int>()
-        for connection in touched.values where connection.output.rollback(batch: batch) {
+        for connection in touched.values where !connection.isClosed && connection.output.rollback(batch: batch) {
             rolledBack.insert(connection.id)
         }
         return rolledBack
@@ -470,9 +659,9 @@ final class ClientTable: @unchecked Sendable {
         switch outcome {
         case .drained:
             connection.stopWaitingForWritable()
-            onOutputDrained(connection)
+            server?.outputDrained(connection)
             if connection.isReplyInProgress {
-                return  // Continued by a later batch (`hasListingWithRoom`, or etcd's answer).
+                return  // Continued by a later batch (`hasWorkLeft`, or etcd's answer).
             } else if connection.isClosing {
                 close(connection)
             } else if connection.isReadingPaused {
@@ -526,13 +715,14 @@ final class ClientTable: @unchecked Sendable {
         closer.waitUntilClosed()
     }
 
-    /// Forgets a connection (and, through `onClose`, its subscriptions and listing), and closes it: its
+    /// Forgets a connection (its listing, and through the server its subscriptions), and closes it: its
     /// descriptor off the queue (`DescriptorCloser`).
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         recordUnsent(connection, 0)
         if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
-        onClose(connection)
+        server?.connectionClosed(connection)
+        listing[connection.id] = nil
         if connections.removeValue(forKey: connection.id) != nil {
             connectionsByUID[connection.peerUID, default: 1] -= 1
             if connectionsByUID[connection.peerUID] == 0 { connectionsByUID[connection.peerUID] = nil }
@@ -562,10 +752,10 @@ final class ClientTable: @unchecked Sendable {
     private func overflow(_ connection: Connection, because reason: String, advice: String) {
         dispatchPrecondition(condition: .onQueue(queue))
         overflowed.warn("connection \(connection.id) (uid \(connection.peerUID)): \(reason); disconnecting it", now: time.now())
-        onClose(connection)
-        // Its listing, if any, was dropped with its subscriptions (`onClose`): nothing follows
-        // the ERR line, and the connection closes as soon as that is written.
-        connection.isListing = false
+        server?.connectionClosed(connection)
+        // Its listing, if any, ends as it stops reading: nothing follows the ERR line, and the
+        // connection closes as soon as that is written.
+        listing[connection.id] = nil
         connection.stopReading()
         if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
         connection.output.discardAllButCurrentLine()

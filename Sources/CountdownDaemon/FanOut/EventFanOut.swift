@@ -7,7 +7,7 @@ import Dispatch
 ///
 /// Subscriptions live here: each subscribed connection has a `Subscriber` record, which this
 /// alone changes. The connections' output belongs to the client table: the fan-out decides who
-/// gets which line, and queues it through `ClientTable.queueEvent` or `queueSharedEvents` (which
+/// gets which line, and queues it through `ClientTable.send` (`.event` or `.sharedEvents`; both
 /// enforce the hard limit) after reading how far behind the client is (`ClientTable.backlog`).
 ///
 /// What a subscriber costs is bounded by what it reads. Ticks are derived data: once a
@@ -516,7 +516,7 @@ final class EventFanOut {
         }
         let (bytes, lines) = takesAll ? (stream.all, stream.allLines) : (stream.lifecycle, stream.lifecycleLines)
         guard lines > 0 else { return }
-        clients.queueSharedEvents(bytes, on: subscriber.connection, batch: batch)
+        clients.send(.sharedEvents(bytes), to: subscriber.connection, batch: batch)
         queuedLines += lines
     }
 
@@ -570,7 +570,7 @@ final class EventFanOut {
                 return
             }
         }
-        clients.queueEvent(line, on: subscriber.connection, batch: batch)
+        clients.send(.event(line), to: subscriber.connection, batch: batch)
         queuedLines += 1
     }
 

@@ -4,7 +4,7 @@ import CountdownCore
 /// whether its ticks are held for being behind. Owned by `EventFanOut`, which alone changes it;
 /// the connection itself is a handle whose output only the client table touches.
 final class Subscriber {
-    /// The connection events are queued on (through `ClientTable.queueEvent`).
+    /// The connection events are queued on (through `ClientTable.send`).
     let connection: Connection
     /// The connection's id, for the fan-out's maps.
     let id: Int

@@ -6,10 +6,10 @@ import Glibc
 import Testing
 
 /// A client table and fan-out on a real listening socket and poller, with a minimal daemon-like
-/// readable handler: frame what arrives, close at the end of input. Everything but the test's
+/// request server: record each framed line, answer nothing. Everything but the test's
 /// client sockets is touched on `queue`. A poll thread runs for the life of the process, so the
 /// harness is held by it (strongly) and `finish` closes everything it watches.
-final class TableHarness: @unchecked Sendable {
+final class TableHarness: @unchecked Sendable, RequestServer {
     let queue = DispatchQueue(label: "client-table-test")
     let scratch = ScratchDirectory()
     let socketPath: String
@@ -35,13 +35,9 @@ final class TableHarness: @unchecked Sendable {
         clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration)
         fanOut = EventFanOut(queue: queue, clients: clients, configuration: configuration)
         let listener = try ListeningSocket.bind(path: socketPath, mode: socketMode)
+        let limit = configuration.maximumConnections
         let started: Bool = queue.sync {
-            clients.listener = listener
-            clients.onClose = { [fanOut] connection in fanOut.unsubscribe(connection) }
-            clients.onOutputDrained = { [fanOut] connection in fanOut.outputDrained(connection) }
-            return (try? listener.startAccepting(with: poller) { [self] in
-                clients.acceptPending(poller: poller, batch: batchNumber) { [self] connection in readable(connection) }
-            }) != nil
+            (try? clients.open(listener: listener, connectionLimit: limit, poller: poller, server: self)) != nil
         }
         try #require(started)
         try poller.start { [self] batch in
@@ -58,18 +54,25 @@ final class TableHarness: @unchecked Sendable {
         queue.sync { clients.closeAll(notice: []) }
     }
 
-    private func readable(_ connection: Connection) {
-        switch clients.read(connection) {
-        case .read:
-            while case .line(let bytes)? = connection.framer.nextFrame() {
-                lines[connection.id, default: []].append(String(decoding: bytes, as: UTF8.self))
-            }
-            clients.endTurn(connection, budgetUsed: false, skipped: false)
-        case .endOfInput:
-            clients.close(connection)
-        case .wouldBlock, .failed:
-            break
+    // MARK: - RequestServer
+
+    /// Every framed line is served at once: no batch budget, no share.
+    func beginTurn(of connection: Connection) -> Int { .max }
+
+    /// Records the line; nothing is answered.
+    func serve(_ frame: LineFramer.Frame, of connection: Connection, bounded: Bool) -> ServeVerdict {
+        if case .line(let bytes) = frame {
+            lines[connection.id, default: []].append(String(decoding: bytes, as: UTF8.self))
         }
+        return .next
+    }
+
+    func connectionClosed(_ connection: Connection) {
+        fanOut.unsubscribe(connection)
+    }
+
+    func outputDrained(_ connection: Connection) {
+        fanOut.outputDrained(connection)
     }
 
     /// A connected client socket (blocking, with a receive timeout), its greeting read.

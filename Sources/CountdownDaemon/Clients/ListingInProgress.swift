@@ -1,0 +1,22 @@
+import CountdownCore
+
+/// A reply of many lines in progress on one connection, produced a slice per batch: a `LIST`, or
+/// the snapshots a new subscriber to everything is sent after its `OK`. The connection keeps it
+/// (`Connection.Lifecycle.listing`); the daemon produces each slice (`Daemon+Listings`).
+struct ListingInProgress {
+    /// What the lines are.
+    enum Purpose {
+        /// `COUNTDOWN` lines, then `OK <count>`.
+        case list
+        /// `EVENT snapshot` lines (the `OK` came first).
+        case snapshots
+    }
+
+    var listing: CountdownListing
+    let purpose: Purpose
+    /// The wall clock as the listing started, for the wall-clock fields of its lines.
+    let clock: WallClockMapping
+
+    /// Whether its last slice was produced.
+    var isFinished: Bool { listing.isFinished }
+}
