@@ -22,7 +22,9 @@ extension CountdownEngine {
     /// - Throws: whatever the mutation throws (`busy`, `not-found`, `bad-duration`, `forbidden`),
     ///   and `limit`; `busy` for a countdown whose deadline or end of retention has passed
     ///   while the shared store has not yet decided it: time changes it first, and a change
-    ///   made over it would hide that (a `START` would restart it, and its `done` would be lost).
+    ///   made over it would hide that (a `START` would restart it, and its `done` would be lost);
+    ///   `bad-request` for a countdown that would pause while the machine sleeps (`ON-SUSPEND
+    ///   pause`): a fleet's countdowns do not follow one machine's sleep.
     public func proposal(
         for key: String, now: Instant, pending: PendingCreations = PendingCreations(),
         _ change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
@@ -39,6 +41,14 @@ extension CountdownEngine {
             )
         }
         let reply = try change(&scratch, &events)
+        guard scratch.persistentState(of: key)?.pausesOnSuspend != true else {
+            // The shared store has no notion of one machine's sleep, and a fleet's countdowns
+            // must not move because one host was suspended.
+            throw ProtocolError(
+                .badRequest,
+                "ON-SUSPEND pause is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep; start it without ON-SUSPEND"
+            )
+        }
         if record(named: key) == nil, let created = scratch.persistentState(of: key) {
             try checkRoom(forNewCountdownOf: created.owner, pending: pending)
         }

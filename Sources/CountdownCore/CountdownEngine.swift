@@ -862,6 +862,15 @@ public struct CountdownEngine {
 
     // MARK: - Time
 
+    /// After a restore: on a host that decides (`decidesLocally`), finished countdowns whose
+    /// retention ended while the daemon was stopped are forgotten now, each with its `removed`
+    /// (what was due is already `done`, by `restore`). A replica leaves them to the shared
+    /// store, which forgets them once its copy has caught up.
+    public mutating func settleAfterRestore(now: Instant, events: inout [CountdownEvent]) {
+        guard configuration.decidesLocally else { return }
+        advance(to: now, events: &events)
+    }
+
     /// Runs everything due at or before `now`, appending the events in time order.
     ///
     /// A countdown whose wake-up came late (a stalled process, a suspended machine) skips ahead:

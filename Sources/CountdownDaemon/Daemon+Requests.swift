@@ -187,14 +187,6 @@ extension Daemon: RequestServer {
         switch request {
         case .start(let address, let milliseconds, let replace, let onSuspend):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
-            guard cluster == nil || onSuspend != .pause else {
-                // The shared store has no notion of one machine's sleep, and a fleet's countdowns
-                // must not move because one host was suspended.
-                throw ProtocolError(
-                    .badRequest,
-                    "ON-SUSPEND pause is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep; start it without ON-SUSPEND"
-                )
-            }
             try change(key) { engine, events throws(ProtocolError) in
                 try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, now: now, events: &events)
             }
@@ -285,15 +277,9 @@ extension Daemon: RequestServer {
         }
     }
 
-    /// The final `OK <count>` of a read. In cluster mode it says which copy answered:
-    /// `OK <count> replica <revision>`, this host's copy as of that etcd revision (it may trail
-    /// etcd by the watch's delay).
+    /// The final `OK <count>` of a read, as the store words it (`ChangeStore.appendReadOK`).
     func appendReadOK(count: Int) {
-        if let cluster {
-            WireEncoder.appendOK("\(count) replica \(cluster.revision)", to: &replyBuffer)
-        } else {
-            WireEncoder.appendOK(count: count, to: &replyBuffer)
-        }
+        store.appendReadOK(count: count, to: &replyBuffer)
     }
 
     /// How long until a wall-clock time (`START … AT`).
@@ -306,37 +292,22 @@ extension Daemon: RequestServer {
         return milliseconds
     }
 
-    /// Where a request's change meets the engine, in both modes; `body` is the engine's
-    /// mutation. On a daemon of its own the engine applies it at once, its previous state kept
-    /// (`recordUndo`), and the reply is queued: the journal makes it durable with the batch's
-    /// commit, before the reply is written. In cluster mode the same mutation runs on a scratch
-    /// copy (`CountdownEngine.proposal`: the same rules, errors and limits), and etcd decides:
-    /// the connection's replies wait behind a ticket until it has (`commitInCluster`).
+    /// Where a request's change meets the engine, in both modes: the store decides it
+    /// (`decide`). A durable change's reply is queued now; a pending one's waits behind its
+    /// ticket, and the request is not served again if this batch's commit fails.
     func change(
         _ key: String, request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping,
         attempt: ClusterReplica.Attempt,
         _ body: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
     ) throws(ProtocolError) {
-        guard let cluster else {
-            recordUndo(key)
-            WireEncoder.appendOK(try body(&engine, &events).shown(to: uid), clock: clock, to: &replyBuffer)
-            return
+        switch try decide(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt, body) {
+        case .durable(let snapshot):
+            WireEncoder.appendOK(snapshot.shown(to: uid), clock: clock, to: &replyBuffer)
+        case .pending:
+            if attempt.number == 1 {
+                batch.markLastRequestHeld(connection)  // Not served again if this batch's commit fails.
+            }
         }
-        let proposal = try engine.proposal(for: key, now: now, pending: creationsInFlight, body)
-        let creating = engine.persistentState(of: key) == nil ? proposal.state?.owner : nil
-        try proposeInCluster(
-            key, proposal, creating: creating, request: request, uid: uid, connection: connection, clock: clock, cluster: cluster,
-            attempt: attempt
-        )
-        if attempt.number == 1 {
-            batch.markLastRequestHeld(connection)  // Not served again if this batch's commit fails.
-        }
-    }
-
-    /// Remembers the countdown's state before a change, so a failed commit can undo it. Reverting
-    /// a batch's records in reverse order restores each countdown's state from before the batch.
-    private func recordUndo(_ name: String) {
-        batch.undo.append((name, engine.persistentState(of: name)))
     }
 
     func checkStorageAcceptsChanges() throws(ProtocolError) {

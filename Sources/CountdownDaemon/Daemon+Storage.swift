@@ -53,10 +53,9 @@ extension Daemon {
             engine.restore(countdown, hash: hash, now: now, events: &events)
         }
         ring = recovered.ring
-        // Finished ones whose retention ended while the daemon was down are forgotten now, each
-        // with its `removed`, stored in this batch like any other. (A replica's are the cluster's
-        // to forget, once its copy has caught up.)
-        if engine.configuration.decidesLocally { engine.advance(to: now, events: &events) }
+        // Finished ones whose retention ended while the daemon was down are forgotten now (but
+        // on a replica), each with its `removed`, stored in this batch like any other.
+        engine.settleAfterRestore(now: now, events: &events)
         publish(events)
         journal.startWriting()
         enter(.sealing)

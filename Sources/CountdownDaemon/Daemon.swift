@@ -10,12 +10,14 @@ import Glibc
 /// be `@unchecked Sendable`: its state never leaves the queue.
 ///
 /// `Daemon` itself keeps the engine, the batch `phase`, `execute` (the one switch over requests)
-/// and `change`, the one place where a request's change meets the engine, in both modes. The
-/// components:
-/// - **client table** (`ClientTable`): the listener and connections, framing and backpressure;
+/// and `change`, the one place where a request's change meets the engine, in both modes: the
+/// store (`ChangeStore`, `decide`) answers it durable or pending. The components:
+/// - **client table** (`ClientTable`): the listener and connections, turns, framing, reply
+///   order and backpressure;
 /// - **fan-out** (`EventFanOut`): subscriptions and encoding each event once;
 /// - **journal** (`StateJournal`): everything about durability;
-/// - **wake-up scheduler** (`WakeupTimer`): one timerfd for the engine's next due instant;
+/// - **wake-up scheduler** (`WakeupTimer`): one timerfd for the earliest of the engine's next
+///   due instant and the delayed work (`later`, `laterInBatch`);
 /// - **service manager** (`ServiceManager`): sd_notify, the watchdog, `STATUS=`.
 ///
 /// Each wake-up of the poller is one batch, in phases (Redis's `beforeSleep` and sd-event's
@@ -58,6 +60,10 @@ public final class Daemon: @unchecked Sendable {
     /// Work done after a batch at a later time (watchdog, retries, graces); the wake-up timer is
     /// armed for it too.
     let later: DelayedWork
+    /// Work done at a later time within a batch, while it serves, so that the replies it
+    /// queues go out with the batch: cluster mode's retries and housekeeping
+    /// (`ClusterReplica`). The same wake-up timer serves it.
+    let laterInBatch: DelayedWork
     var timer: WakeupTimer?
     var wallClock: WallClockWatcher?
     /// Notices that the machine slept, at the start of each batch.
@@ -72,8 +78,8 @@ public final class Daemon: @unchecked Sendable {
     /// replica holds what etcd holds), so that a stop before then still removes its file.
     var listenerNotYetOpen: ListeningSocket?
     var isStopping = false
-    /// Cluster mode: the link to etcd (`Daemon+Cluster`); `nil` on a daemon of its own.
-    var cluster: ClusterReplica?
+    /// Where changes are decided and kept: this host's journal, or etcd (`ChangeStore`).
+    var store = ChangeStore.journal
     /// Cluster mode: countdowns this host proposed to create and etcd has not decided yet; they
     /// count against the limits (`CountdownEngine.checkRoom`).
     var creationsInFlight = PendingCreations()
@@ -125,6 +131,7 @@ public final class Daemon: @unchecked Sendable {
         self.ring = EventRing(capacity: configuration.replayEventCapacity)
         let later = DelayedWork(queue: queue)
         self.later = later
+        laterInBatch = DelayedWork(queue: queue)
         self.service = ServiceManager(queue: queue, later: later, statusInterval: configuration.statusIntervalMilliseconds, logger: logger, time: time)
         let clients = ClientTable(queue: queue, later: later, logger: logger, configuration: configuration, time: time)
         self.clients = clients
@@ -180,8 +187,6 @@ public final class Daemon: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         raiseDescriptorLimit()
         returnLargeBlocksToTheSystem()
-        // In cluster mode the state directory keeps this host's copy, and so the etcd revision it
-        // reached (its `seq`): the watch resumes after it.
         try recoverState()
         let listener = try SocketActivation.listeningSocket(fallbackPath: configuration.socketPath, mode: configuration.socketMode)
         let connectionLimit = connectionLimit()
@@ -192,6 +197,7 @@ public final class Daemon: @unchecked Sendable {
         self.poller = poller
         timer = try WakeupTimer(poller: poller) { [unowned self] in timerFired() }
         later.onEarlierDeadline = { [unowned self] in armTimer() }
+        laterInBatch.onEarlierDeadline = { [unowned self] in armTimer() }
         journal.onSnapshotFinished = { [unowned self] in snapshotLanded() }
         wallClock = try WallClockWatcher(poller: poller) { [unowned self] failure in wallClockStepped(watchFailure: failure) }
         watchStateDirectory(poller: poller)
@@ -203,19 +209,8 @@ public final class Daemon: @unchecked Sendable {
             logger.log(.notice, "countdownd \(DaemonConfiguration.version) listening on \(listener.displayPath)\(listener.ownedPath == nil ? " (socket from systemd)" : "")")
             service.ready(status: statusCounts())
         }
-        if let cluster = configuration.cluster {
-            // Clients are let in once the replica holds what etcd holds.
-            try startCluster(cluster, poller: poller) { [unowned self] in
-                do throws(DaemonError) {
-                    try openForClients()
-                } catch {
-                    logger.log(.error, "cannot start: \(error)")
-                    exit(1)
-                }
-            }
-        } else {
-            try openForClients()
-        }
+        // Clients are let in once the store holds what it must (in cluster mode, what etcd holds).
+        try openStore(poller: poller, ready: openForClients)
         // Restored countdowns and work scheduled during recovery (the storage retry, a log
         // window's end) wait for the timer: armed now, before any client wakes the poller.
         armTimer()
@@ -235,7 +230,7 @@ public final class Daemon: @unchecked Sendable {
             subscribers: fanOut.subscriberCount,
             connections: clients.count,
             storage: storage,
-            cluster: cluster.map { "etcd revision \($0.revision)\($0.isWatching ? "" : ", watch reconnecting")" }
+            cluster: store.statusNote
         )
     }
 
@@ -333,8 +328,9 @@ public final class Daemon: @unchecked Sendable {
     // MARK: - Batches
 
     /// One wake-up of the poller: the timer first, so requests never hold a due tick back; then
-    /// connections with lines left from the last batch; then every client that is ready; then
-    /// one commit and one write per connection for all of it.
+    /// the store's catching up and the due work of `laterInBatch` (the replica's housekeeping);
+    /// then connections with lines left from the last batch and listings; then every client that
+    /// is ready; then one commit and one write per connection for all of it.
     /// - Returns: whether work is left over for the next batch (request lines, a listing, or
     ///   cluster mode's catch-up), which then follows at once.
     private func runBatch(_ pollerBatch: EventPoller.Batch) -> Bool {
@@ -343,7 +339,8 @@ public final class Daemon: @unchecked Sendable {
         noticeSleep()
         batchDeadline = time.now().advanced(byNanoseconds: requestTimeBudget)
         pollerBatch.deliverUrgent()
-        if let cluster, cluster.isCatchingUp { cluster.continueCatchUp() }  // A slice per batch.
+        store.continueWork()  // A slice per batch of a replica's catching up.
+        laterInBatch.runDue(now: time.now())
         clients.serveCarriedOver(rotation: Self.minimumTurnsPerBatch)
         continueListings(now: time.now())
         pollerBatch.deliverOthers()
@@ -352,7 +349,7 @@ public final class Daemon: @unchecked Sendable {
         if let signalNumber = service.stopSignal {
             stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
         }
-        return clients.hasWorkLeft || cluster?.isCatchingUp == true
+        return clients.hasWorkLeft || store.hasWorkLeft
     }
 
     /// Moves the batch to its next phase; any other move is a bug, stopped here by name.
@@ -376,7 +373,7 @@ public final class Daemon: @unchecked Sendable {
         advanceTime(to: time.now())
         // Every change of the batch in one etcd transaction; still serving, since sending may
         // answer a change whose time ran out while it waited.
-        cluster?.sendPending()
+        store.sendPending()
         enter(.sealing)
         let commitStarted = time.now()
         let committed = journal.commit()
@@ -384,10 +381,10 @@ public final class Daemon: @unchecked Sendable {
         switch committed {
         case .durable, .deferred:
             release(batch.lifecycleEvents)
-        case .failed where cluster != nil:
-            // Nothing a client was told depends on this host's copy: a change's answer is etcd's,
-            // and the replica's events are etcd's. They stay noted, written once storage works
-            // again; changes are refused meanwhile (`checkStorageAcceptsChanges`).
+        case .failed where !store.undoesFailedBatches:
+            // Nothing a client was told depends on this host's copy (`ChangeStore`). The batch
+            // stays noted, written once storage works again; changes are refused meanwhile
+            // (`checkStorageAcceptsChanges`).
             release(batch.lifecycleEvents)
         case .failed(let error):
             undoBatch(because: error)
@@ -490,13 +487,14 @@ public final class Daemon: @unchecked Sendable {
     /// batch catches up on what fell due, so events go out up to this late, never not at all.
     static let fallbackWakeMilliseconds: Int32 = 1
 
-    /// Arms the wake-up timer for the engine's next due instant. Should the kernel refuse
+    /// Arms the wake-up timer for the earliest of the engine's next due instant and the delayed
+    /// work's (`later`, `laterInBatch`). Should the kernel refuse
     /// (`timerfd_settime` failed), the poller wakes every millisecond instead until it works
     /// again, and the log says so once each way.
     private func armTimer() {
         guard let timer else { return }
         do throws(DaemonError) {
-            try timer.arm(at: [engine.nextWakeup, later.nextDeadline].compactMap { $0 }.min())
+            try timer.arm(at: [engine.nextWakeup, later.nextDeadline, laterInBatch.nextDeadline].compactMap { $0 }.min())
             if poller?.idleWakeMilliseconds != nil {
                 poller?.idleWakeMilliseconds = nil
                 logger.log(.notice, "the wake-up timer works again")
@@ -522,7 +520,7 @@ public final class Daemon: @unchecked Sendable {
         WireEncoder.appendShutdown("countdownd is stopping", to: &notice)
         clients.closeAll(notice: notice)
         listenerNotYetOpen?.close()
-        cluster?.stop()
+        store.stop()
         journal.snapshotAtStop(engine.durableImage(), ring: ring, clock: time.mapping())
         logger.log(.notice, "stopped with \(engine.runningCount) running and \(engine.pausedCount) paused countdowns")
         exit(0)

@@ -110,17 +110,7 @@ extension Daemon {
         lines.append(("replay_kept_after", "\(ring.keptAfter)"))
         lines.append(("batches_undone", "\(statistics.batchesUndone)"))
         lines.append(("listing_slices_redone", "\(statistics.listingSlicesRedone)"))
-        if let cluster {
-            lines.append(("cluster_revision", "\(cluster.revision)"))
-            lines.append(("cluster_watching", cluster.isWatching ? "1" : "0"))
-            lines.append(("cluster_member", cluster.client.endpoints[cluster.client.currentEndpoint]))
-            lines.append(("cluster_members", "\(cluster.client.endpoints.count)"))
-            lines.append(("cluster_lag_us", "\(cluster.lastLagMicroseconds)"))
-            lines.append(("cluster_hosts_seen", "\(cluster.skews.count)"))
-            lines.append(("cluster_skew_max_ms", "\(cluster.largestSkewMilliseconds)"))
-            lines.append(("cluster_transactions", "\(cluster.transactionCounts.transactions)"))
-            lines.append(("cluster_changes_sent", "\(cluster.transactionCounts.changes)"))
-        }
+        lines.append(contentsOf: store.statisticsLines)
         lines.append(("scope", "daemon"))
         return lines
     }

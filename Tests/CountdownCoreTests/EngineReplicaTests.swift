@@ -61,6 +61,23 @@ struct EngineReplicaTests {
         #expect(fresh.replaced == nil, "nothing replaced")
     }
 
+    @Test("a replica refuses ON-SUSPEND pause with bad-request, in its proposal, before anything is proposed; ON-SUSPEND count is a plain START")
+    func noPauseOnSuspendInTheFleet() throws {
+        let replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
+        let now = Instant.milliseconds(1000)
+        #expect {
+            try replica.proposal(for: "pomodoro", now: now) { engine, events throws(ProtocolError) in
+                try engine.start("pomodoro", milliseconds: 1_500_000, requester: 0, onSuspend: .pause, now: now, events: &events)
+            }
+        } throws: { error in
+            (error as? ProtocolError)?.code == .badRequest && "\(error)".contains("not available in cluster mode")
+        }
+        let plain = try replica.proposal(for: "pomodoro", now: now) { engine, events throws(ProtocolError) in
+            try engine.start("pomodoro", milliseconds: 1_500_000, requester: 0, onSuspend: .count, now: now, events: &events)
+        }
+        #expect(plain.event?.kind == .started && plain.state?.pausesOnSuspend == false)
+    }
+
     @Test("a done from the store announced more than a second after its deadline says how late, on the host that announces it; one on time does not")
     func lateDone() throws {
         var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))

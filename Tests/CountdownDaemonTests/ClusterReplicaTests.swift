@@ -11,15 +11,38 @@ struct ClusterReplicaTests {
     /// The replica's clock: the boot clock at the start, moved by the tests, never by itself.
     let time = ManualTime()
 
-    /// A replica on a scripted store, on a poller that is never started (no timer fires).
-    func replica(_ store: ScriptedEtcd, limits: EngineConfiguration = EngineConfiguration()) throws -> ClusterReplica {
-        let poller = try EventPoller(queue: queue)
-        return try #require(queue.sync {
-            try? ClusterReplica(
+    /// A replica on a scripted store; its retries and housekeeping wait in a schedule nobody
+    /// runs (no timer fires).
+    func replica(_ store: ScriptedEtcd, limits: EngineConfiguration = EngineConfiguration(), later: DelayedWork? = nil) throws -> ClusterReplica {
+        queue.sync {
+            ClusterReplica(
                 configuration: ClusterConfiguration(endpoints: store.endpoints), limits: limits, client: store, driver: nil,
-                poller: poller, queue: queue, logger: Logger(threshold: .error, environment: [:]), time: time.clock
+                later: later ?? DelayedWork(queue: queue), queue: queue, logger: Logger(threshold: .error, environment: [:]), time: time.clock
             )
-        })
+        }
+    }
+
+    @Test("retries and timeouts wait in the daemon's one schedule: a waiter the watch never reaches is released, not caught up, by the housekeeping at its time on the moved clock, and not before")
+    func waiterTimesOutOnTheSchedule() throws {
+        let store = ScriptedEtcd()
+        let later = DelayedWork(queue: queue)
+        let replica = try replica(store, later: later)
+        final class Seen: @unchecked Sendable {
+            var released: [Bool] = []
+        }
+        let seen = Seen()
+        let answerBy = time.clock.now().advanced(byMilliseconds: 1000)
+        queue.sync {
+            replica.resume(from: 10_000)
+            replica.start()
+            replica.afterRevision(12, answerBy: answerBy) { seen.released.append($0) }
+        }
+        time.advance(byMilliseconds: 900)
+        queue.sync { _ = later.runDue(now: time.clock.now()) }
+        #expect(queue.sync { seen.released }.isEmpty, "not before its time")
+        time.advance(byMilliseconds: 300)
+        queue.sync { _ = later.runDue(now: time.clock.now()) }
+        #expect(queue.sync { seen.released } == [false], "released once, not caught up")
     }
 
     func value(_ replica: ClusterReplica, operation: String? = nil) -> ClusterValue {

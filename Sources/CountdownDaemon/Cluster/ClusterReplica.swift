@@ -71,8 +71,10 @@ final class ClusterReplica: @unchecked Sendable {
     /// another host's `done` made a second one.
     private(set) var appliedAt: [String: Int64] = [:]
     /// Which host wrote each countdown's current value (`ClusterValue.host`): that host
-    /// proposes its `done`; the others wait a grace period for it.
+    /// proposes its `done`; the others wait a grace period for it (`takeOver`).
     private(set) var writers: [String: String] = [:]
+    /// Who proposes a change that falls due.
+    let takeOver: TakeOverPolicy
     private var watch: EtcdWatch?
     /// Whether the watch is running (for STATUS and STATS).
     private(set) var isWatching = false
@@ -81,13 +83,14 @@ final class ClusterReplica: @unchecked Sendable {
     /// Revisions this host committed, and when the watch is taken to be stuck if it has not
     /// brought them (whether or not anyone still waits for them).
     private var expected: [(revision: Int64, suspectWatchAt: Instant)] = []
-    /// Retries due later (`schedule`), run by the housekeeping timer.
-    private var scheduled: [(at: Instant, action: () -> Void)] = []
-    /// A timerfd that fires five times a second on the poller, so that retries and timeouts run
-    /// within the daemon's batches (and their replies are written) like everything else.
-    private let housekeepingDescriptor: Int32
-    private var housekeepingToken: EventPoller.Token?
-    private let poller: EventPoller
+    /// Where retries and the housekeeping wait: the daemon's schedule of work run while a batch
+    /// serves (`Daemon.laterInBatch`), on its one wake-up timer, so that they run within the
+    /// daemon's batches (and their replies are written) like everything else.
+    private let later: DelayedWork
+    /// How often the housekeeping runs (`housekeeping`): timeouts, the heartbeat, a stuck watch.
+    static let housekeepingNanoseconds: Int64 = 200_000_000
+    /// Set by `stop`: the housekeeping is not scheduled again.
+    private var isStopped = false
     /// Changes on their way to etcd, sent together.
     private let commits: GroupCommit
     /// This host's heartbeat, and the clock offsets of the others (`STATS`).
@@ -169,7 +172,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// names this host among others on the same machine.
     convenience init(
         configuration: ClusterConfiguration, limits: EngineConfiguration, stateDirectory: String, poller: EventPoller,
-        queue: DispatchQueue, logger: Logger, time: DaemonClock = .system
+        later: DelayedWork, queue: DispatchQueue, logger: Logger, time: DaemonClock = .system
     ) throws(DaemonError) {
         let driver = try CurlDriver(poller: poller, queue: queue)
         var credentials: (user: String, password: String)?
@@ -182,19 +185,20 @@ final class ClusterReplica: @unchecked Sendable {
             credentials = (user, trimmed)
         }
         let client = EtcdClient(endpoints: configuration.endpoints, tls: configuration.tls, credentials: credentials, driver: driver, queue: queue, time: time)
-        try self.init(
-            configuration: configuration, limits: limits, client: client, driver: driver, poller: poller, queue: queue, logger: logger,
+        self.init(
+            configuration: configuration, limits: limits, client: client, driver: driver, later: later, queue: queue, logger: logger,
             stateDirectory: stateDirectory, time: time
         )
     }
 
     /// The replica on `client`: an `EtcdClient` on `driver`, or a test's store (no driver);
-    /// `limits` are the engine's, made exact across the fleet by the quota slots.
+    /// `limits` are the engine's, made exact across the fleet by the quota slots. Its retries
+    /// and housekeeping wait in `later` (a test runs it by moving time).
     init(
         configuration: ClusterConfiguration, limits: EngineConfiguration = EngineConfiguration(), client: any EtcdTransport,
-        driver: CurlDriver?, poller: EventPoller, queue: DispatchQueue, logger: Logger, stateDirectory: String = "",
+        driver: CurlDriver?, later: DelayedWork, queue: DispatchQueue, logger: Logger, stateDirectory: String = "",
         time: DaemonClock = .system
-    ) throws(DaemonError) {
+    ) {
         self.configuration = configuration
         self.time = time
         quota = QuotaSlots(limits: limits)
@@ -209,37 +213,53 @@ final class ClusterReplica: @unchecked Sendable {
         _ = gethostname(&name, name.count - 1)
         let hostName = name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
         hostID = String(decoding: hostName, as: UTF8.self) + ":" + stateDirectory
+        takeOver = TakeOverPolicy(hostID: hostID)
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
-        self.poller = poller
-        let fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
-        guard fd >= 0 else { throw .system("timerfd_create(CLOCK_MONOTONIC)", errno) }
-        housekeepingDescriptor = fd
-        var spec = itimerspec()
-        spec.it_value.tv_nsec = 200_000_000
-        spec.it_interval.tv_nsec = 200_000_000
-        guard timerfd_settime(fd, 0, &spec, nil) == 0 else {
-            let code = errno
-            countdownd_close(fd)
-            throw .system("timerfd_settime (cluster housekeeping)", code)
-        }
-        housekeepingToken = try poller.register(fd, interest: .readable) { [unowned self] _ in
-            var expirations: UInt64 = 0
-            // Ignored on purpose: only clears the timer; the count of expirations is not needed.
-            _ = read(housekeepingDescriptor, &expirations, MemoryLayout<UInt64>.size)
-            housekeeping()
-        }
+        self.later = later
+        scheduleHousekeeping()
     }
 
-    /// Runs `action` on the housekeeping timer, `seconds` from now.
+    /// The replica's lines of `STATS` (PROTOCOL.md, *Statistics*).
+    var statisticsLines: [(String, String)] {
+        [
+            ("cluster_revision", "\(revision)"),
+            ("cluster_watching", isWatching ? "1" : "0"),
+            ("cluster_member", client.endpoints[client.currentEndpoint]),
+            ("cluster_members", "\(client.endpoints.count)"),
+            ("cluster_lag_us", "\(lastLagMicroseconds)"),
+            ("cluster_hosts_seen", "\(skews.count)"),
+            ("cluster_skew_max_ms", "\(largestSkewMilliseconds)"),
+            ("cluster_transactions", "\(transactionCounts.transactions)"),
+            ("cluster_changes_sent", "\(transactionCounts.changes)"),
+        ]
+    }
+
+    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`).
+    func proposes(_ key: String, dueAt due: Instant, now: Instant) -> Bool {
+        takeOver.proposes(dueAt: due, writtenBy: writers[key], now: now)
+    }
+
+    /// Runs `action` within a batch, `seconds` from now.
     private func schedule(after seconds: Double, _ action: @escaping () -> Void) {
-        scheduled.append((time.now().advanced(byNanoseconds: Int64(seconds * 1e9)), action))
+        later.schedule(at: time.now().advanced(byNanoseconds: Int64(seconds * 1e9))) { [weak self] _ in
+            guard let self, !isStopped else { return }
+            action()
+        }
     }
 
-    private func housekeeping() {
-        let now = time.now()
-        let due = scheduled.filter { $0.at <= now }
-        scheduled.removeAll { $0.at <= now }
-        for item in due { item.action() }
+    /// Schedules the next housekeeping, `housekeepingNanoseconds` from now.
+    private func scheduleHousekeeping() {
+        later.schedule(at: time.now().advanced(byNanoseconds: Self.housekeepingNanoseconds)) { [weak self] now in
+            guard let self, !isStopped else { return }
+            housekeeping(now: now)
+            scheduleHousekeeping()
+        }
+    }
+
+    /// Five times a second: changes whose time ran out are failed, the heartbeat is written,
+    /// a watch that did not bring a committed change is moved, and waiters past their time
+    /// are answered.
+    func housekeeping(now: Instant) {
         commits.expire(now: now)
         if isWatching { heartbeat.beat(now: now) }
         // A watch whose changes wait in the backlog is not stuck: this host is behind it.
@@ -678,7 +698,6 @@ final class ClusterReplica: @unchecked Sendable {
     func stop() {
         if let watch { client.cancel(watch) }
         driver?.close()
-        if let housekeepingToken { poller.unregister(housekeepingToken) }
-        countdownd_close(housekeepingDescriptor)
+        isStopped = true
     }
 }

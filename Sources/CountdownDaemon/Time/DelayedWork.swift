@@ -1,13 +1,15 @@
 import CountdownCore
 import Dispatch
 
-/// Work the daemon does later, on its queue, after a batch: the watchdog's pings, a `STATUS=`
-/// held back by the rate limit, storage retries, the grace before an overflowing client is
-/// closed, accepting again after running out of descriptors.
+/// Work the daemon does later, on its queue: the watchdog's pings, a `STATUS=` held back by the
+/// rate limit, storage retries, the grace before an overflowing client is closed, accepting
+/// again after running out of descriptors (`Daemon.later`, run at the end of every batch, once
+/// it is flushed and idle); and the cluster replica's housekeeping, whose work makes replies
+/// (`Daemon.laterInBatch`, run while a batch serves, right after the timer's due events).
 ///
 /// It keeps no timer of its own. The daemon arms its one wake-up timer (`WakeupTimer`) for the
-/// earlier of the engine's next event and `nextDeadline`, and calls `runDue(now:)` at the end of
-/// every batch, once the batch is flushed and idle.
+/// earliest of the engine's next event and each schedule's `nextDeadline`, and calls
+/// `runDue(now:)` at its place in every batch.
 ///
 /// Why not `asyncAfter` or a Dispatch timer source: either starts libdispatch's manager thread,
 /// which sets itself to nice -4 and, in a service without `CAP_SYS_NICE`, logs "Failed to set
@@ -45,8 +47,8 @@ final class DelayedWork {
     /// How many pieces of work wait.
     var count: Int { heap.count }
 
-    /// Runs `work` on the queue at the end of the first batch at or after `deadline`, with that
-    /// batch's end as its `now`.
+    /// Runs `work` on the queue in the first batch at or after `deadline` (at this schedule's
+    /// place in it), with that moment as its `now`.
     func schedule(at deadline: Instant, _ work: @escaping (_ now: Instant) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         let isEarliest = nextDeadline.map { deadline < $0 } ?? true

@@ -15,20 +15,21 @@ extension Daemon {
     /// (three left a third of unconditional REPLACEs under contention `busy`).
     static let clusterAttempts = 10
 
-    /// Starts the replica; `ready` runs once the first read of etcd is applied.
-    func startCluster(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) {
+    /// Makes the replica (`ChangeStore.etcd`), wired to this daemon but not yet started, so the
+    /// caller can hold it as the store before its first read can run `ready` (the first read
+    /// may be applied inside `ClusterReplica.start`).
+    func makeReplica(_ configuration: ClusterConfiguration, poller: EventPoller, ready: @escaping () -> Void) throws(DaemonError) -> ClusterReplica {
         engine.setTicksEnabled(false, now: time.now())
         let replica = try ClusterReplica(
             configuration: configuration, limits: self.configuration.engine, stateDirectory: self.configuration.stateDirectory,
-            poller: poller, queue: queue, logger: logger, time: time
+            poller: poller, later: laterInBatch, queue: queue, logger: logger, time: time
         )
         replica.resume(from: engine.lastSequence)
-        cluster = replica
         replica.load = { [unowned self] countdowns, sequence in loadReplica(countdowns, sequence: sequence) }
         replica.apply = { [unowned self] key, value, sequence in applyReplicated(key, value, sequence: sequence) }
         replica.holdsCountdown = { [unowned self] key in engine.persistentState(of: key) != nil }
         replica.onFirstLoad = ready
-        replica.start()
+        return replica
     }
 
     /// A whole state read from etcd: at start, and again after etcd compacted away the history
@@ -101,18 +102,19 @@ extension Daemon {
         publish(changes)
     }
 
-    /// A change asked for by a client, computed against the replica (`Daemon.change`), goes to
+    /// A change asked for by a client, computed against the replica (`Daemon.decide`), goes to
     /// etcd: its reply waits in its place behind a ticket until it is decided, and it is
     /// answered once the replica holds the change, or judged again after a lost race against
     /// the newer state (keeping its ticket).
     ///
     /// A new countdown (`creating`, its owner) first claims its quota slots, so that the limits
     /// hold across the fleet, not only on this host's count.
+    /// - Returns: the ticket its reply waits behind.
     /// - Throws: `limit` or `unavailable` from the claim, before anything is held or sent.
     func proposeInCluster(
         _ key: String, _ proposal: CountdownProposal, creating: UInt32?, request: Request, uid: UInt32, connection: Connection,
         clock: WallClockMapping, cluster: ClusterReplica, attempt: ClusterReplica.Attempt
-    ) throws(ProtocolError) {
+    ) throws(ProtocolError) -> StoreTicket {
         let claimed = try creating.map { owner throws(ProtocolError) in try cluster.claimSlots(for: owner) } ?? []
         let value = proposal.state.map { state in
             ClusterValue(
@@ -135,7 +137,7 @@ extension Daemon {
         }
         guard engine.persistentState(of: key) != nil else {
             commit(.absent)
-            return
+            return ticket
         }
         precondition(claimed.isEmpty, "only a new countdown claims quota slots")
         cluster.withRevision(of: key, by: attempt.answerBy) { [unowned self] revision in
@@ -152,6 +154,7 @@ extension Daemon {
             }
             commit(.unchangedSince(revision))
         }
+        return ticket
     }
 
     /// Sends a proposed change to etcd; answers the connection once it is decided, or judges the
@@ -220,26 +223,21 @@ extension Daemon {
         clients.send(.answer(ticket, out), to: connection, batch: batch.number)
     }
 
-    /// How long past a deadline the other hosts leave its `done` to the host that wrote the
-    /// countdown's current value, before one of them proposes it: that host may be gone.
-    static let takeOverGraceNanoseconds: Int64 = 2_000_000_000
-
     /// Countdowns the replica found due. The `done` (or the removal at the end of retention) is
     /// made by the engine's own rules on a scratch copy (`late_ms` and all) and proposed in a
     /// transaction compared on the revision of the change the replica holds: the `started`,
     /// `resumed` or `extended` it finishes, never a revision read afresh. So it commits at most
     /// once: a host whose copy is behind fails its comparison and learns the outcome from the
-    /// watch. The host that wrote the countdown proposes at the deadline; the others wait
-    /// `takeOverGraceNanoseconds` for it. A removal at the end of retention follows the same rule.
+    /// watch. Who proposes, and when, is `TakeOverPolicy`'s (`ClusterReplica.proposes`).
     func raceDueChanges() {
-        guard let cluster else { return }
+        guard let cluster = store.replica else { return }
         let due = engine.takeDue()
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
         let now = time.now()
         let clock = time.mapping(at: now)
         for key in due.finish {
             guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
-            if leavesToWriter(key, dueAt: deadline, now: now, cluster: cluster) { continue }
+            guard cluster.proposes(key, dueAt: deadline, now: now) else { continue }
             guard let finished = engine.dueDone(for: key, now: now), let state = finished.state else { continue }
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
             cluster.withRevision(of: key) { [unowned self] revision in
@@ -252,7 +250,7 @@ extension Daemon {
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
             // The end of its retention is the removal's deadline.
             if let finishedAt = state.finishedAt,
-               leavesToWriter(key, dueAt: finishedAt.advanced(byMilliseconds: engine.configuration.retentionMilliseconds), now: now, cluster: cluster) {
+               !cluster.proposes(key, dueAt: finishedAt.advanced(byMilliseconds: engine.configuration.retentionMilliseconds), now: now) {
                 continue
             }
             cluster.withRevision(of: key) { [unowned self] revision in
@@ -260,12 +258,5 @@ extension Daemon {
                 cluster.change(key, to: nil, expecting: .unchangedSince(revision)) { _ in }
             }
         }
-    }
-
-    /// Whether a change due at `due` is left to the host that wrote the countdown's current value
-    /// for now: this host is not that one, and the grace has not passed. Asked again a second
-    /// later (`takeDue`).
-    private func leavesToWriter(_ key: String, dueAt due: Instant, now: Instant, cluster: ClusterReplica) -> Bool {
-        cluster.writers[key] != cluster.hostID && now.nanoseconds(since: due) < Self.takeOverGraceNanoseconds
     }
 }

@@ -1,0 +1,83 @@
+import CountdownCore
+
+/// Where the daemon's changes are decided and kept: the one place its two modes differ.
+///
+/// - `journal`, a daemon of its own: the engine applies a change at once, and the batch's
+///   journal commit makes it durable before its reply leaves (`Answer.durable`).
+/// - `etcd`, cluster mode (`--cluster`): the change is proposed to etcd, and its reply waits
+///   behind a ticket until etcd decides (`Answer.pending`). This host's engine is a replica,
+///   changed only by etcd's watch, and its journal keeps a copy of it.
+///
+/// Either way, a change that cannot be kept is refused with `ERR unavailable`: while the
+/// journal cannot store (`Daemon.checkStorageAcceptsChanges`, before the request runs), and in
+/// cluster mode also when etcd cannot be asked (`Daemon.proposeInCluster`). `Daemon.decide`
+/// hands the store each change; everything else the daemon asks of a mode is here.
+enum ChangeStore {
+    case journal
+    case etcd(ClusterReplica)
+
+    /// What the store answered for one change.
+    enum Answer {
+        /// Applied: durable with this batch's commit, before its reply (the countdown as it is
+        /// now) leaves.
+        case durable(CountdownSnapshot)
+        /// Sent to etcd: its reply waits behind this ticket, queued when etcd decides.
+        case pending(StoreTicket)
+    }
+
+    /// The replica, in cluster mode.
+    var replica: ClusterReplica? {
+        if case .etcd(let replica) = self { return replica }
+        return nil
+    }
+
+    /// Whether a batch whose journal commit failed is undone. On a daemon of its own, yes: its
+    /// changes were never stored. In cluster mode, no: a change's answer is etcd's and the
+    /// replica's events are etcd's; they stay noted, written once storage works again.
+    var undoesFailedBatches: Bool {
+        replica == nil
+    }
+
+    /// The final `OK <count>` of a read. In cluster mode it says which copy answered:
+    /// `OK <count> replica <revision>`, this host's copy as of that etcd revision (it may trail
+    /// etcd by the watch's delay).
+    func appendReadOK(count: Int, to buffer: inout [UInt8]) {
+        if let replica {
+            WireEncoder.appendOK("\(count) replica \(replica.revision)", to: &buffer)
+        } else {
+            WireEncoder.appendOK(count: count, to: &buffer)
+        }
+    }
+
+    /// What `STATUS=` says of the store (`nil` on a daemon of its own).
+    var statusNote: String? {
+        replica.map { "etcd revision \($0.revision)\($0.isWatching ? "" : ", watch reconnecting")" }
+    }
+
+    /// The store's lines of `STATS` (none on a daemon of its own).
+    var statisticsLines: [(String, String)] {
+        replica?.statisticsLines ?? []
+    }
+
+    /// Whether the store has work for the next batch at once: a replica catching up on a
+    /// backlog from the watch.
+    var hasWorkLeft: Bool {
+        replica?.isCatchingUp == true
+    }
+
+    /// Does a slice of the store's work left (`hasWorkLeft`): once per batch.
+    func continueWork() {
+        guard let replica, replica.isCatchingUp else { return }
+        replica.continueCatchUp()
+    }
+
+    /// Sends what the batch proposed, in one etcd transaction (nothing on a daemon of its own).
+    func sendPending() {
+        replica?.sendPending()
+    }
+
+    /// At stop: transfers in flight are cancelled (their clients get the stop's notice).
+    func stop() {
+        replica?.stop()
+    }
+}
