@@ -183,6 +183,9 @@ public struct CountdownEngine {
     /// take a number: ticks and snapshots carry the last one, so numbers survive a restart exactly
     /// (ticks are never stored) and a gap never means a missed tick.
     public private(set) var lastSequence: UInt64 = 0
+    /// Each user's own numbers (`CountdownEvent.ownerSequence`), on a host that decides; a
+    /// replica's events carry the store's numbers, the same for everyone.
+    public private(set) var ownerSequences = OwnerSequences()
     /// How many countdowns are running.
     public private(set) var runningCount = 0
     /// How many countdowns are paused.
@@ -350,6 +353,17 @@ public struct CountdownEngine {
         lastSequence = max(lastSequence, sequence)
     }
 
+    /// Continues each user's own numbering after what storage held.
+    public mutating func continueOwnerSequences(_ stored: OwnerSequences) {
+        ownerSequences.merge(stored)
+    }
+
+    /// The number of the last lifecycle event `viewer` may know of: for root, the daemon's
+    /// last; for anyone else, its own last (on a replica, the store's, the same for everyone).
+    public func lastSequence(seenBy viewer: UInt32) -> UInt64 {
+        viewer == 0 || !configuration.decidesLocally ? lastSequence : ownerSequences.last(of: viewer)
+    }
+
     /// Brings back a countdown from storage, as of `now`.
     ///
     /// A running countdown whose deadline passed while the daemon was not running becomes `done`
@@ -507,7 +521,8 @@ public struct CountdownEngine {
         guard held < RootReserve.usable(of: configuration.maximumCountdowns, by: owner) else {
             throw ProtocolError(
                 .limit,
-                "\(holder) holds \(held) of its \(configuration.maximumCountdowns) countdowns\(counted), and the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root (a higher --max-countdowns makes room); REMOVE finished ones",
+                // Not how many it holds: what others hold is none of this user's business.
+                "\(holder) has no room for more countdowns of users: of its \(configuration.maximumCountdowns)\(counted), the last \(RootReserve.share(of: configuration.maximumCountdowns)) are kept for root (a higher --max-countdowns makes room); REMOVE finished ones",
                 fields: [.advice(.removeFinished)]
             )
         }
@@ -819,7 +834,7 @@ public struct CountdownEngine {
     /// O(1): the records are kept in pages that are shared until the engine next changes one, and
     /// then only that page is copied. The name index and the scheduler are not part of it.
     public func durableImage() -> DurableImage {
-        DurableImage(records: records, lastSequence: lastSequence, count: slotsByName.count)
+        DurableImage(records: records, lastSequence: lastSequence, ownerSequences: ownerSequences, count: slotsByName.count)
     }
 
     /// A copy of every countdown's durable state, taken by `durableImage()`.
@@ -827,6 +842,8 @@ public struct CountdownEngine {
         fileprivate let records: SlotTable<Record>
         /// The engine's `lastSequence` when the image was taken.
         public let lastSequence: UInt64
+        /// Each user's own last number then.
+        public let ownerSequences: OwnerSequences
         /// How many countdowns it holds.
         public let count: Int
 
@@ -1000,6 +1017,16 @@ public struct CountdownEngine {
         if kind.isLifecycle {
             lastSequence += 1
         }
+        // The owner's own number: one more for its changes; a tick carries its last (one
+        // dictionary lookup, for users' countdowns only).
+        let ownerSequence: UInt64
+        if record.owner == 0 || !configuration.decidesLocally {
+            ownerSequence = lastSequence
+        } else if kind.isLifecycle {
+            ownerSequence = ownerSequences.next(for: record.owner)
+        } else {
+            ownerSequence = ownerSequences.last(of: record.owner)
+        }
         var event = CountdownEvent(
             sequence: lastSequence,
             kind: kind,
@@ -1007,7 +1034,8 @@ public struct CountdownEngine {
             remainingMilliseconds: remaining,
             totalMilliseconds: record.totalMilliseconds,
             lateMilliseconds: kind == .done ? record.lateMilliseconds : nil,
-            owner: record.owner
+            owner: record.owner,
+            ownerSequence: ownerSequence
         )
         event.slotHint = slot
         events.append(event)

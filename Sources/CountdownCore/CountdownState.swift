@@ -102,8 +102,12 @@ public enum EventKind: String, Sendable, CaseIterable, Equatable {
 /// One event emitted by the engine.
 public struct CountdownEvent: Sendable, Equatable {
     /// The daemon-wide sequence number: one more for each emitted event. A snapshot carries the
-    /// number of the last emitted event instead, since it does not change anything.
+    /// number of the last emitted event instead, since it does not change anything. Root sees it.
     public var sequence: UInt64
+    /// The same as the owner sees it, counting only the owner's own lifecycle events
+    /// (`OwnerSequences`): what every user but root sees. For root's countdowns, and in cluster
+    /// mode, the daemon-wide number.
+    public var ownerSequence: UInt64
     /// What happened.
     public var kind: EventKind
     /// The countdown's name.
@@ -135,15 +139,23 @@ public struct CountdownEvent: Sendable, Equatable {
         remainingMilliseconds: Int64,
         totalMilliseconds: Int64,
         lateMilliseconds: Int64? = nil,
-        owner: UInt32 = 0
+        owner: UInt32 = 0,
+        ownerSequence: UInt64? = nil
     ) {
         self.owner = owner
         self.sequence = sequence
+        self.ownerSequence = ownerSequence ?? sequence
         self.kind = kind
         self.name = name
         self.remainingMilliseconds = remainingMilliseconds
         self.totalMilliseconds = totalMilliseconds
         self.lateMilliseconds = lateMilliseconds
+    }
+
+    /// The event's number as `viewer` sees it: root, the daemon-wide one; its owner, its own.
+    /// (No other user ever receives it.)
+    public func sequence(seenBy viewer: UInt32) -> UInt64 {
+        viewer == 0 ? sequence : ownerSequence
     }
 }
 
@@ -215,7 +227,7 @@ public struct EventKindSet: OptionSet, Sendable, Hashable {
 extension CountdownEvent {
     /// Equal in everything but `slotHint`, which is where the event came from, not what it says.
     public static func == (left: CountdownEvent, right: CountdownEvent) -> Bool {
-        left.sequence == right.sequence && left.kind == right.kind && left.name == right.name
+        left.sequence == right.sequence && left.ownerSequence == right.ownerSequence && left.kind == right.kind && left.name == right.name
             && left.remainingMilliseconds == right.remainingMilliseconds && left.totalMilliseconds == right.totalMilliseconds
             && left.lateMilliseconds == right.lateMilliseconds && left.due == right.due && left.owner == right.owner
             && left.causedBySuspend == right.causedBySuspend

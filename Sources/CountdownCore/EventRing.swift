@@ -8,6 +8,11 @@
 /// events (4,096 of the default 65,536) while at most sixteen uids have history, and in general
 /// at least `capacity / (uids with history)`.
 ///
+/// A user other than root replays by its own numbers (`CountdownEvent.ownerSequence`), root by
+/// the daemon's. Each owner's kept events are the latest of its own (an event pushes out some
+/// owner's oldest, never one in the middle), so an owner's history is whole after the number
+/// before its oldest kept event.
+///
 /// Ticks and snapshots are never kept (they change nothing). The daemon fills it only with
 /// events that have been released to clients, so a replay never shows a change that storage
 /// refused.
@@ -23,6 +28,8 @@ public struct EventRing: Sendable {
         var head = 0
         /// Every event of this owner numbered after this is kept.
         var keptAfter: UInt64
+        /// The same, by the owner's own numbers.
+        var keptAfterOwn: UInt64
 
         var count: Int { events.count - head }
 
@@ -34,6 +41,7 @@ public struct EventRing: Sendable {
 
         mutating func removeOldest() {
             keptAfter = max(keptAfter, events[head].sequence)
+            keptAfterOwn = max(keptAfterOwn, events[head].ownerSequence)
             head += 1
             // Compacted once half is dead: O(1) amortized per event.
             if head > 64 && head * 2 > events.count {
@@ -49,12 +57,29 @@ public struct EventRing: Sendable {
     private var total = 0
     /// What every owner's history starts from (the ring read back after a restart).
     private let initialKeptAfter: UInt64
+    /// Each user's last own number when the ring was made: for a user without history, every
+    /// event of its own after that is kept.
+    private let initialOwners: OwnerSequences
+    /// Whether users see numbers of their own; otherwise (state written before them, cluster
+    /// mode) their events carry the daemon-wide numbers, and `initialKeptAfter` holds for them.
+    private let numbersPerUser: Bool
 
-    /// Creates an empty ring that holds every event after `keptAfter`.
-    public init(capacity: Int, keptAfter: UInt64 = 0) {
+    /// Creates an empty ring that holds every event after `keptAfter` and, of each user, every
+    /// event numbered (by the user's own numbers) after its last in `owners` (`nil`: the users
+    /// see the daemon-wide numbers, as they did before per-user numbers and do in cluster mode).
+    public init(capacity: Int, keptAfter: UInt64 = 0, owners: OwnerSequences? = nil) {
         self.capacity = max(0, capacity)
         share = max(1, self.capacity / 16)
         initialKeptAfter = keptAfter
+        initialOwners = owners ?? OwnerSequences(base: keptAfter)
+        numbersPerUser = owners != nil
+    }
+
+    /// A history for `event`'s owner, which has none yet. With numbers per user, whole after the
+    /// owner's number before this event (what came before it was pushed out, or never was: a
+    /// number a refused change took); otherwise after the ring's start.
+    private static func newHistory(for event: CountdownEvent, keptAfter: UInt64, numbersPerUser: Bool) -> OwnerHistory {
+        OwnerHistory(keptAfter: keptAfter, keptAfterOwn: numbersPerUser ? max(event.ownerSequence, 1) - 1 : keptAfter)
     }
 
     /// How many events are kept.
@@ -71,14 +96,21 @@ public struct EventRing: Sendable {
         histories[owner]?.keptAfter ?? initialKeptAfter
     }
 
+    /// The same, by `owner`'s own numbers.
+    public func keptAfterOwn(owner: UInt32) -> UInt64 {
+        histories[owner]?.keptAfterOwn ?? initialOwners.last(of: owner)
+    }
+
     /// Appends an event; lifecycle events only (others are ignored). Numbers must increase.
     public mutating func append(_ event: CountdownEvent) {
         guard event.kind.isLifecycle else { return }
+        let (keptAfter, perUser) = (initialKeptAfter, numbersPerUser)  // Not `self`: `histories` is being changed.
         guard capacity > 0 else {
-            histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].keptAfter = event.sequence
+            histories[event.owner, default: Self.newHistory(for: event, keptAfter: keptAfter, numbersPerUser: perUser)].keptAfter = event.sequence
+            histories[event.owner]?.keptAfterOwn = event.ownerSequence
             return
         }
-        let count = histories[event.owner, default: OwnerHistory(keptAfter: initialKeptAfter)].append(event)
+        let count = histories[event.owner, default: Self.newHistory(for: event, keptAfter: keptAfter, numbersPerUser: perUser)].append(event)
         total += 1
         if count > share { overShare.insert(event.owner) }
         guard total > capacity else { return }
@@ -118,14 +150,23 @@ public struct EventRing: Sendable {
 
     /// The kept events numbered after `sequence` that `viewer` may replay, oldest first,
     /// optionally only those of `names` (keys), or of keys that start with `prefix`. A non-root
-    /// viewer replays its own events: only its own history must reach back far enough. Root
-    /// replays everyone's, so every owner it asks about must.
+    /// viewer replays its own events, by its own numbers: only its own history must reach back
+    /// far enough. Root replays everyone's, by the daemon's numbers, so every owner it asks about
+    /// must.
     /// - Throws: `tooOld` naming an owner whose events after `sequence` are no longer kept.
     public func events(after sequence: UInt64, names: Set<String>?, prefix: String? = nil, viewer: UInt32) throws(ReplayError) -> [CountdownEvent] {
-        let owners: [UInt32]
         if viewer != 0 {
-            owners = [viewer]
-        } else if let names {
+            let kept = keptAfterOwn(owner: viewer)
+            guard sequence >= kept else { throw .tooOld(keptAfter: kept, owner: viewer) }
+            guard let history = histories[viewer] else { return [] }
+            var index = history.events.count
+            while index > history.head && history.events[index - 1].ownerSequence > sequence { index -= 1 }
+            return history.events[index...].filter { event in
+                (names?.contains(event.name) ?? true) && (prefix.map { event.name.hasPrefix($0) } ?? true)
+            }
+        }
+        let owners: [UInt32]
+        if let names {
             owners = Array(Set(names.map { CountdownAddress.split($0).owner }))
         } else if let prefix, let owner = CountdownAddress.onlyOwner(ofKeysStartingWith: prefix) {
             owners = [owner]

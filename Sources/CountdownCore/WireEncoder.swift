@@ -64,17 +64,19 @@ public enum WireEncoder {
 
     /// `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> [<late_ms> | suspend]`: `late_ms` on
     /// a late `done`, `suspend` on a `paused` or `resumed` that the machine's sleep caused.
+    /// As root sees it: the key for a name, the daemon-wide number.
     public static func appendEvent(_ event: CountdownEvent, to out: inout [UInt8]) {
-        appendEvent(event, name: event.name, to: &out)
+        appendEvent(event, name: event.name, seenBy: 0, to: &out)
     }
 
-    /// The same, with the name as the receiving client writes it (see `CountdownAddress`).
+    /// The same, as `viewer` sees it: with the name as the receiving client writes it (see
+    /// `CountdownAddress`), and the number (`CountdownEvent.sequence(seenBy:)`).
     ///
     /// The daemon's hot path (each tick is one of these): the line is written into scratch
     /// memory and appended in one copy (`LineWriter`).
-    public static func appendEvent(_ event: CountdownEvent, name: String, to out: inout [UInt8]) {
+    public static func appendEvent(_ event: CountdownEvent, name: String, seenBy viewer: UInt32, to out: inout [UInt8]) {
         // The fields, taken out of the event so that the closures below capture no copy of it.
-        let sequence = event.sequence
+        let sequence = event.sequence(seenBy: viewer)
         let kind = wireName(of: event.kind)
         let remaining = event.remainingMilliseconds
         let total = event.totalMilliseconds

@@ -63,7 +63,7 @@ extension Daemon {
             case .list:
                 WireEncoder.appendCountdown(shown, clock: progress.clock, to: &replyBuffer)
             case .snapshots:
-                WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, shown, clock: progress.clock, to: &replyBuffer)
+                WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence(seenBy: viewer), shown, clock: progress.clock, to: &replyBuffer)
             }
         }
         if progress.listing.isFinished && progress.purpose == .list {

@@ -241,11 +241,11 @@ extension Daemon: RequestServer {
             }
             let following = fanOut.subscription(of: connection) == .all ? "all" : "\(fanOut.subscriptionCount(connection))"
             let only = kinds == .all ? "" : " events \(kinds.description)"
-            WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence)\(only)", to: &replyBuffer)
+            WireEncoder.appendOK("subscribed \(following) seq \(engine.lastSequence(seenBy: uid))\(only)", to: &replyBuffer)
             if let replay {
                 // What was missed, in order; live events follow with no gap and no repeat.
                 for event in replay where kinds.includes(event.kind) {
-                    WireEncoder.appendEvent(event, name: CountdownAddress.display(event.name, owner: event.owner, to: uid), to: &replyBuffer)
+                    WireEncoder.appendEvent(event, name: CountdownAddress.display(event.name, owner: event.owner, to: uid), seenBy: uid, to: &replyBuffer)
                 }
             } else if kinds.includes(.snapshot), let keyPrefix {
                 // Like everything's, in slices: a prefix may match a million.
@@ -257,7 +257,7 @@ extension Daemon: RequestServer {
                 beginActiveSnapshots(on: connection, clock: clock, now: now)
             } else if kinds.includes(.snapshot) {
                 for snapshot in engine.activeSnapshots(matching: filter, now: now) where uid == 0 || snapshot.owner == uid {
-                    WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence, shown(snapshot), clock: clock, to: &replyBuffer)
+                    WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence(seenBy: uid), shown(snapshot), clock: clock, to: &replyBuffer)
                 }
             }
         case .unsubscribe:
@@ -329,12 +329,14 @@ extension Daemon: RequestServer {
 
     /// The lifecycle events after `sequence` that `viewer` may see: those released (the ring) and
     /// those of this batch not yet released, so that nothing falls between replay and live events.
+    /// Numbers are `viewer`'s own (`CountdownEvent.sequence(seenBy:)`).
     private func replayEvents(after sequence: UInt64, keys: Set<String>?, keyPrefix: String?, viewer: UInt32) throws(ProtocolError) -> [CountdownEvent] {
-        guard sequence <= engine.lastSequence else {
+        let last = engine.lastSequence(seenBy: viewer)
+        guard sequence <= last else {
             throw ProtocolError(
                 .badRequest,
-                "SINCE \(sequence) is ahead of the last event (\(engine.lastSequence)): this daemon's history never had it; SUBSCRIBE without SINCE for the current state",
-                fields: [.init("since", "\(sequence)"), .init("last_seq", "\(engine.lastSequence)"), .advice(.subscribeWithoutSince)]
+                "SINCE \(sequence) is ahead of the last event (\(last)): this daemon's history never had it; SUBSCRIBE without SINCE for the current state",
+                fields: [.init("since", "\(sequence)"), .init("last_seq", "\(last)"), .advice(.subscribeWithoutSince)]
             )
         }
         var replay: [CountdownEvent]
@@ -349,12 +351,12 @@ extension Daemon: RequestServer {
                 fields: [.init("kept_after", "\(keptAfter)"), .advice(.subscribeWithoutSince)]
             )
         }
-        for event in batch.lifecycleEvents where event.sequence > sequence && (keys?.contains(event.name) ?? true)
-            && (keyPrefix.map { event.name.hasPrefix($0) } ?? true)
+        for event in batch.lifecycleEvents where (viewer == 0 || event.owner == viewer) && event.sequence(seenBy: viewer) > sequence
+            && (keys?.contains(event.name) ?? true) && (keyPrefix.map { event.name.hasPrefix($0) } ?? true)
         {
             replay.append(event)
         }
-        return viewer == 0 ? replay : replay.filter { $0.owner == viewer }
+        return replay
     }
 }
 

@@ -49,6 +49,7 @@ extension Daemon {
         late.sort { ($0.countdown.deadline ?? now) < ($1.countdown.deadline ?? now) }
         // Late `done`s are numbered after everything stored.
         engine.continueSequence(after: recovered.lastSequence)
+        engine.continueOwnerSequences(recovered.ownerSequences)
         for (countdown, hash) in late {
             engine.restore(countdown, hash: hash, now: now, events: &events)
         }

@@ -284,3 +284,96 @@ struct EngineTickInterestTests {
         #expect(clock.log.filter { $0.event.kind == .tick }.count == 1002)
     }
 }
+
+@Suite("Numbers per user: a user's seq steps for its own changes only")
+struct OwnerSequenceTests {
+    @Test("each user's events are numbered 1, 2, 3… by its own changes; root's carry the daemon-wide number; a tick carries its owner's last")
+    func numberedPerUser() throws {
+        var clock = ManualClock()
+        try clock.start("1000/a", 3_000, uid: 1000)
+        try clock.start("2000/b", 60_000, uid: 2000)
+        try clock.start("root", 60_000, uid: 0)
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("2000/b", requester: 2000, now: now, events: &events) }
+        try clock.start("1000/c", 60_000, uid: 1000)
+        let numbers = clock.log.filter(\.event.kind.isLifecycle).map { ($0.event.name, $0.event.sequence, $0.event.ownerSequence) }
+        #expect(numbers.map(\.0) == ["1000/a", "2000/b", "root", "2000/b", "1000/c"])
+        #expect(numbers.map(\.1) == [1, 2, 3, 4, 5], "the daemon-wide numbers, for root")
+        #expect(numbers.map(\.2) == [1, 1, 3, 2, 2], "each user's own; root's own is the daemon-wide one")
+        #expect(clock.engine.lastSequence(seenBy: 0) == 5)
+        #expect(clock.engine.lastSequence(seenBy: 1000) == 2 && clock.engine.lastSequence(seenBy: 2000) == 2)
+        #expect(clock.engine.lastSequence(seenBy: 3000) == 0, "a user without changes has seen none")
+        clock.clearLog()
+        clock.advance(byMilliseconds: 3_000)
+        let ticks = clock.log.filter { $0.event.name == "1000/a" && $0.event.kind == .tick }
+        #expect(!ticks.isEmpty && ticks.allSatisfy { $0.event.ownerSequence == 2 && $0.event.sequence == 5 })
+        let done = try #require(clock.log.first { $0.event.kind == .done })
+        #expect(done.event.ownerSequence == 3 && done.event.sequence == 6)
+        #expect(done.event.sequence(seenBy: 0) == 6 && done.event.sequence(seenBy: 1000) == 3)
+    }
+
+    @Test("a restart continues each user's numbers from what storage held, and state from before per-user numbers starts every user after the daemon-wide number")
+    func continuedAfterRestart() throws {
+        var clock = ManualClock()
+        clock.engine.continueSequence(after: 40)
+        clock.engine.continueOwnerSequences(OwnerSequences(base: 0, last: [1000: 7]))
+        try clock.start("1000/a", 60_000, uid: 1000)
+        try clock.start("2000/b", 60_000, uid: 2000)
+        #expect(clock.log.map(\.event.ownerSequence) == [8, 1])
+        var upgraded = ManualClock()
+        upgraded.engine.continueSequence(after: 40)
+        upgraded.engine.continueOwnerSequences(OwnerSequences(base: 40))
+        try upgraded.start("2000/b", 60_000, uid: 2000)
+        #expect(upgraded.log.map(\.event.ownerSequence) == [41], "after every number the user may have seen before")
+    }
+
+    @Test("a replica numbers every event by the store's number, the same for every user")
+    func replicaNumbers() throws {
+        var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
+        var events: [CountdownEvent] = []
+        let state = PersistedCountdown(name: "1000/a", state: .running, totalMilliseconds: 60_000, deadline: .milliseconds(60_000), remainingNanoseconds: 0, finishedAt: nil, owner: 1000)
+        replica.applyReplicated("1000/a", state: state, event: .started, eventRemainingMilliseconds: 60_000, sequence: 4_217_000, now: .zero, events: &events)
+        #expect(events.map(\.ownerSequence) == [4_217_000])
+        #expect(replica.lastSequence(seenBy: 1000) == 4_217_000)
+    }
+
+    func event(_ sequence: UInt64, own: UInt64, owner: UInt32, _ name: String = "x") -> CountdownEvent {
+        CountdownEvent(
+            sequence: sequence, kind: .started, name: CountdownAddress.key(owner: owner, name: name),
+            remainingMilliseconds: 0, totalMilliseconds: 1000, owner: owner, ownerSequence: owner == 0 ? nil : own
+        )
+    }
+
+    @Test("a user replays by its own numbers, and is told from which of its own its history is whole after its own flood")
+    func replayByOwnNumbers() throws {
+        var ring = EventRing(capacity: 1_600, owners: OwnerSequences())
+        var sequence: UInt64 = 0
+        var own: [UInt32: UInt64] = [:]
+        func next(_ owner: UInt32) -> CountdownEvent {
+            sequence += 1
+            own[owner, default: 0] += 1
+            return event(sequence, own: own[owner]!, owner: owner)
+        }
+        for _ in 0..<50 { ring.append(next(1000)); ring.append(next(2000)); ring.append(next(0)) }
+        #expect(try ring.events(after: 40, names: nil, viewer: 1000).map(\.ownerSequence) == Array(41...50))
+        #expect(try ring.events(after: 0, names: nil, viewer: 2000).count == 50)
+        for _ in 0..<3_000 { ring.append(next(2000)) }
+        #expect(try ring.events(after: 0, names: nil, viewer: 1000).count == 50, "another's flood cost it nothing")
+        let kept = ring.keptAfterOwn(owner: 2000)
+        #expect(kept > 50 && kept < 3_050)
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: kept, owner: 2000)) { try ring.events(after: kept - 1, names: nil, viewer: 2000) }
+        #expect(try ring.events(after: kept, names: nil, viewer: 2000).first?.ownerSequence == kept + 1)
+        #expect(try ring.events(after: 3_049, names: nil, viewer: 2000).map(\.ownerSequence) == [3_050])
+    }
+
+    @Test("after a restart, a user whose history was all pushed out is whole only after its last stored number; one whose history was kept replays it")
+    func restoredRing() throws {
+        var ring = EventRing(capacity: 100, keptAfter: 90, owners: OwnerSequences(base: 0, last: [1000: 12, 2000: 30]))
+        for own in UInt64(21)...30 { ring.append(event(80 + own, own: own, owner: 2000)) }
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 12, owner: 1000)) { try ring.events(after: 11, names: nil, viewer: 1000) }
+        #expect(try ring.events(after: 12, names: nil, viewer: 1000).isEmpty)
+        #expect(try ring.events(after: 20, names: nil, viewer: 2000).count == 10)
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 20, owner: 2000)) { try ring.events(after: 19, names: nil, viewer: 2000) }
+        ring.append(event(111, own: 13, owner: 1000))
+        #expect(try ring.events(after: 12, names: nil, viewer: 1000).map(\.ownerSequence) == [13])
+    }
+}

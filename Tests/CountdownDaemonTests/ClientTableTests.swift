@@ -613,7 +613,7 @@ extension ClientTableTests {
         let second = [owned(30, .done, "tea", owner: 65534)]
         let expected = (first + second).filter { $0.owner == 65534 }.map { event in
             var line: [UInt8] = []
-            WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &line)
+            WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, seenBy: event.owner, to: &line)
             return String(decoding: line.dropLast(), as: UTF8.self)
         }
         let script = try NobodyScript(Self.nobodyStreamClients, arguments: [harness.socketPath, "\(expected.count)"])

@@ -10,6 +10,7 @@ import Testing
 struct SnapshotImageTests {
     func contents(rows: Int) -> SnapshotFile.Contents {
         var contents = SnapshotFile.Contents(lastSequence: 9_000, bootID: "0f9c3e1a-boot", journalGeneration: 42, events: [], eventsKeptAfter: 8_000)
+        contents.ownerSequences = OwnerSequences(base: 7, last: [1000: 750, 2000: 9, 65534: 8])
         let states = JournalFormat.states
         for index in 0..<rows {
             let state = states[index % states.count]
@@ -29,7 +30,8 @@ struct SnapshotImageTests {
             var event = CountdownEvent(
                 sequence: 8_001 + UInt64(index), kind: JournalFormat.kinds[index % 7],
                 name: CountdownAddress.key(owner: owner, name: "e\(index)"), remainingMilliseconds: Int64(index),
-                totalMilliseconds: 60_000, lateMilliseconds: index % 3 == 0 ? 12 : nil, owner: owner
+                totalMilliseconds: 60_000, lateMilliseconds: index % 3 == 0 ? 12 : nil, owner: owner,
+                ownerSequence: owner == 0 ? nil : 600 + UInt64(index)
             )
             event.causedBySuspend = index % 11 == 0
             contents.events.append(event)
@@ -44,7 +46,7 @@ struct SnapshotImageTests {
             writtenUnixMilliseconds: 1_764_000_000_000, countdowns: UInt64(contents.rows.count), events: UInt64(contents.events.count),
             bootID: contents.bootID
         )
-        try SnapshotImage.encode(header, events: contents.events, countdowns: { contents.rows.forEach($0) }) { (chunk) throws(StorageError) in bytes += chunk }
+        try SnapshotImage.encode(header, owners: contents.ownerSequences ?? OwnerSequences(), events: contents.events, countdowns: { contents.rows.forEach($0) }) { (chunk) throws(StorageError) in bytes += chunk }
         return bytes
     }
 
@@ -70,6 +72,8 @@ struct SnapshotImageTests {
         #expect(read.problems.isEmpty, "\(read.problems)")
         #expect(read.rows == written.rows)
         #expect(read.events == written.events)
+        #expect(read.events.contains { $0.ownerSequence != $0.sequence }, "users' own numbers are kept apart from the daemon's")
+        #expect(read.ownerSequences == written.ownerSequences)
         #expect(read.lastSequence == 9_000 && read.eventsKeptAfter == 8_000 && read.journalGeneration == 42 && read.bootID == "0f9c3e1a-boot")
     }
 
@@ -107,16 +111,21 @@ struct SnapshotImageTests {
         let frames = JournalFormat.wholeFrames(in: bytes)
         let firstCountdowns = try #require(frames.firstIndex { bytes[$0.payload.lowerBound] == SnapshotImage.RecordType.countdown.rawValue })
         let last = frames.count - 1
+        let firstEvents = try #require(frames.firstIndex { bytes[$0.payload.lowerBound] == SnapshotImage.RecordType.event.rawValue })
+        let owners = try #require(frames.firstIndex { bytes[$0.payload.lowerBound] == SnapshotImage.RecordType.owner.rawValue })
         let cases: [(String, Int, (inout [UInt8]) -> Void, String)] = [
-            ("version 2", 0, { $0[1] = 2 }, "image version 2"),
+            ("version 3", 0, { $0[1] = 3 }, "image version 3"),
             ("a countdown of state 9", firstCountdowns, { $0[1] = 9 }, "unknown state or flags"),
-            ("an event with flag 2", 1, { $0[10] = 2 }, "unknown kind or flags"),
+            ("an event with flag 4", firstEvents, { $0[10] = 4 }, "unknown kind or flags"),
+            ("a user's number among the events", firstEvents, { $0 += Array(bytes[frames[owners].payload.prefix(13)]) }, "a user's number after the history"),
+            ("a user's number twice", owners, { $0 += Array(bytes[frames[owners].payload.prefix(13)]) }, "a user's number given twice"),
+            ("root's number", owners, { $0[1] = 0; $0[2] = 0; $0[3] = 0; $0[4] = 0 }, "or root's"),
             ("a countdown with an empty name", firstCountdowns, { $0[63] = 0 }, "an empty name"),
             ("one countdown more in the end record", last, { $0[1] &+= 1 }, "end record says 501 and 300 were written"),
             ("the chain of frames altered", last, { $0[17] ^= 1 }, "do not chain"),
             ("a record after the end record", last, { $0.append(SnapshotImage.RecordType.end.rawValue) }, "records after the end record"),
             ("a frame after the end", last + 1, { $0 = [SnapshotImage.RecordType.end.rawValue] + [UInt8](repeating: 0, count: 20) }, "a frame after the image's end"),
-            ("an event among the countdowns", last - 1, { $0 += Array(bytes[frames[1].payload.lowerBound..<(frames[1].payload.lowerBound + 40)]) }, "an event after the countdowns"),
+            ("an event among the countdowns", last - 1, { $0 += Array(bytes[frames[firstEvents].payload.lowerBound..<(frames[firstEvents].payload.lowerBound + 40)]) }, "an event after the countdowns"),
             ("a second header", 1, { $0 = Array(bytes[frames[0].payload]) }, "an image header that is not the first frame"),
             ("an empty frame", 1, { $0 = [] }, "an empty frame"),
         ]

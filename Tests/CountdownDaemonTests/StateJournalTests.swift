@@ -122,6 +122,79 @@ struct StateJournalTests {
         #expect(FileManager.default.fileExists(atPath: newest), "kept for the repair")
     }
 
+    @Test("each user's own numbers come back from the journal; records of the version before (the daemon-wide numbers) start every user after the last of them, and replay as they were numbered")
+    func ownerSequencesRecovered() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // The version before's journal: uid 1000's start numbered 5, root's 9, without owners' numbers.
+        var bytes: [UInt8] = []
+        JournalFormat.beginFrame(in: &bytes)
+        JournalFormat.appendHeader(.init(generation: 1, createdUnixMilliseconds: 1, bootID: nil), to: &bytes)
+        JournalFormat.sealFrame(in: &bytes, at: 0, index: 0)
+        let frameStart = bytes.count
+        JournalFormat.beginFrame(in: &bytes)
+        for (sequence, owner) in [(UInt64(5), UInt32(1000)), (9, 0)] {
+            let (plain, state) = started(CountdownAddress.key(owner: owner, name: "old\(sequence)"), sequence: sequence)
+            var event = plain
+            event.owner = owner
+            var stored = StoredCountdown(state, clock: DaemonClock.system.mapping())
+            stored.owner = owner
+            stored.name = "old\(sequence)"
+            var record: [UInt8] = []
+            JournalFormat.appendEvent(event, state: stored, to: &record)
+            bytes += [2] + record.dropFirst().dropLast(9)  // Type 2: no flags, no owner's number.
+        }
+        JournalFormat.sealFrame(in: &bytes, at: frameStart, index: 1)
+        #expect(FileManager.default.createFile(atPath: directory + "/journal.000000000001", contents: Data(bytes), attributes: [.posixPermissions: 0o600]))
+        do {
+            let journal = journal(in: directory)
+            let recovered = try recover(journal)
+            #expect(recovered.ownerSequences.base == 9, "every user saw the daemon-wide numbers up to 9")
+            #expect(recovered.ownerSequences.last(of: 1000) == 9 && recovered.ownerSequences.last(of: 2000) == 9)
+            #expect(try recovered.ring.events(after: 4, names: nil, viewer: 1000).map(\.ownerSequence) == [5], "numbered as the user saw it")
+            // This version's records: uid 1000's next change is its 10th.
+            queue.sync {
+                journal.beginBatch()
+                var (event, state) = started("1000/new", sequence: 10)
+                event.owner = 1000
+                event.ownerSequence = 10
+                state.owner = 1000
+                journal.note(event, state: state, clock: DaemonClock.system.mapping())
+                #expect(journal.commit() == .durable)
+            }
+        }
+        let recovered = try recoverOnceReleased(in: directory)
+        #expect(recovered.ownerSequences.base == 9 && recovered.ownerSequences.last(of: 1000) == 10 && recovered.ownerSequences.last(of: 2000) == 9)
+        #expect(try recovered.ring.events(after: 9, names: nil, viewer: 1000).map(\.name) == ["1000/new"])
+    }
+
+    @Test("a snapshot keeps each user's last number and the history's own numbers: a user whose history was pushed out is told from where it is whole")
+    func ownerSequencesInSnapshot() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var engine = CountdownEngine()
+        var events: [CountdownEvent] = []
+        var ring = EventRing(capacity: 16, owners: OwnerSequences())
+        for index in 0..<20 {
+            _ = try engine.start("1000/a\(index)", milliseconds: 3_600_000, requester: 1000, now: SystemClock.now(), events: &events)
+        }
+        _ = try engine.start("2000/b", milliseconds: 3_600_000, requester: 2000, now: SystemClock.now(), events: &events)
+        for event in events { ring.append(event) }
+        try SnapshotFile.write(
+            engine.durableImage(), events: ring.events, eventsKeptAfter: ring.keptAfter, bootID: nil, journalGeneration: 1,
+            clock: DaemonClock.system.mapping(), directory: directory
+        )
+        let recovered = try recoverOnceReleased(in: directory)
+        #expect(recovered.ownerSequences == OwnerSequences(base: 0, last: [1000: 20, 2000: 1]))
+        #expect(try recovered.ring.events(after: 0, names: nil, viewer: 2000).map(\.ownerSequence) == [1])
+        let kept = recovered.ring.keptAfterOwn(owner: 1000)
+        #expect(kept == ring.keptAfterOwn(owner: 1000) && kept > 0)
+        #expect(try recovered.ring.events(after: kept, names: nil, viewer: 1000).map(\.ownerSequence) == Array((kept + 1)...20))
+        #expect(throws: EventRing.ReplayError.self) { try recovered.ring.events(after: kept - 1, names: nil, viewer: 1000) }
+    }
+
     @Test("a committed batch is recovered by the next journal; a rolled-back one is not; files are 0600; the directory is locked meanwhile")
     func commitAndRecover() throws {
         let scratch = ScratchDirectory()

@@ -94,36 +94,47 @@ struct SuspendStorageTests {
         #expect(read.unreadableRows == ["b"])
     }
 
-    @Test("a journal event record without flags is written as before (type 2); one with them is type 4 and reads back")
+    @Test("every journal event record is type 4 with the owner's own number; a record of the version before (type 2, no flags) reads back numbered as all users saw it")
     func flaggedRecord() {
-        var plain = CountdownEvent(sequence: 1, kind: .paused, name: "1000/p", remainingMilliseconds: 5, totalMilliseconds: 10, owner: 1000)
+        var plain = CountdownEvent(sequence: 1, kind: .paused, name: "1000/p", remainingMilliseconds: 5, totalMilliseconds: 10, owner: 1000, ownerSequence: 1)
         let state = StoredCountdown(
             name: "p", state: .paused, totalMilliseconds: 10, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
             remainingNanoseconds: 5_000_000, finishedUnixMilliseconds: nil, owner: 1000, lateMilliseconds: nil
         )
-        var bytes: [UInt8] = []
-        JournalFormat.appendEvent(plain, state: state, to: &bytes)
-        #expect(bytes.first == 2)
-        let plainLength = bytes.count
-        var flaggedState = state
-        flaggedState.pausesOnSuspend = true
-        plain.sequence = 2
-        plain.causedBySuspend = true
         var header: [UInt8] = []
         JournalFormat.beginFrame(in: &header)
         JournalFormat.appendHeader(.init(generation: 1, createdUnixMilliseconds: 1, bootID: nil), to: &header)
         JournalFormat.sealFrame(in: &header, at: 0, index: 0)
-        var frame: [UInt8] = []
-        JournalFormat.beginFrame(in: &frame)
-        JournalFormat.appendEvent(plain, state: flaggedState, to: &frame)
-        JournalFormat.sealFrame(in: &frame, at: 0, index: 1)
-        #expect(frame[JournalFormat.frameHeaderSize] == 4 && frame.count - JournalFormat.frameHeaderSize == plainLength + 1)
-        let scan = JournalFormat.scan(header + frame)
+        func framed(_ record: [UInt8]) -> [UInt8] {
+            var frame: [UInt8] = []
+            JournalFormat.beginFrame(in: &frame)
+            frame += record
+            JournalFormat.sealFrame(in: &frame, at: 0, index: 1)
+            return frame
+        }
+        var bytes: [UInt8] = []
+        JournalFormat.appendEvent(plain, state: state, to: &bytes)
+        #expect(bytes.first == 4 && bytes[bytes.count - 9] == JournalFormat.EventFlag.ownerSequence, "flags, then the owner's number")
+        // The version before's record: type 2, no flags, no owner's number.
+        let legacy = [2] + bytes.dropFirst().dropLast(9)
+        let legacyScan = JournalFormat.scan(header + framed(Array(legacy)))
+        #expect(legacyScan.damage == nil && legacyScan.events.first?.event == plain)
+        #expect(legacyScan.events.first?.numberedByOwner == false)
+
+        var flaggedState = state
+        flaggedState.pausesOnSuspend = true
+        plain.sequence = 2
+        plain.ownerSequence = 1
+        plain.causedBySuspend = true
+        var record: [UInt8] = []
+        JournalFormat.appendEvent(plain, state: flaggedState, to: &record)
+        #expect(record.count == bytes.count)
+        let scan = JournalFormat.scan(header + framed(record))
         #expect(scan.damage == nil && scan.events.count == 1)
         #expect(scan.events.first?.event == plain && scan.events.first?.state == flaggedState)
+        #expect(scan.events.first?.numberedByOwner == true && scan.events.first?.event.ownerSequence == 1)
         // An unknown flag is damage, not silently dropped.
-        frame[frame.count - 1] = 0x80
-        JournalFormat.sealFrame(in: &frame, at: 0, index: 1)
-        #expect(JournalFormat.scan(header + frame).damage?.reason.contains("unknown flags") == true)
+        record[record.count - 9] |= 0x80
+        #expect(JournalFormat.scan(header + framed(record)).damage?.reason.contains("unknown flags") == true)
     }
 }

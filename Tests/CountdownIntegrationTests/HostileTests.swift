@@ -116,6 +116,55 @@ extension Integration {
         }
 
         @Test(
+            "a user's seq counts its own changes only: another user's and root's STARTs move nothing it receives, its SINCE replays exactly, across a SIGKILL too, and root sees the daemon-wide numbers",
+            .enabled(if: getuid() == 0, "needs root to run other uids with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 speaks for the other uids")
+        )
+        func sequencesArePrivate() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            var daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            /// What uid `uid` receives for `lines` on one connection, the greeting and the final
+            /// `OK pong` left out.
+            func say(as uid: Int, _ lines: [String]) throws -> [String] {
+                let command = ["/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "/usr/bin/python3", HostileTests.floodScript]
+                let result = try runCommand(command[0], Array(command.dropFirst()) + ["say", daemon.socketPath] + lines)
+                try #require(result.status == 0, "\(result.stdout)\(result.stderr)")
+                let received = result.stdout.split(separator: "\n").map(String.init)
+                #expect(received.last == "OK pong", "\(received)")
+                return Array(received.dropFirst().dropLast())
+            }
+            let nobody = 65_534, other = 12_345
+            #expect(try say(as: nobody, ["START a 1h", "SUBSCRIBE SINCE 0"]).suffix(2) == ["OK subscribed all seq 1", "EVENT 1 started a 3600000 3600000"])
+            // Everybody else changes things: 7 of root's, 5 of another user's.
+            let root = try daemon.connect()
+            for index in 0..<7 { #expect(try root.request("START root\(index) 1h").countdown != nil) }
+            #expect(try say(as: other, (0..<5).map { "START o\($0) 1h" }).count == 5)
+            #expect(try say(as: other, ["SUBSCRIBE nothing-here"]) == ["OK subscribed 1 seq 5"], "the other user counts its own five")
+            // Nothing of that shows: not in the OK, a snapshot, a replay, or a live event.
+            #expect(try say(as: nobody, ["SUBSCRIBE nothing-here"]) == ["OK subscribed 1 seq 1"])
+            let live = try say(as: nobody, ["SUBSCRIBE", "START b 1h", "PAUSE a"])
+            #expect(live.first == "OK subscribed all seq 1", "\(live)")
+            #expect(live.contains { $0.hasPrefix("EVENT 1 snapshot a ") }, "\(live)")
+            #expect(live.contains("EVENT 2 started b 3600000 3600000") && live.contains { $0.hasPrefix("EVENT 3 paused a ") }, "\(live)")
+            #expect(try say(as: nobody, ["SUBSCRIBE SINCE 1"]).filter { $0.hasPrefix("EVENT") }.map { $0.split(separator: " ")[1] } == ["2", "3"])
+            let ahead = try say(as: nobody, ["SUBSCRIBE SINCE 4"])
+            #expect(ahead.first?.hasPrefix("ERR bad-request SINCE 4 is ahead of the last event (3)") == true, "\(ahead)")
+            // Root reads the daemon-wide numbers: 1 + 7 + 5 before b's start.
+            let rootReplay = try daemon.connect()
+            _ = try rootReplay.request("SUBSCRIBE 65534/b SINCE 0")
+            #expect(try rootReplay.waitForEvent { $0.name == "65534/b" }.sequence == 14)
+            // A SIGKILL: every user's numbers are where they were.
+            #expect(try root.request("PING").outcome == .ok("pong"))
+            daemon.crash()
+            daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            #expect(try say(as: nobody, ["SUBSCRIBE SINCE 1"]).filter { $0.hasPrefix("EVENT") }.map { $0.split(separator: " ")[1] } == ["2", "3"])
+            let after = try say(as: nobody, ["SUBSCRIBE SINCE 3", "CANCEL b"])
+            #expect(after.first == "OK subscribed all seq 3" && after.contains { $0.hasPrefix("EVENT 4 cancelled b ") }, "\(after)")
+            #expect(try say(as: other, ["SUBSCRIBE nothing-here"]) == ["OK subscribed 1 seq 5"])
+        }
+
+        @Test(
             "another uid makes 75,000 lifecycle events in a burst: root's replay of its own countdowns reaches back to the start, only the flooder's history is cut, and root asking for everything is told whose",
             .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
             .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")

@@ -23,6 +23,9 @@
                                             EVENTS lifecycle and read everything, as fast as
                                             they can; write "subscribed N" to OUT, then read
                                             until killed
+  flood-as-user.py say SOCKET LINE...       send the lines, then PING, on one connection; print
+                                            every line received (the greeting first) up to and
+                                            including "OK pong"
 """
 import selectors
 import socket
@@ -179,6 +182,18 @@ def readers(path, count, out, prefix):
                 pass
 
 
+def say(path, lines):
+    s = connect(path)
+    buffer = [b""]
+    print(read_line(s, buffer))
+    s.sendall("".join(line + "\n" for line in lines + ["PING"]).encode())
+    while True:
+        line = read_line(s, buffer)
+        print(line)
+        if line == "OK pong":
+            break
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "connections":
         connections(sys.argv[2], sys.argv[3])
@@ -190,6 +205,8 @@ if __name__ == "__main__":
         churners(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "race":
         race(int(sys.argv[2]), sys.argv[3:])
+    elif sys.argv[1] == "say":
+        say(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "churn":
         churn(sys.argv[2], int(sys.argv[3]))
     else:

@@ -19,7 +19,8 @@ import Dispatch
 ///
 /// Names are per user (`CountdownAddress`): "everything" is every countdown for root, and a
 /// user's own for anyone else; the owner sees its countdowns by plain name, root as `<uid>/<name>`.
-/// So an event is encoded at most twice.
+/// Root reads the daemon-wide `seq`, the owner its own (`OwnerSequences`). So an event is
+/// encoded at most twice.
 ///
 /// Subscribers that follow everything with every kind (plain `SUBSCRIBE`, the usual case) share
 /// one stream per delivery: its lines are gathered once (for root, and for each user), and each
@@ -384,7 +385,7 @@ final class EventFanOut {
             let separateOwnerLine = event.owner != 0
             if separateOwnerLine {
                 ownerEventBuffer.removeAll(keepingCapacity: true)
-                WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, to: &ownerEventBuffer)
+                WireEncoder.appendEvent(event, name: CountdownAddress.split(event.name).name, seenBy: event.owner, to: &ownerEventBuffer)
             }
             if streamsThisToRoot { rootStream.add(eventBuffer, kind: event.kind) }
             if streamsToOwner {

@@ -29,7 +29,13 @@ import CountdownCore
 ///     4 flagged event: an event record (type 2's fields) followed by flags u8:
 ///               -- bit 0: the event was caused by the machine's sleep (`suspend`)
 ///               -- bit 1: the countdown stands still while the machine sleeps (ON-SUSPEND pause)
-///               -- written only when a flag is set
+///               -- bit 2: the owner's own number follows, owner_seq u64 (`OwnerSequences`)
+///               -- every event is written so since per-user numbers; before, only when a
+///               -- flag was set
+///     5 removed, numbered: a removed record (type 3's fields) followed by owner_seq u64
+///
+/// A record without `owner_seq` was written before per-user numbers: its owner saw the
+/// daemon-wide `seq`, which stands for its own number.
 ///
 /// Absent values are `Int64.min`. Ticks are never written: they are derived from deadlines.
 enum JournalFormat {
@@ -58,13 +64,15 @@ enum JournalFormat {
         case event = 2
         case removed = 3
         case flaggedEvent = 4
+        case numberedRemoved = 5
     }
 
     /// The flags of a `flaggedEvent` record.
     enum EventFlag {
         static let causedBySuspend: UInt8 = 1
         static let pausesOnSuspend: UInt8 = 2
-        static let known: UInt8 = 3
+        static let ownerSequence: UInt8 = 4
+        static let known: UInt8 = 7
     }
 
     /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
@@ -94,6 +102,8 @@ enum JournalFormat {
     struct EventRecord: Equatable {
         var event: CountdownEvent
         var state: StoredCountdown?
+        /// Whether the record holds the owner's own number: written since per-user numbers.
+        var numberedByOwner = true
     }
 
     // MARK: Writing
@@ -131,7 +141,8 @@ enum JournalFormat {
 
     static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
         let flags = (event.causedBySuspend ? EventFlag.causedBySuspend : 0) | (state.pausesOnSuspend ? EventFlag.pausesOnSuspend : 0)
-        buffer.append(flags == 0 ? RecordType.event.rawValue : RecordType.flaggedEvent.rawValue)
+            | EventFlag.ownerSequence
+        buffer.append(RecordType.flaggedEvent.rawValue)
         append(event.sequence, to: &buffer)
         buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
         buffer.append(UInt8(states.firstIndex(of: state.state) ?? 0))
@@ -146,17 +157,17 @@ enum JournalFormat {
         appendShortString(state.name, to: &buffer)
         append(state.lateMilliseconds ?? absent, to: &buffer)
         append(state.pinnedUnixMilliseconds ?? absent, to: &buffer)
-        if flags != 0 {
-            buffer.append(flags)
-        }
+        buffer.append(flags)
+        append(event.ownerSequence, to: &buffer)
     }
 
     static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
-        buffer.append(RecordType.removed.rawValue)
+        buffer.append(RecordType.numberedRemoved.rawValue)
         append(event.sequence, to: &buffer)
         append(UInt64(event.owner), to: &buffer, width: 4)
         append(event.totalMilliseconds, to: &buffer)
         appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
+        append(event.ownerSequence, to: &buffer)
     }
 
     /// Appends `value` little-endian (the encoding of every field; `SnapshotChecksum`'s too).
@@ -433,11 +444,13 @@ enum JournalFormat {
                 guard flags & ~EventFlag.known == 0 else {
                     throw FormatError(reason: "an event record with unknown flags (\(flags))")
                 }
+                let numberedByOwner = flags & EventFlag.ownerSequence != 0
+                let ownerSequence = numberedByOwner ? try reader.u64() : sequence
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 var event = CountdownEvent(
                     sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
                     remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate),
-                    owner: owner
+                    owner: owner, ownerSequence: ownerSequence
                 )
                 event.causedBySuspend = flags & EventFlag.causedBySuspend != 0
                 visit(EventRecord(
@@ -448,19 +461,23 @@ enum JournalFormat {
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
                         owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned),
                         pausesOnSuspend: flags & EventFlag.pausesOnSuspend != 0
-                    )
+                    ),
+                    numberedByOwner: numberedByOwner
                 ))
-            case .removed:
+            case .removed, .numberedRemoved:
                 let sequence = try reader.u64()
                 let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                 let total = try reader.i64()
                 let name = try reader.shortString()
+                let numberedByOwner = type == .numberedRemoved
+                let ownerSequence = numberedByOwner ? try reader.u64() : sequence
                 visit(EventRecord(
                     event: CountdownEvent(
                         sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),
-                        remainingMilliseconds: 0, totalMilliseconds: total, owner: owner
+                        remainingMilliseconds: 0, totalMilliseconds: total, owner: owner, ownerSequence: ownerSequence
                     ),
-                    state: nil
+                    state: nil,
+                    numberedByOwner: numberedByOwner
                 ))
             case nil:
                 throw FormatError(reason: "a record of unknown type")

@@ -47,6 +47,9 @@ enum SnapshotFile {
         /// The replay ring, oldest first, and the number after which it is complete.
         var events: [CountdownEvent] = []
         var eventsKeptAfter: UInt64 = 0
+        /// Each user's last own number (`nil`: written before per-user numbers, when every
+        /// user saw the daemon-wide numbers).
+        var ownerSequences: OwnerSequences?
         /// Rows of an SQLite snapshot that could not be read, or whose checksum does not match
         /// (their names, sanitized).
         var unreadableRows: [String] = []
@@ -155,7 +158,10 @@ enum SnapshotFile {
             eventsKeptAfter: contents.eventsKeptAfter, writtenUnixMilliseconds: SystemClock.unixNanoseconds() / 1_000_000,
             countdowns: UInt64(contents.rows.count), events: UInt64(contents.events.count), bootID: contents.bootID
         )
-        try write(header, events: contents.events, countdowns: { contents.rows.forEach($0) }, directory: directory)
+        try write(
+            header, owners: contents.ownerSequences ?? OwnerSequences(base: contents.lastSequence), events: contents.events,
+            countdowns: { contents.rows.forEach($0) }, directory: directory
+        )
     }
 
     /// Writes the engine's durable image as a complete snapshot to `directory`, each countdown
@@ -170,7 +176,10 @@ enum SnapshotFile {
             writtenUnixMilliseconds: clock.unixMilliseconds, countdowns: UInt64(image.count), events: UInt64(events.count),
             bootID: bootID
         )
-        try write(header, events: events, countdowns: { visit in image.forEach { visit(StoredCountdown($0, clock: clock)) } }, directory: directory)
+        try write(
+            header, owners: image.ownerSequences, events: events,
+            countdowns: { visit in image.forEach { visit(StoredCountdown($0, clock: clock)) } }, directory: directory
+        )
     }
 
     /// Writes a complete snapshot to `directory` and puts it in place atomically: a temporary
@@ -178,7 +187,8 @@ enum SnapshotFile {
     /// countdownd's database is removed after that: the image replaces it.
     /// Runs off the daemon's queue.
     private static func write(
-        _ header: SnapshotImage.Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void, directory: String
+        _ header: SnapshotImage.Header, owners: OwnerSequences, events: [CountdownEvent],
+        countdowns: ((StoredCountdown) -> Void) -> Void, directory: String
     ) throws(StorageError) {
         let path = directory + "/" + fileName
         let temporary = path + ".tmp"
@@ -191,7 +201,7 @@ enum SnapshotFile {
         var offset: Int64 = 0
         do throws(StorageError) {
             defer { countdownd_close(descriptor) }
-            try SnapshotImage.encode(header, events: events, countdowns: countdowns) { (bytes) throws(StorageError) in
+            try SnapshotImage.encode(header, owners: owners, events: events, countdowns: countdowns) { (bytes) throws(StorageError) in
                 try FileSystem.write(bytes, to: descriptor, at: offset, path: temporary)
                 offset += Int64(bytes.count)
                 // The file unlinked under the writer (the directory deleted: `rm -rf` removes

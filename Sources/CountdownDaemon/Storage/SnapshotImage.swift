@@ -8,13 +8,16 @@ import Glibc
 /// Frames, numbered from 0:
 ///
 ///     0     the image header, alone:
-///           16 image  version u8 (1), journal_generation u64, last_seq u64,
+///           16 image  version u8 (2), journal_generation u64, last_seq u64,
 ///                     events_kept_after u64, written_unix_ms i64, countdowns u64, events u64,
+///                     [version 2:] owner_base u64, owners u64,
 ///                     boot id (u8 length + bytes)
-///     1…    the replay history, then the countdowns, about 4 KiB of records a frame (a frame
-///           holds one kind or the other):
-///           18 event      seq u64, kind u8, flags u8 (bit 0: caused by the machine's sleep),
-///                         owner u32, remaining_ms i64, total_ms i64, late_ms i64, name
+///     1…    each user's last own number, the replay history, then the countdowns, about
+///           4 KiB of records a frame (a frame holds one kind of the three):
+///           20 owner      owner u32, last owner_seq u64 (`OwnerSequences`; version 2)
+///           18 event      seq u64, kind u8, flags u8 (bit 0: caused by the machine's sleep;
+///                         bit 1: owner_seq follows the name), owner u32, remaining_ms i64,
+///                         total_ms i64, late_ms i64, name, [owner_seq u64]
 ///           17 countdown  state u8, flags u8 (bit 0: stands still while the machine sleeps),
 ///                         owner u32, total_ms i64, deadline_unix_ms i64, deadline_boot_ns i64,
 ///                         remaining_ns i64, finished_unix_ms i64, late_ms i64, pinned_unix_ms i64,
@@ -25,7 +28,8 @@ import Glibc
 ///           -- (`chained`): a frame of another image, whole and in the right place (a lost
 ///           -- or misdirected write into reused blocks), does not chain
 ///
-/// Absent values are `Int64.min`. The file is written whole and renamed into place, so any
+/// Absent values are `Int64.min`. An image of version 1 was written before per-user numbers:
+/// its users saw the daemon-wide `seq`. The file is written whole and renamed into place, so any
 /// frame that does not verify, any frame out of its place, anything after the end record, an
 /// image without one (cut short), and counts that differ from the header's are damage. The
 /// reader goes on past damage to every whole frame, so `--repair-state` keeps every countdown
@@ -34,7 +38,7 @@ import Glibc
 /// The history comes first so that recovery can read it, then the journal, then stream the
 /// countdowns straight into the engine: a million (about 66 MB) are never gathered into an array.
 enum SnapshotImage {
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
     /// Records of countdowns and events are gathered into frames of about this many bytes: a
     /// flipped bit costs `--repair-state` at most one frame's countdowns (some 55).
     static let framePayload = 4 << 10
@@ -46,11 +50,13 @@ enum SnapshotImage {
         case countdown = 17
         case event = 18
         case end = 19
+        case owner = 20
     }
 
     enum Flag {
         static let pausesOnSuspend: UInt8 = 1
         static let causedBySuspend: UInt8 = 1
+        static let ownerSequence: UInt8 = 2
     }
 
     /// What the header frame says.
@@ -62,18 +68,30 @@ enum SnapshotImage {
         var countdowns: UInt64
         var events: UInt64
         var bootID: String?
+        /// `OwnerSequences.base`, and how many users' last numbers follow (version 2).
+        var ownerBase: UInt64 = 0
+        var owners: UInt64 = 0
     }
 
     // MARK: Writing
 
     /// Encodes a snapshot into frames, handing the bytes to `sink` about `writeChunk` at a time:
-    /// `header`, `events`, then the `header.countdowns` countdowns that `countdowns` hands over.
+    /// `header` (its owner fields from `owners`), `owners`' numbers, `events`, then the
+    /// `header.countdowns` countdowns that `countdowns` hands over.
     static func encode(
-        _ header: Header, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void,
+        _ header: Header, owners: OwnerSequences, events: [CountdownEvent], countdowns: ((StoredCountdown) -> Void) -> Void,
         sink: ([UInt8]) throws(StorageError) -> Void
     ) throws(StorageError) {
         var encoder = Encoder()
+        var header = header
+        header.ownerBase = owners.base
+        header.owners = UInt64(owners.last.count)
         encoder.add(header)
+        for (owner, sequence) in owners.last.sorted(by: { $0.key < $1.key }) {
+            encoder.add(owner: owner, last: sequence)
+            if let chunk = encoder.takeChunk() { try sink(chunk) }
+        }
+        encoder.sealFrame()  // The history starts a frame of its own.
         for event in events {
             encoder.add(event)
             if let chunk = encoder.takeChunk() { try sink(chunk) }
@@ -149,20 +167,29 @@ enum SnapshotImage {
             JournalFormat.append(header.writtenUnixMilliseconds, to: &buffer)
             JournalFormat.append(header.countdowns, to: &buffer)
             JournalFormat.append(header.events, to: &buffer)
+            JournalFormat.append(header.ownerBase, to: &buffer)
+            JournalFormat.append(header.owners, to: &buffer)
             JournalFormat.appendShortString(header.bootID ?? "", to: &buffer)
             sealFrame()
+        }
+
+        mutating func add(owner: UInt32, last: UInt64) {
+            buffer.append(RecordType.owner.rawValue)
+            JournalFormat.append(UInt64(owner), to: &buffer, width: 4)
+            JournalFormat.append(last, to: &buffer)
         }
 
         mutating func add(_ event: CountdownEvent) {
             buffer.append(RecordType.event.rawValue)
             JournalFormat.append(event.sequence, to: &buffer)
             buffer.append(UInt8(JournalFormat.kinds.firstIndex(of: event.kind) ?? 0))
-            buffer.append(event.causedBySuspend ? Flag.causedBySuspend : 0)
+            buffer.append((event.causedBySuspend ? Flag.causedBySuspend : 0) | Flag.ownerSequence)
             JournalFormat.append(UInt64(event.owner), to: &buffer, width: 4)
             JournalFormat.append(event.remainingMilliseconds, to: &buffer)
             JournalFormat.append(event.totalMilliseconds, to: &buffer)
             JournalFormat.append(event.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
+            JournalFormat.append(event.ownerSequence, to: &buffer)
         }
 
         mutating func add(_ row: StoredCountdown) {
@@ -215,6 +242,7 @@ enum SnapshotImage {
         private var endChain: UInt32?
         private var chain: UInt32 = 0
         private var countdownsRead: UInt64 = 0
+        private var ownersRead: UInt64 = 0
         private var readingCountdowns = false
         /// Problems past the first `problemLimit`, counted, not listed: damage across a million
         /// countdowns' frames would otherwise be a message of megabytes.
@@ -256,6 +284,9 @@ enum SnapshotImage {
             if header == nil { noteMissingHeader() }
             let read = (countdowns: countdownsRead, events: UInt64(contents.events.count))
             let promised = header.map { (countdowns: $0.countdowns, events: $0.events) }
+            if let header, header.owners != ownersRead {
+                note("it holds the numbers of \(ownersRead) users where its header says \(header.owners) were written: frames are missing, added or altered")
+            }
             if let end {
                 if end != read {
                     note("it holds \(read.countdowns) countdowns and \(read.events) events where its end record says \(end.countdowns) and \(end.events) were written: frames are missing, added or altered")
@@ -333,17 +364,21 @@ enum SnapshotImage {
                         throw JournalFormat.FormatError(reason: "an image header that is not the first frame")
                     }
                     let version = try reader.byte()
-                    guard version == SnapshotImage.version else {
-                        throw JournalFormat.FormatError(reason: "image version \(version), which this countdownd does not read (it reads \(SnapshotImage.version))")
+                    guard version == 1 || version == SnapshotImage.version else {
+                        throw JournalFormat.FormatError(reason: "image version \(version), which this countdownd does not read (it reads 1 and \(SnapshotImage.version))")
                     }
                     let generation = try reader.u64(), lastSequence = try reader.u64(), keptAfter = try reader.u64()
                     let written = try reader.i64(), countdowns = try reader.u64(), events = try reader.u64()
+                    let ownerBase = version >= 2 ? try reader.u64() : 0, owners = version >= 2 ? try reader.u64() : 0
                     let boot = try reader.shortString()
                     guard reader.offset == reader.end else { throw JournalFormat.FormatError(reason: "records after the image header in its frame") }
                     header = Header(
                         journalGeneration: generation, lastSequence: lastSequence, eventsKeptAfter: keptAfter,
-                        writtenUnixMilliseconds: written, countdowns: countdowns, events: events, bootID: boot.isEmpty ? nil : boot
+                        writtenUnixMilliseconds: written, countdowns: countdowns, events: events, bootID: boot.isEmpty ? nil : boot,
+                        ownerBase: ownerBase, owners: owners
                     )
+                    // Version 1: written before per-user numbers (`SnapshotFile.Contents`).
+                    contents.ownerSequences = version >= 2 ? OwnerSequences(base: ownerBase) : nil
                     contents.journalGeneration = generation
                     contents.lastSequence = lastSequence
                     contents.eventsKeptAfter = keptAfter
@@ -367,19 +402,32 @@ enum SnapshotImage {
                         lateMilliseconds: present(late), pinnedUnixMilliseconds: present(pinned),
                         pausesOnSuspend: flags & Flag.pausesOnSuspend != 0
                     ))
+                case .owner:
+                    guard !readingCountdowns, contents.events.isEmpty else {
+                        throw JournalFormat.FormatError(reason: "a user's number after the history or the countdowns")
+                    }
+                    let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4)), last = try reader.u64()
+                    guard owner != 0, contents.ownerSequences?.last[owner] == nil else {
+                        throw JournalFormat.FormatError(reason: "a user's number given twice, or root's")
+                    }
+                    ownersRead += 1
+                    if contents.ownerSequences == nil { contents.ownerSequences = OwnerSequences() }
+                    contents.ownerSequences?.raise(owner, to: last)
                 case .event:
                     guard !readingCountdowns else { throw JournalFormat.FormatError(reason: "an event after the countdowns") }
                     let sequence = try reader.u64()
                     let kindIndex = Int(try reader.byte()), flags = try reader.byte()
-                    guard kindIndex < JournalFormat.kinds.count, flags & ~Flag.causedBySuspend == 0 else {
+                    guard kindIndex < JournalFormat.kinds.count, flags & ~(Flag.causedBySuspend | Flag.ownerSequence) == 0 else {
                         throw JournalFormat.FormatError(reason: "an event with an unknown kind or flags")
                     }
                     let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                     let remaining = try reader.i64(), total = try reader.i64(), late = try reader.i64()
                     let name = try reader.name()
+                    let ownerSequence = flags & Flag.ownerSequence != 0 ? try reader.u64() : sequence
                     var event = CountdownEvent(
                         sequence: sequence, kind: JournalFormat.kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
-                        remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: present(late), owner: owner
+                        remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: present(late), owner: owner,
+                        ownerSequence: ownerSequence
                     )
                     event.causedBySuspend = flags & Flag.causedBySuspend != 0
                     contents.events.append(event)

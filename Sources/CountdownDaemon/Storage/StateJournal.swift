@@ -59,6 +59,8 @@ final class StateJournal: @unchecked Sendable {
         /// Every countdown, on this run's clock; whether a deadline passed is the engine's call.
         var countdowns: [PersistedCountdown] = []
         var lastSequence: UInt64 = 0
+        /// Each user's last own number.
+        var ownerSequences = OwnerSequences()
         /// Recent lifecycle events: the replay ring as the snapshot and the journal leave it (a
         /// long journal trims it by the ring's own per-owner rule, never silently).
         var ring = EventRing(capacity: 0)
@@ -205,7 +207,11 @@ final class StateJournal: @unchecked Sendable {
         if let snapshot {
             snapshotSameBoot = bootID != nil && snapshot.contents.bootID == bootID
             recovered.lastSequence = snapshot.contents.lastSequence
-            recovered.ring = EventRing(capacity: keepEvents, keptAfter: snapshot.contents.eventsKeptAfter)
+            // Before per-user numbers (`nil`), every user saw the daemon-wide numbers.
+            recovered.ownerSequences = snapshot.contents.ownerSequences ?? OwnerSequences(base: snapshot.contents.lastSequence)
+            recovered.ring = EventRing(
+                capacity: keepEvents, keptAfter: snapshot.contents.eventsKeptAfter, owners: snapshot.contents.ownerSequences
+            )
             for event in snapshot.contents.events { recovered.ring.append(event) }
             firstGeneration = snapshot.contents.journalGeneration
             try Self.refuseDamaged(snapshot)
@@ -215,6 +221,10 @@ final class StateJournal: @unchecked Sendable {
                 // An earlier countdownd's SQLite snapshot: replaced by an image as soon as may be.
                 snapshotNeeded = true
                 recovered.remarks.append("\(file) is the SQLite snapshot of an earlier countdownd; it is replaced by \(SnapshotFile.fileName) at the next snapshot")
+            } else if snapshot.contents.ownerSequences == nil {
+                // Written before per-user numbers: rewritten with them as soon as may be, so that
+                // each user's numbers are stored, not derived from the daemon-wide ones.
+                snapshotNeeded = true
             }
         }
         var highest = firstGeneration
@@ -263,6 +273,12 @@ final class StateJournal: @unchecked Sendable {
                     journalHashes.append(hash)
                 }
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
+                if record.numberedByOwner {
+                    recovered.ownerSequences.raise(record.event.owner, to: record.event.ownerSequence)
+                } else {
+                    // Written before per-user numbers: every user saw this number.
+                    recovered.ownerSequences.raiseBase(to: record.event.sequence)
+                }
                 recovered.ring.append(record.event)  // Lifecycle events only: not `snapshot` records.
                 eventCount += 1
             }
