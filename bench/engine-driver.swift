@@ -38,7 +38,7 @@ struct EngineDriver {
             engine.advance(to: now, events: &events)
             for event in events {
                 buffer.removeAll(keepingCapacity: true)
-                WireEncoder.appendEvent(event, name: event.name, to: &buffer)
+                WireEncoder.appendEvent(event, name: event.name, seenBy: 0, to: &buffer)
                 bytes &+= buffer.count
             }
             delivered += events.count

@@ -186,6 +186,10 @@ public struct CountdownEngine {
     /// Each user's own numbers (`CountdownEvent.ownerSequence`), on a host that decides; a
     /// replica's events carry the store's numbers, the same for everyone.
     public private(set) var ownerSequences = OwnerSequences()
+    /// The last owner `emit` numbered an event of, and its last number: a tick of the same user
+    /// as the event before (a user's countdowns often fall due together) needs no lookup. Only
+    /// `emit` and `continueOwnerSequences` change `ownerSequences`.
+    private var ownerSequenceMemo: (owner: UInt32, last: UInt64)?
     /// How many countdowns are running.
     public private(set) var runningCount = 0
     /// How many countdowns are paused.
@@ -356,6 +360,7 @@ public struct CountdownEngine {
     /// Continues each user's own numbering after what storage held.
     public mutating func continueOwnerSequences(_ stored: OwnerSequences) {
         ownerSequences.merge(stored)
+        ownerSequenceMemo = nil
     }
 
     /// The number of the last lifecycle event `viewer` may know of: for root, the daemon's
@@ -1024,8 +1029,12 @@ public struct CountdownEngine {
             ownerSequence = lastSequence
         } else if kind.isLifecycle {
             ownerSequence = ownerSequences.next(for: record.owner)
+            ownerSequenceMemo = (record.owner, ownerSequence)
+        } else if let memo = ownerSequenceMemo, memo.owner == record.owner {
+            ownerSequence = memo.last
         } else {
             ownerSequence = ownerSequences.last(of: record.owner)
+            ownerSequenceMemo = (record.owner, ownerSequence)
         }
         var event = CountdownEvent(
             sequence: lastSequence,

@@ -27,9 +27,13 @@ public struct OwnerSequences: Sendable, Equatable {
 
     /// Numbers `owner`'s next lifecycle event.
     mutating func next(for owner: UInt32) -> UInt64 {
-        let number = last(of: owner) + 1
-        last[owner] = number
-        return number
+        // One lookup (the dictionary's modify accessor), not one to read and one to write.
+        Self.increment(&last[owner, default: 0], base: base)
+    }
+
+    private static func increment(_ value: inout UInt64, base: UInt64) -> UInt64 {
+        value = max(value, base) + 1
+        return value
     }
 
     /// Makes sure `owner`'s next number is after `sequence` (reading stored events back).
