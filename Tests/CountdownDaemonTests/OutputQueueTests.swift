@@ -84,6 +84,25 @@ struct OutputQueueTests {
         #expect(drain(&queue, into: pair, scratch: &scratch) == "OK kept\nOK again\n")
     }
 
+    @Test("a long queue of event lines appended one by one holds about what it counts: each full chunk is full but for less than a line, and at most one has room to spare", arguments: [23, 57, 61, 200, 300])
+    func memoryIsWhatIsCounted(lineLength: Int) {
+        var queue = OutputQueue()
+        // A reused buffer with room to spare, as the fan-out's is: a chunk does not keep that room.
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(1 << 20)
+        while queue.byteCount < 4 << 20 {
+            buffer.removeAll(keepingCapacity: true)
+            buffer += [UInt8](repeating: UInt8(ascii: "x"), count: lineLength - 1) + [10]
+            queue.append(buffer)
+        }
+        // A line that does not fit starts the next chunk: under 2 % of a 16 KiB chunk for a line of
+        // 300 bytes or less (names are at most 255). Before, full chunks held up to twice their bytes.
+        #expect(Double(queue.retainedBytes) <= Double(queue.byteCount) * 1.02 + Double(OutputQueue.chunkSize), "\(queue.retainedBytes) bytes held for \(queue.byteCount) queued")
+        var small = OutputQueue()
+        small.append(buffer)
+        #expect(small.retainedBytes < 2 * lineLength + 64, "one line holds about its own size: \(small.retainedBytes)")
+    }
+
     @Test("replies and events go out in order")
     func order() {
         let pair = SocketPair()

@@ -116,6 +116,52 @@ extension Integration {
         }
 
         @Test(
+            "another uid's 150 never-reading lifecycle subscribers beside its own churn of 24,000 events: its queued output costs the daemon about its per-user limit (16 MiB here), not twice that, root is served, and the memory comes back when they leave",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func perUserOutputCostsItsLimit() throws {
+            let limit = 16 << 20
+            /// The daemon's growth over the churn: its peak, and what it holds once the subscribers
+            /// have left, when that is below `settled` (waited for: freed memory is given back to
+            /// the system a second after it is dropped).
+            func growth(subscribers: Int, settled: Int = .max) throws -> (peak: Int, after: Int) {
+                let directory = TemporaryDirectory()
+                chmod(directory.path, 0o755)
+                let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--output-limit-per-user", "\(limit)"], directory: directory)
+                let root = try daemon.connect()
+                let (holder, report) = try HostileTests.holdAsNobody(in: directory) { ["subscribers", daemon.socketPath, "\(subscribers)", $0, "lifecycle"] }
+                defer { holder.signal(SIGKILL); holder.wait() }
+                #expect(report == "subscribed \(subscribers)\n")
+                #expect(try root.request("PING").outcome == .ok("pong"))
+                let baseline = daemon.residentBytes()
+                let churn = try HostileTests.runAsNobody(["churn", daemon.socketPath, "8000"], timeout: 300)
+                #expect(churn.stdout.hasPrefix("events=24000"), "\(churn.stdout)\(churn.stderr)")
+                try HostileTests.expectRootServed(on: root)
+                let peak = daemon.peakResidentBytes() - baseline
+                holder.signal(SIGKILL)
+                holder.wait()
+                // Every subscriber's connection is closed and its output dropped once the daemon
+                // has seen it go (root's own, of its `done`, stays).
+                try waitUntil(timeout: 60) { try statValue("subscribers", on: root) == 1 }
+                do {
+                    try waitUntil(timeout: 60) { daemon.residentBytes() - baseline < settled }
+                } catch {
+                    Issue.record("the daemon still holds \((daemon.residentBytes() - baseline) >> 10) KiB more than before the churn, 60 s after the subscribers left; without them the churn left \(settled >> 10) KiB less 2 MiB")
+                }
+                return (peak, daemon.residentBytes() - baseline)
+            }
+            // The same churn without subscribers: what its history and names cost, for reference.
+            let alone = try growth(subscribers: 0)
+            let followed = try growth(subscribers: 150, settled: alone.after + (2 << 20))
+            let output = followed.peak - alone.peak
+            // The limit counts bytes; before, chunks that doubled past 16 KiB held more (23.8 MB
+            // here, where this build holds 17.7). A batch may pass the limit by its share of
+            // work (8,192 lines) before the furthest behind are cut off.
+            #expect(output < limit + (3 << 20), "the subscribers' output cost \(output >> 10) KiB at its peak, over a limit of \(limit >> 10) KiB")
+        }
+
+        @Test(
             "a user's seq counts its own changes only: another user's and root's STARTs move nothing it receives, its SINCE replays exactly, across a SIGKILL too, and root sees the daemon-wide numbers",
             .enabled(if: getuid() == 0, "needs root to run other uids with setpriv"),
             .enabled(if: toolExists("/usr/bin/python3"), "python3 speaks for the other uids")

@@ -720,7 +720,7 @@ final class ClientTable: @unchecked Sendable {
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
         recordUnsent(connection, 0)
-        if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
+        noteDropped(connection.output.byteCount)
         server?.connectionClosed(connection)
         listing[connection.id] = nil
         if connections.removeValue(forKey: connection.id) != nil {
@@ -757,7 +757,7 @@ final class ClientTable: @unchecked Sendable {
         // connection closes as soon as that is written.
         listing[connection.id] = nil
         connection.stopReading()
-        if connection.output.byteCount >= Self.largeOutput { releaseMemorySoon() }
+        noteDropped(connection.output.byteCount)
         connection.output.discardAllButCurrentLine()
         var line: [UInt8] = []
         WireEncoder.appendError(ProtocolError(.overflow, "\(reason); \(advice)"), to: &line)
@@ -772,8 +772,21 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
-    /// Output this large, dropped at once, is worth giving back to the system.
+    /// Output this large, dropped (at once, or by many connections since memory was last given
+    /// back: 150 subscribers that never read may hold 100 KiB each), is worth giving back to the
+    /// system.
     static let largeOutput = 1024 * 1024
+
+    /// Output dropped with closed or cut-off connections since memory was last given back.
+    private var droppedOutput = 0
+
+    /// Counts `bytes` of output dropped, and gives memory back once they add up to `largeOutput`.
+    private func noteDropped(_ bytes: Int) {
+        droppedOutput += bytes
+        guard droppedOutput >= Self.largeOutput else { return }
+        droppedOutput = 0
+        releaseMemorySoon()
+    }
 
     /// Gives freed memory back to the system, at most once a second: output queues are made of
     /// 16 KiB chunks, below the size glibc maps on its own, so what a dropped client held would

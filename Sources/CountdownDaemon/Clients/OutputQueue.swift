@@ -70,18 +70,38 @@ struct OutputQueue {
     }
 
     /// Appends bytes (replies and events alike: they go out in the order appended), to the last
-    /// chunk while it is small; otherwise in a new one.
+    /// chunk while they fit in `chunkSize`; otherwise in a new one.
+    ///
+    /// A chunk grows by doubling only up to `chunkSize`, and never past it: so the memory a long
+    /// queue holds is what it counts (`byteCount`) plus at most one chunk's spare room, not up to
+    /// twice as much (a chunk that passed 16 KiB by one line used to double to 32 KiB). The
+    /// per-user output limit counts bytes, and so bounds memory too.
     mutating func append(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         byteCount += bytes.count
-        if head < chunks.count, !lastChunkIsShared, chunks[chunks.count - 1].count < 16_384 {
-            // Appending behind a partly written chunk is safe: written bytes stay at its front.
-            chunks[chunks.count - 1].append(contentsOf: bytes)
-        } else {
-            chunks.append(bytes)
-            lastChunkIsShared = false
+        if head < chunks.count, !lastChunkIsShared {
+            let last = chunks.count - 1
+            let needed = chunks[last].count + bytes.count
+            if needed <= chunks[last].capacity || needed <= Self.chunkSize {
+                if needed > chunks[last].capacity {
+                    chunks[last].reserveCapacity(min(Self.chunkSize, max(needed, 2 * chunks[last].capacity)))
+                }
+                // Appending behind a partly written chunk is safe: written bytes stay at its front.
+                chunks[last].append(contentsOf: bytes)
+                return
+            }
         }
+        // A chunk of its own size: `bytes` may be a reused buffer with room to spare, which a
+        // chunk holding it would keep.
+        var chunk: [UInt8] = []
+        chunk.reserveCapacity(bytes.count)
+        chunk.append(contentsOf: bytes)
+        chunks.append(chunk)
+        lastChunkIsShared = false
     }
+
+    /// The most a chunk that `append` fills holds (one it starts with a larger piece holds that).
+    static let chunkSize = 16_384
 
     /// Appends bytes that other queues hold too (one delivery's events, for every subscriber that
     /// follows everything): large enough, they are kept as a chunk of their own, shared and not
