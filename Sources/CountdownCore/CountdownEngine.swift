@@ -363,6 +363,33 @@ public struct CountdownEngine {
         ownerSequenceMemo = nil
     }
 
+    /// A batch was undone (its commit failed): gives back each user's numbers that its undone
+    /// changes took, so the user's next event follows its last that stands and no number the
+    /// user saw is ever given to another event, also after a crash (recovery knows only stored
+    /// events). `undone` is every lifecycle event of the batch, in order; `standing` the events
+    /// time caused in it, which stand: their lifecycle events keep their numbers (a refused
+    /// change before one is a gap), and their ticks are lowered to the number their owner
+    /// continues after. The daemon-wide numbers are not given back (root sees gaps). On a
+    /// replica, nothing: the store numbers events.
+    public mutating func giveBackOwnerSequences(undone: [CountdownEvent], standing: inout [CountdownEvent]) {
+        guard configuration.decidesLocally else { return }
+        var continuesAfter: [UInt32: UInt64] = [:]
+        for event in undone where event.owner != 0 && event.kind.isLifecycle {
+            continuesAfter[event.owner] = min(continuesAfter[event.owner] ?? .max, event.ownerSequence - 1)
+        }
+        guard !continuesAfter.isEmpty else { return }
+        for event in standing where event.owner != 0 && event.kind.isLifecycle {
+            if let after = continuesAfter[event.owner] { continuesAfter[event.owner] = max(after, event.ownerSequence) }
+        }
+        for (owner, sequence) in continuesAfter { ownerSequences.rewind(owner, to: sequence) }
+        ownerSequenceMemo = nil
+        for index in standing.indices where !standing[index].kind.isLifecycle {
+            if let after = continuesAfter[standing[index].owner] {
+                standing[index].ownerSequence = min(standing[index].ownerSequence, after)
+            }
+        }
+    }
+
     /// The number of the last lifecycle event `viewer` may know of: for root, the daemon's
     /// last; for anyone else, its own last (on a replica, the store's, the same for everyone).
     public func lastSequence(seenBy viewer: UInt32) -> UInt64 {

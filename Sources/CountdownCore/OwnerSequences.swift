@@ -48,6 +48,13 @@ public struct OwnerSequences: Sendable, Equatable {
         base = max(base, sequence)
     }
 
+    /// Sets `owner`'s last number back to `sequence`: numbers after it were taken by changes that
+    /// were undone (`CountdownEngine.giveBackOwnerSequences`).
+    mutating func rewind(_ owner: UInt32, to sequence: UInt64) {
+        guard owner != 0 else { return }
+        last[owner] = max(base, sequence)
+    }
+
     /// Takes in another table (what storage held), keeping the higher number of each user.
     public mutating func merge(_ other: OwnerSequences) {
         raiseBase(to: other.base)

@@ -426,7 +426,8 @@ public final class Daemon: @unchecked Sendable {
         // A connection disconnected for overflow meanwhile has had its output replaced; it gets
         // nothing more.
         let rolledBack = clients.rollback(batch: batch.number)
-        let timeEvents = batch.timeEvents
+        var timeEvents = batch.timeEvents
+        engine.giveBackOwnerSequences(undone: batch.lifecycleEvents, standing: &timeEvents)
         let items = batch.items
         batch.begin()
         logger.log(.warning, "undid \(items.count) requests of the failed batch; changes among them are answered ERR unavailable")

@@ -92,7 +92,9 @@ extension Daemon {
             ("subscribers", "\(fanOut.subscriberCount)"),
             ("subscribers_behind", "\(fanOut.heldCount)"),
             ("listings_in_progress", "\(clients.listingCount)"),
-            ("last_seq", "\(engine.lastSequence)"),
+            // In the asker's numbers: the uid the daemon runs as (a per-user daemon's user) counts
+            // its own, as its `SINCE` does.
+            ("last_seq", "\(engine.lastSequence(seenBy: uid))"),
         ]
         for kind in EventKind.allCases where kind != .snapshot {
             lines.append(("events_\(kind.rawValue)", "\(statistics.eventsByKind[kind] ?? 0)"))
@@ -107,7 +109,7 @@ extension Daemon {
         lines.append(("storage", storage))
         lines.append(("journal_bytes", "\(journal.bytesSinceSnapshot)"))
         lines.append(("journal_generation", "\(journal.generation)"))
-        lines.append(("replay_kept_after", "\(ring.keptAfter)"))
+        lines.append(("replay_kept_after", "\(uid == 0 ? ring.keptAfter : ring.keptAfterOwn(owner: uid))"))
         lines.append(("batches_undone", "\(statistics.batchesUndone)"))
         lines.append(("listing_slices_redone", "\(statistics.listingSlicesRedone)"))
         lines.append(contentsOf: store.statisticsLines)

@@ -326,6 +326,36 @@ struct OwnerSequenceTests {
         #expect(upgraded.log.map(\.event.ownerSequence) == [41], "after every number the user may have seen before")
     }
 
+    @Test("an undone batch gives back the numbers its refused changes took: the user's next event follows its last that stands, and a tick of the batch says so")
+    func undoneNumbersGivenBack() throws {
+        for timeFinishesOne in [false, true] {
+            var clock = ManualClock()
+            try clock.start("1000/a", timeFinishesOne ? 1_000 : 2_000, uid: 1000)  // The user's 1.
+            clock.clearLog()
+            // The batch: a START (the user's 2), then time: a's tick (carrying 2), or its done (3),
+            // and b's first tick.
+            let before = clock.engine.persistentState(of: "1000/b")
+            try clock.start("1000/b", 60_000, uid: 1000)
+            clock.advance(byMilliseconds: 1_000)
+            let batch = clock.log.map(\.event)
+            #expect(batch.map(\.ownerSequence) == (timeFinishesOne ? [2, 3, 3] : [2, 2, 2]))
+            // Its commit fails: the START is undone; what time did stands.
+            clock.engine.revert("1000/b", to: before, now: clock.now)
+            var standing = Array(batch.dropFirst())
+            clock.engine.giveBackOwnerSequences(undone: batch.filter(\.kind.isLifecycle), standing: &standing)
+            if timeFinishesOne {
+                #expect(standing.map(\.ownerSequence) == [3, 3], "a done keeps its number; the refused 2 is a gap")
+                #expect(clock.engine.lastSequence(seenBy: 1000) == 3)
+            } else {
+                #expect(standing.map(\.ownerSequence) == [1, 1], "the ticks say the user's last is 1 again")
+                #expect(clock.engine.lastSequence(seenBy: 1000) == 1)
+            }
+            clock.clearLog()
+            try clock.start("1000/c", 60_000, uid: 1000)
+            #expect(clock.log.map(\.event.ownerSequence) == [timeFinishesOne ? 4 : 2])
+        }
+    }
+
     @Test("a replica numbers every event by the store's number, the same for every user")
     func replicaNumbers() throws {
         var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))

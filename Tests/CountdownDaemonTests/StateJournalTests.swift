@@ -169,6 +169,45 @@ struct StateJournalTests {
         #expect(try recovered.ring.events(after: 9, names: nil, viewer: 1000).map(\.name) == ["1000/new"])
     }
 
+    @Test("--repair-state keeps each user's own numbers: a user goes on after its last intact one, never at the daemon-wide number")
+    func ownerSequencesRepaired() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        do {
+            let journal = journal(in: directory)
+            _ = try recover(journal)
+            // Frame 1: root's six; frames 2 and 3: uid 1000's first and second, numbered 7 and 8.
+            func commit(_ events: [(UInt64, UInt32, UInt64)]) {
+                queue.sync {
+                    journal.beginBatch()
+                    for (sequence, owner, own) in events {
+                        var (event, state) = started(CountdownAddress.key(owner: owner, name: "n\(sequence)"), sequence: sequence)
+                        event.owner = owner
+                        event.ownerSequence = own
+                        state.owner = owner
+                        journal.note(event, state: state, clock: DaemonClock.system.mapping())
+                    }
+                    #expect(journal.commit() == .durable)
+                }
+            }
+            commit((1...6).map { ($0, 0, $0) })
+            commit([(7, 1000, 1)])
+            commit([(8, 1000, 2)])
+        }
+        // Root's frame damaged in the middle.
+        let path = try #require(try StateJournal.journalFiles(in: directory).first?.1)
+        var bytes = try #require(FileManager.default.contents(atPath: path)).map { $0 }
+        let frames = JournalFormat.wholeFrames(in: bytes)
+        bytes[frames[1].payload.lowerBound + 20] ^= 0x40
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        #expect(StateRepair.repair(directory) { _ in } == 0)
+        let recovered = try recoverOnceReleased(in: directory)
+        #expect(recovered.ownerSequences.last(of: 1000) == 2 && recovered.ownerSequences.last(of: 2000) == 0, "\(recovered.ownerSequences)")
+        #expect(recovered.lastSequence == 8)
+        #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 2, owner: 1000)) { try recovered.ring.events(after: 1, names: nil, viewer: 1000) }
+        #expect(try recovered.ring.events(after: 0, names: nil, viewer: 2000).isEmpty)
+    }
+
     @Test("a snapshot keeps each user's last number and the history's own numbers: a user whose history was pushed out is told from where it is whole")
     func ownerSequencesInSnapshot() throws {
         let scratch = ScratchDirectory()

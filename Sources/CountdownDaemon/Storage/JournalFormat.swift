@@ -446,6 +446,9 @@ enum JournalFormat {
                 }
                 let numberedByOwner = flags & EventFlag.ownerSequence != 0
                 let ownerSequence = numberedByOwner ? try reader.u64() : sequence
+                guard ownerSequence <= sequence else {
+                    throw FormatError(reason: "an event record whose owner's number (\(ownerSequence)) is above its own (\(sequence))")
+                }
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 var event = CountdownEvent(
                     sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
@@ -471,6 +474,9 @@ enum JournalFormat {
                 let name = try reader.shortString()
                 let numberedByOwner = type == .numberedRemoved
                 let ownerSequence = numberedByOwner ? try reader.u64() : sequence
+                guard ownerSequence <= sequence else {
+                    throw FormatError(reason: "a removed record whose owner's number (\(ownerSequence)) is above its own (\(sequence))")
+                }
                 visit(EventRecord(
                     event: CountdownEvent(
                         sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),

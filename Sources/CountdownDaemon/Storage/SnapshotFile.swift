@@ -159,7 +159,7 @@ enum SnapshotFile {
             countdowns: UInt64(contents.rows.count), events: UInt64(contents.events.count), bootID: contents.bootID
         )
         try write(
-            header, owners: contents.ownerSequences ?? OwnerSequences(base: contents.lastSequence), events: contents.events,
+            header, owners: OwnerSequences(startingFrom: contents), events: contents.events,
             countdowns: { contents.rows.forEach($0) }, directory: directory
         )
     }

@@ -243,6 +243,8 @@ enum SnapshotImage {
         private var chain: UInt32 = 0
         private var countdownsRead: UInt64 = 0
         private var ownersRead: UInt64 = 0
+        /// The header's version (`nil`: no header read): whether events carry their owner's number.
+        private var version: UInt8?
         private var readingCountdowns = false
         /// Problems past the first `problemLimit`, counted, not listed: damage across a million
         /// countdowns' frames would otherwise be a message of megabytes.
@@ -377,6 +379,10 @@ enum SnapshotImage {
                         writtenUnixMilliseconds: written, countdowns: countdowns, events: events, bootID: boot.isEmpty ? nil : boot,
                         ownerBase: ownerBase, owners: owners
                     )
+                    guard ownerBase <= lastSequence else {
+                        throw JournalFormat.FormatError(reason: "an image header whose users' numbers start after its last number")
+                    }
+                    self.version = version
                     // Version 1: written before per-user numbers (`SnapshotFile.Contents`).
                     contents.ownerSequences = version >= 2 ? OwnerSequences(base: ownerBase) : nil
                     contents.journalGeneration = generation
@@ -410,6 +416,9 @@ enum SnapshotImage {
                     guard owner != 0, contents.ownerSequences?.last[owner] == nil else {
                         throw JournalFormat.FormatError(reason: "a user's number given twice, or root's")
                     }
+                    guard version != 1, last <= header?.lastSequence ?? .max else {
+                        throw JournalFormat.FormatError(reason: "a user's number in an image of version 1, or after the image's last number")
+                    }
                     ownersRead += 1
                     if contents.ownerSequences == nil { contents.ownerSequences = OwnerSequences() }
                     contents.ownerSequences?.raise(owner, to: last)
@@ -423,7 +432,15 @@ enum SnapshotImage {
                     let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                     let remaining = try reader.i64(), total = try reader.i64(), late = try reader.i64()
                     let name = try reader.name()
-                    let ownerSequence = flags & Flag.ownerSequence != 0 ? try reader.u64() : sequence
+                    let numbered = flags & Flag.ownerSequence != 0
+                    // Version 2 numbers every event for its owner, version 1 none.
+                    if let version, numbered != (version >= 2) {
+                        throw JournalFormat.FormatError(reason: numbered ? "an owner's number in an image of version 1" : "an event without its owner's number")
+                    }
+                    let ownerSequence = numbered ? try reader.u64() : sequence
+                    guard ownerSequence <= sequence else {
+                        throw JournalFormat.FormatError(reason: "an event whose owner's number is above its own")
+                    }
                     var event = CountdownEvent(
                         sequence: sequence, kind: JournalFormat.kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
                         remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: present(late), owner: owner,

@@ -207,8 +207,7 @@ final class StateJournal: @unchecked Sendable {
         if let snapshot {
             snapshotSameBoot = bootID != nil && snapshot.contents.bootID == bootID
             recovered.lastSequence = snapshot.contents.lastSequence
-            // Before per-user numbers (`nil`), every user saw the daemon-wide numbers.
-            recovered.ownerSequences = snapshot.contents.ownerSequences ?? OwnerSequences(base: snapshot.contents.lastSequence)
+            recovered.ownerSequences = OwnerSequences(startingFrom: snapshot.contents)
             recovered.ring = EventRing(
                 capacity: keepEvents, keptAfter: snapshot.contents.eventsKeptAfter, owners: snapshot.contents.ownerSequences
             )
@@ -273,12 +272,7 @@ final class StateJournal: @unchecked Sendable {
                     journalHashes.append(hash)
                 }
                 recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
-                if record.numberedByOwner {
-                    recovered.ownerSequences.raise(record.event.owner, to: record.event.ownerSequence)
-                } else {
-                    // Written before per-user numbers: every user saw this number.
-                    recovered.ownerSequences.raiseBase(to: record.event.sequence)
-                }
+                recovered.ownerSequences.take(record)
                 recovered.ring.append(record.event)  // Lifecycle events only: not `snapshot` records.
                 eventCount += 1
             }

@@ -25,6 +25,8 @@ public enum StateRepair {
         var states: [String: StoredCountdown?] = [:]
         var snapshotRows = 0
         var lastSequence: UInt64 = 0
+        /// Each user's last own number among the intact records.
+        var ownerSequences = OwnerSequences()
         var highestGeneration: UInt64 = 0
         /// The files the repair moves aside.
         var journalPaths: [String] = []
@@ -82,6 +84,7 @@ public enum StateRepair {
             if let snapshot = try SnapshotFile.read(directory: directory) {
                 snapshotGeneration = snapshot.journalGeneration
                 inspection.lastSequence = snapshot.lastSequence
+                inspection.ownerSequences = OwnerSequences(startingFrom: snapshot)
                 inspection.snapshotRows = snapshot.rows.count
                 for row in snapshot.rows { inspection.states[row.key] = row }
                 inspection.findings.append("\(snapshotName): \(snapshot.rows.count) countdowns, continued by journal files from \(snapshot.journalGeneration) on")
@@ -140,6 +143,7 @@ public enum StateRepair {
         func take(_ record: JournalFormat.EventRecord) {
             inspection.states[record.event.name] = record.state
             inspection.lastSequence = max(inspection.lastSequence, record.event.sequence)
+            inspection.ownerSequences.take(record)
             events += 1
         }
         guard scan.damage != nil else {
@@ -226,6 +230,9 @@ public enum StateRepair {
                 events: [], eventsKeptAfter: inspection.lastSequence
             )
             contents.rows = inspection.intactCountdowns.sorted { $0.key < $1.key }
+            // Each user's numbers go on from its own last intact one, as root's from the last
+            // intact daemon-wide one: a user is never shown the daemon-wide number.
+            contents.ownerSequences = inspection.ownerSequences
             try SnapshotFile.write(contents, directory: directory)
             for path in inspection.journalPaths {
                 // Ignored on purpose: a journal file left behind is older than the new snapshot.
