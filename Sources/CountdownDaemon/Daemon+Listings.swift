@@ -8,10 +8,10 @@ extension Daemon {
 
     /// Starts a sliced reply on `connection`, producing its first slice now (into `replyBuffer`,
     /// as part of the request's reply). Its further requests wait until it is finished; the
-    /// client table keeps it (`ClientTable.beginListing`).
+    /// client table keeps it (`ClientOutput.listing`).
     func beginListing(_ listing: CountdownListing, purpose: ListingInProgress.Purpose, on connection: Connection, clock: WallClockMapping, now: Instant) {
         var progress = ListingInProgress(listing: listing, purpose: purpose, clock: clock)
-        switch clients.state(of: connection) {
+        switch clients.state(of: connection).phase {
         case .closed:
             return
         case .closing:
@@ -24,7 +24,7 @@ extension Daemon {
         case .open, .listing:
             produceSlice(of: &progress, for: connection.peerUID, now: now)
             if !progress.isFinished {
-                clients.beginListing(progress, on: connection)
+                clients.send(.listing(progress), to: connection, batch: batch.number)
             }
         }
     }
@@ -37,21 +37,22 @@ extension Daemon {
         beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
     }
 
-    /// Produces the next slice of listings (`ClientTable.continueListings`) as part of the
-    /// current batch: of every one whose connection has room, once per batch, or of one again
-    /// after a failed commit took it back. Each is recorded, so that a failed commit produces it
-    /// again from the same progress.
-    func continueListings(_ which: ClientTable.ListingsToContinue = .everyWithRoom, now: Instant) {
+    /// Produces the next slice of a listing (`RequestServer`) as part of the current batch: the
+    /// table continues each whose connection has room once per batch, and one again after a
+    /// failed commit took it back (`ClientOutput.listingSliceAgain`). Each is recorded, so that a
+    /// failed commit produces it again from the same progress.
+    func continueListing(_ progress: inout ListingInProgress, on connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
-        // What fell due first. Its events may cut a listing's connection off (`ERR overflow`):
-        // its listing ends with it, and the table produces nothing after the ERR.
+        let now = time.now()
+        // What fell due first (nothing, but for the first listing of a batch). Its events may cut
+        // the connection off (`ERR overflow`): then its listing ended with it, and nothing follows
+        // the ERR.
         advanceTime(to: now)
-        clients.continueListings(which) { progress, connection in
-            batch.items.append((connection, .listingSlice(progress)))
-            replyBuffer.removeAll(keepingCapacity: true)
-            produceSlice(of: &progress, for: connection.peerUID, now: now)
-            appendBesideEvents(to: connection)
-        }
+        guard clients.state(of: connection).phase != .closing else { return }
+        batch.items.append((connection, .listingSlice(progress)))
+        replyBuffer.removeAll(keepingCapacity: true)
+        produceSlice(of: &progress, for: connection.peerUID, now: now)
+        appendBesideEvents(to: connection)
     }
 
     /// Encodes the next slice into `replyBuffer`, and the final `OK` of a finished `LIST`.

@@ -228,7 +228,7 @@ public final class Daemon: @unchecked Sendable {
             running: engine.runningCount,
             paused: engine.pausedCount,
             subscribers: fanOut.subscriberCount,
-            connections: clients.count,
+            connections: clients.figures.connections,
             storage: storage,
             cluster: store.statusNote
         )
@@ -341,8 +341,7 @@ public final class Daemon: @unchecked Sendable {
         pollerBatch.deliverUrgent()
         store.continueWork()  // A slice per batch of a replica's catching up.
         laterInBatch.runDue(now: time.now())
-        clients.serveCarriedOver(rotation: Self.minimumTurnsPerBatch)
-        continueListings(now: time.now())
+        clients.continueWork(rotation: Self.minimumTurnsPerBatch)
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
@@ -438,7 +437,7 @@ public final class Daemon: @unchecked Sendable {
         var slicesRedone = 0
         for (connection, item) in items where rolledBack.contains(connection.id) {
             if case .listingSlice(let saved) = item {
-                continueListings(.again(connection, from: saved), now: now)
+                clients.send(.listingSliceAgain(saved), to: connection, batch: batch.number)
                 slicesRedone += 1
                 continue
             }

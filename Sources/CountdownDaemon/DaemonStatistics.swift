@@ -76,7 +76,7 @@ extension Daemon {
                 ("running", "\(tally.running)"),
                 ("paused", "\(tally.paused)"),
                 ("finished", "\(tally.finished)"),
-                ("connections", "\(clients.count(of: uid))"),
+                ("connections", "\(clients.figures.connectionsByUID[uid] ?? 0)"),
                 ("subscribers", "\(fanOut.subscriberCount(of: uid))"),
                 ("storage", storage),
                 ("scope", "user"),
@@ -88,10 +88,10 @@ extension Daemon {
             ("running", "\(engine.runningCount)"),
             ("paused", "\(engine.pausedCount)"),
             ("finished", "\(engine.finishedCount)"),
-            ("connections", "\(clients.count)"),
+            ("connections", "\(clients.figures.connections)"),
             ("subscribers", "\(fanOut.subscriberCount)"),
             ("subscribers_behind", "\(fanOut.heldCount)"),
-            ("listings_in_progress", "\(clients.listingCount)"),
+            ("listings_in_progress", "\(clients.figures.listingsInProgress)"),
             // In the asker's numbers: the uid the daemon runs as (a per-user daemon's user) counts
             // its own, as its `SINCE` does.
             ("last_seq", "\(engine.lastSequence(seenBy: uid))"),

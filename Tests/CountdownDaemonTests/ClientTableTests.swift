@@ -91,7 +91,7 @@ struct ClientTableTests {
         for _ in 0..<count {
             clientSockets.append(try harness.connect())
         }
-        #expect(harness.waitOnQueue { harness.clients.count == count })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == count })
         // The table's sockets, by inode: unique while open, whatever else this process opens.
         let tableSockets: Set<UInt64> = harness.queue.sync {
             Set(harness.clients.connections.values.map { connection in
@@ -101,7 +101,7 @@ struct ClientTableTests {
         }
         #expect(tableSockets.count == count && !tableSockets.contains(0))
         for fd in clientSockets { close(fd) }
-        #expect(harness.waitOnQueue { harness.clients.count == 0 }, "\(harness.queue.sync { harness.clients.count }) still open")
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 0 }, "\(harness.queue.sync { harness.clients.figures.connections }) still open")
         harness.clients.waitUntilDescriptorsClosed()  // Closed off the queue, by the closer's thread.
         var stillOpen = 0
         for entry in try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
@@ -236,7 +236,7 @@ struct ClientTableTests {
             clients.append(client)
             _ = harness.readLines(client, count: 1)
         }
-        #expect(harness.waitOnQueue { harness.clients.count == 4 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 4 })
         let events = [
             event(1, .started, "tea"), event(2, .tick, "tea", remaining: 4000), event(3, .done, "tea", remaining: 0),
         ] + (0..<30).map { event(UInt64(4 + $0), .tick, "n\($0)", remaining: 3000) }
@@ -342,7 +342,7 @@ struct ClientTableTests {
         defer { close(doneOnly); close(teaOnly) }
         _ = harness.readLines(doneOnly, count: 1)
         _ = harness.readLines(teaOnly, count: 1)
-        #expect(harness.waitOnQueue { harness.clients.count == 2 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 2 })
         harness.queue.sync {
             let connections = harness.clients.connections.values.sorted { $0.id < $1.id }
             #expect(throws: Never.self) {
@@ -368,7 +368,7 @@ struct ClientTableTests {
         defer { close(otp); close(users) }
         _ = harness.readLines(otp, count: 1)
         _ = harness.readLines(users, count: 1)
-        #expect(harness.waitOnQueue { harness.clients.count == 2 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 2 })
         harness.queue.sync {
             let connections = harness.clients.connections.values.sorted { $0.id < $1.id }
             #expect(throws: Never.self) {
@@ -406,7 +406,7 @@ struct ClientTableTests {
         defer { harness.finish() }
         let stuck = try harness.connect()
         defer { close(stuck) }
-        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 1 })
         let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
@@ -440,7 +440,7 @@ struct ClientTableTests {
         }
         let last = String(decoding: text, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
         #expect(last.hasPrefix("ERR overflow "), "last line: \(last)")
-        #expect(harness.waitOnQueue { harness.clients.count == 0 }, "closed")
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 0 }, "closed")
     }
 
     @Test("a burst of 10,000 ticks in one batch is no reason to hold a subscriber that reads: all of them reach it")
@@ -450,7 +450,7 @@ struct ClientTableTests {
         let reader = try harness.connect()
         defer { close(reader) }
         _ = harness.readLines(reader, count: 1)
-        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 1 })
         let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
@@ -471,7 +471,7 @@ struct ClientTableTests {
         defer { harness.finish() }
         let client = try harness.connect()
         defer { close(client) }
-        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 1 })
         let connection = try #require(harness.newestConnection)
         harness.queue.sync {
             #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
@@ -489,7 +489,7 @@ struct ClientTableTests {
         defer { harness.finish() }
         let slow = try harness.connect()
         defer { close(slow) }
-        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 1 })
         let connection = try #require(harness.newestConnection)
         var sequence: UInt64 = 1
         harness.queue.sync {
@@ -546,7 +546,7 @@ struct ClientTableTests {
         defer { harness.finish() }
         let stuck = try harness.connect()
         defer { close(stuck) }
-        #expect(harness.waitOnQueue { harness.clients.count == 1 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 1 })
         let connection = try #require(harness.newestConnection)
         let before = SystemClock.now()
         harness.queue.sync {
@@ -563,9 +563,9 @@ struct ClientTableTests {
         let deadline = try #require(harness.queue.sync { harness.later.nextDeadline }, "the end of the grace is scheduled")
         #expect(deadline >= before.advanced(byNanoseconds: 5_000_000_000) && deadline <= after.advanced(byNanoseconds: 5_000_000_000))
         #expect(harness.queue.sync { harness.later.runDue(now: deadline.advanced(byNanoseconds: -1)) } == 0)
-        #expect(harness.queue.sync { harness.clients.count } == 1, "still there during its grace, so that it can read why")
+        #expect(harness.queue.sync { harness.clients.figures.connections } == 1, "still there during its grace, so that it can read why")
         #expect(harness.queue.sync { harness.later.runDue(now: deadline) } == 1)
-        #expect(harness.queue.sync { harness.clients.count } == 0, "closed when the grace ends, though it never read")
+        #expect(harness.queue.sync { harness.clients.figures.connections } == 0, "closed when the grace ends, though it never read")
     }
 }
 
@@ -618,7 +618,7 @@ extension ClientTableTests {
         }
         let script = try NobodyScript(Self.nobodyStreamClients, arguments: [harness.socketPath, "\(expected.count)"])
         try #require(script.readLine() == "ready")
-        try #require(harness.waitOnQueue { harness.clients.count == 2 })
+        try #require(harness.waitOnQueue { harness.clients.figures.connections == 2 })
         harness.queue.sync {
             for connection in harness.clients.connections.values {
                 #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: [], kinds: .all) }
@@ -674,7 +674,7 @@ extension ClientTableTests {
         defer { close(root) }
         let script = try NobodyScript(Self.nobodyClients, arguments: [harness.socketPath])
         #expect(script.readLine() == "ready")
-        #expect(harness.waitOnQueue { harness.clients.count == 4 })
+        #expect(harness.waitOnQueue { harness.clients.figures.connections == 4 })
         let line = Array(repeating: UInt8(ascii: "x"), count: 1023) + [UInt8(ascii: "\n")]
         func queue(_ kib: Int, on connection: Connection) {
             harness.clients.touch(connection, batch: harness.batchNumber)

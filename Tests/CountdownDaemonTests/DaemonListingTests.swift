@@ -85,16 +85,16 @@ struct DaemonListingTests {
             for index in 0..<3000 { rig.run("START soon\(index) 50ms") }
             connection.output.discardAllButCurrentLine()  // Only what follows SUBSCRIBE matters.
             rig.run("SUBSCRIBE")
-            #expect(daemon.clients.state(of: connection) == .listing && daemon.clients.listingCount == 1, "snapshots in slices")
+            #expect(daemon.clients.state(of: connection).phase == .listing && daemon.clients.figures.listingsInProgress == 1, "snapshots in slices")
             return time.clock.now().advanced(byMilliseconds: 50)
         }
         // Until the `soon` countdowns are due: their 3,000 `done`s pass the 64 KiB limit.
         time.advance(byMilliseconds: 50)
         #expect(time.clock.now() >= dueBy)
         daemon.queue.sync {
-            daemon.continueListings(now: time.clock.now())
-            #expect(daemon.clients.state(of: connection) == .closing, "cut off for overflow")
-            #expect(daemon.clients.state(of: connection) != .listing && daemon.clients.listingCount == 0, "its listing ended with it")
+            daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
+            #expect(daemon.clients.state(of: connection).phase == .closing, "cut off for overflow")
+            #expect(daemon.clients.state(of: connection).phase != .listing && daemon.clients.figures.listingsInProgress == 0, "its listing ended with it")
             #expect(!daemon.clients.hasWorkLeft, "no listing left to go on")
             rig.write()
         }
@@ -112,8 +112,8 @@ struct DaemonListingTests {
             connection.output.discardAllButCurrentLine()
             connection.stopReading()  // As its QUIT, served after the LIST the first time, left it.
             rig.run("LIST")
-            #expect(daemon.clients.state(of: connection) == .closing, "still closing, never listing")
-            #expect(daemon.clients.listingCount == 0 && !daemon.clients.hasWorkLeft, "no listing left to go on")
+            #expect(daemon.clients.state(of: connection).phase == .closing, "still closing, never listing")
+            #expect(daemon.clients.figures.listingsInProgress == 0 && !daemon.clients.hasWorkLeft, "no listing left to go on")
             rig.write()
             #expect(connection.output.isEmpty, "the socket took it all")
         }

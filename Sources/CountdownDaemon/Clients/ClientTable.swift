@@ -91,16 +91,20 @@ final class ClientTable: @unchecked Sendable {
         connectionLimit = configuration.maximumConnections
     }
 
-    /// How many clients are connected.
-    var count: Int { connections.count }
-
-    /// How many of `uid`'s clients are connected.
-    func count(of uid: UInt32) -> Int {
-        connectionsByUID[uid] ?? 0
+    /// What the table holds, for `STATS` and the service status.
+    struct Figures {
+        /// Clients connected.
+        let connections: Int
+        /// Clients connected, by uid (absent: none).
+        let connectionsByUID: [UInt32: Int]
+        /// Replies in slices in progress.
+        let listingsInProgress: Int
     }
 
-    /// How many listings are in progress.
-    var listingCount: Int { listing.count }
+    /// What the table holds now.
+    var figures: Figures {
+        Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count)
+    }
 
     /// Opens the table for clients: `server` serves their requests, and new connections on
     /// `listener` are accepted, up to `connectionLimit` at once.
@@ -112,27 +116,40 @@ final class ClientTable: @unchecked Sendable {
         try listener.startAccepting(with: poller) { [unowned self] in acceptPending(poller: poller) }
     }
 
-    /// What the daemon may know of a connection's life (`Connection.Lifecycle`, without what
-    /// only the table needs).
-    enum ConnectionState {
-        /// Reading, or paused (backpressure, or changes waiting for the store).
-        case open
-        /// A reply in slices is in progress.
-        case listing
-        /// Takes no more requests; closes once its output is written.
-        case closing
-        /// Closed and forgotten.
-        case closed
+    /// What the daemon may know of a connection: where it is in its life (`Connection.Lifecycle`,
+    /// without what only the table needs), and how far behind its output is.
+    struct ConnectionState {
+        enum Phase {
+            /// Reading, or paused (backpressure, or changes waiting for the store).
+            case open
+            /// A reply in slices is in progress.
+            case listing
+            /// Takes no more requests; closes once its output is written.
+            case closing
+            /// Closed and forgotten.
+            case closed
+        }
+
+        let phase: Phase
+        /// The bytes its socket did not take at the last write (before this batch).
+        let unsent: Int
+        /// The bytes queued now.
+        let queued: Int
+
+        /// Whether it takes output (events, slices): open or listing.
+        var takesOutput: Bool { phase == .open || phase == .listing }
     }
 
-    /// Where `connection` is in its life.
+    /// Where `connection` is in its life, and how far behind (for the fan-out's rules).
     func state(of connection: Connection) -> ConnectionState {
+        let phase: ConnectionState.Phase
         switch connection.lifecycle {
-        case .reading, .paused: .open
-        case .listing: .listing
-        case .closing: .closing
-        case .closed: .closed
+        case .reading, .paused: phase = .open
+        case .listing: phase = .listing
+        case .closing: phase = .closing
+        case .closed: phase = .closed
         }
+        return ConnectionState(phase: phase, unsent: connection.unsentAfterLastWrite, queued: connection.output.byteCount)
     }
 
     /// Whether the next batch has work at once: connections carried over, or a listing with
@@ -289,11 +306,17 @@ final class ClientTable: @unchecked Sendable {
         endTurn(connection, budgetUsed: budget <= 0, skipped: skipped)
     }
 
-    /// Serves the connections carried over from the last batch, first in this one (see
-    /// `takeCarriedOver` for `rotation`).
-    func serveCarriedOver(rotation: Int) {
+    /// What the table does first in a batch: serves the connections carried over from the last
+    /// one (see `takeCarriedOver` for `rotation`), then continues every listing whose connection
+    /// has room (fewer than `listingOutputThreshold` bytes waiting) by a slice.
+    func continueWork(rotation: Int) {
         for connection in takeCarriedOver(rotation: rotation) {
             turn(connection)
+        }
+        for connection in listing.values where connection.output.byteCount < Self.listingOutputThreshold {
+            // Ended meanwhile: cut off for overflow by the events of a slice before it.
+            guard case .listing(let progress) = connection.lifecycle else { continue }
+            continueListing(connection, from: progress)
         }
     }
 
@@ -439,20 +462,10 @@ final class ClientTable: @unchecked Sendable {
     /// a client that reads slowly holds a few hundred KiB in the daemon, never the whole reply.
     static let listingOutputThreshold = 256 * 1024
 
-    /// Which listings `continueListings` continues.
-    enum ListingsToContinue {
-        /// Every listing whose connection has room (fewer than `listingOutputThreshold` bytes
-        /// waiting): once per batch.
-        case everyWithRoom
-        /// The one on `connection`, from `progress`: a slice a failed commit took back, produced
-        /// again.
-        case again(Connection, from: ListingInProgress)
-    }
-
     /// A listing begins on `connection` (its first slice was part of the request's reply): it is
     /// not read until the listing ends (its requests are answered in order, after it), and it is
     /// not closed while the listing goes on. `progress` is kept in its lifecycle.
-    func beginListing(_ progress: ListingInProgress, on connection: Connection) {
+    private func beginListing(_ progress: ListingInProgress, on connection: Connection) {
         precondition(!connection.isClosing, "connection \(connection.id) began a listing after it stopped reading")
         carried[connection.id] = nil
         connection.list(progress)
@@ -460,27 +473,16 @@ final class ClientTable: @unchecked Sendable {
         if !connection.isClosed { listing[connection.id] = connection }
     }
 
-    /// Continues listings by a slice each: `produce` makes the slice from the progress so far
-    /// (and queues it: `ClientOutput.besideEvents`). The listing ends after its last slice, and
-    /// its connection's framed requests are served in the next batch.
-    func continueListings(_ which: ListingsToContinue, produce: (inout ListingInProgress, Connection) -> Void) {
+    /// Continues the listing on `connection` by a slice (`RequestServer.continueListing`). The
+    /// listing ends after its last slice, and its connection's framed requests are served in the
+    /// next batch.
+    private func continueListing(_ connection: Connection, from progress: ListingInProgress) {
         dispatchPrecondition(condition: .onQueue(queue))
-        switch which {
-        case .everyWithRoom:
-            for connection in listing.values where connection.output.byteCount < Self.listingOutputThreshold {
-                // Ended meanwhile: cut off for overflow by the events of a slice before it.
-                guard case .listing(let progress) = connection.lifecycle else { continue }
-                continueListing(connection, from: progress, produce: produce)
-            }
-        case .again(let connection, let progress):
-            guard !connection.isClosing else { return }
-            continueListing(connection, from: progress, produce: produce)
-        }
-    }
-
-    private func continueListing(_ connection: Connection, from progress: ListingInProgress, produce: (inout ListingInProgress, Connection) -> Void) {
+        guard let server else { return }
         var progress = progress
-        produce(&progress, connection)
+        server.continueListing(&progress, on: connection)
+        // Cut off meanwhile (for overflow, by what fell due first): its listing ended with it.
+        guard !connection.isClosing else { return }
         if progress.isFinished {
             endListing(connection)
         } else {
@@ -528,6 +530,11 @@ final class ClientTable: @unchecked Sendable {
         case .answer(let ticket, let bytes):
             guard !connection.isClosed else { return }
             answer(connection, ticket: ticket, with: bytes, batch: batch)
+        case .listing(let progress):
+            beginListing(progress, on: connection)
+        case .listingSliceAgain(let progress):
+            guard !connection.isClosing else { return }
+            continueListing(connection, from: progress)
         }
     }
 
@@ -575,13 +582,6 @@ final class ClientTable: @unchecked Sendable {
         guard connection.touchedInBatch != batch else { return }
         connection.touchedInBatch = batch
         touched[connection.id] = connection
-    }
-
-    /// How far behind a subscriber is, for the fan-out's rules: the bytes its socket did not take
-    /// at the last write (`unsent`, before this batch), and the bytes queued now (`queued`).
-    /// `nil` once it stopped taking output (closing or closed).
-    func backlog(of connection: Connection) -> (unsent: Int, queued: Int)? {
-        connection.isClosing ? nil : (connection.unsentAfterLastWrite, connection.output.byteCount)
     }
 
     /// Queues one event line on a subscriber as output of `batch`; past the hard output limit

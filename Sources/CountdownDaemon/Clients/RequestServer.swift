@@ -20,6 +20,11 @@ protocol RequestServer: AnyObject {
     /// Everything queued on the connection was written (a subscriber held for being behind
     /// takes ticks again).
     func outputDrained(_ connection: Connection)
+
+    /// Produces the next slice of the listing on `connection` from `progress` (and queues it:
+    /// `ClientOutput.besideEvents`), advancing `progress`. The table ends the listing after its
+    /// last slice.
+    func continueListing(_ progress: inout ListingInProgress, on connection: Connection)
 }
 
 /// What a served request means for the rest of its connection's turn.
@@ -47,4 +52,11 @@ enum ClientOutput {
     case sharedEvents([UInt8])
     /// The store decided `ticket`: its reply takes its place, and the replies then ready go out.
     case answer(StoreTicket, [UInt8])
+    /// The rest of a reply in slices, from `ListingInProgress` (its first slice went out as part
+    /// of the reply): the connection is read no more until it ends, and the table continues it
+    /// (`RequestServer.continueListing`), a slice each batch while its output has room.
+    case listing(ListingInProgress)
+    /// A slice a failed commit took back, produced again now from the progress it was produced
+    /// from (nothing, for a connection that stopped taking output meanwhile).
+    case listingSliceAgain(ListingInProgress)
 }

@@ -61,15 +61,15 @@ extension Daemon {
     /// compacted away were never announced): each gets `RESYNC <seq>`, then snapshots of what it
     /// follows (by name: finished ones too, so a waiter learns of a `done` it missed).
     private func announceResync(now: Instant, clock: WallClockMapping) {
-        for (connection, following, kinds) in fanOut.subscriptions where clients.state(of: connection) == .open || clients.state(of: connection) == .listing {
+        for (connection, following, kinds) in fanOut.subscriptions where clients.state(of: connection).takesOutput {
             let viewer = connection.peerUID
             replyBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendResync(sequence: engine.lastSequence, to: &replyBuffer)
             if kinds.includes(.snapshot) {
                 switch following {
-                case .all where clients.state(of: connection) != .listing:
+                case .all where clients.state(of: connection).phase != .listing:
                     beginActiveSnapshots(on: connection, clock: clock, now: now)
-                case .prefix(let keyPrefix) where clients.state(of: connection) != .listing:
+                case .prefix(let keyPrefix) where clients.state(of: connection).phase != .listing:
                     // The prefix as its user writes it.
                     let prefix = CountdownAddress.display(keyPrefix, owner: viewer, to: viewer)
                     beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
@@ -216,7 +216,7 @@ extension Daemon {
         // SHUTDOWN line instead.
         guard !isStopping else { return }
         precondition(phase == .serving, "cluster replies are queued within a batch")
-        guard clients.state(of: connection) != .closed else { return }
+        guard clients.state(of: connection).phase != .closed else { return }
         var out: [UInt8] = []
         build(&out)
         batch.items.append((connection, .storeAnswer(out)))

@@ -497,7 +497,8 @@ final class EventFanOut {
     /// event: its ticks only while it is not behind (nor would be past half the hard limit with
     /// them), every lifecycle line up to the hard limit.
     private func append(_ stream: EventStream, to subscriber: Subscriber, batch: Int) {
-        guard let backlog = clients.backlog(of: subscriber.connection) else { return }
+        let backlog = clients.state(of: subscriber.connection)
+        guard backlog.takesOutput else { return }
         if stream.hasTicks && !subscriber.areTicksHeld {
             if backlog.unsent >= tickHoldThreshold {
                 holdTicks(of: subscriber)
@@ -558,7 +559,9 @@ final class EventFanOut {
     }
 
     private func append(_ line: [UInt8], kind: EventKind, to subscriber: Subscriber, batch: Int) {
-        guard subscriber.eventKinds.includes(kind), let backlog = clients.backlog(of: subscriber.connection) else { return }
+        guard subscriber.eventKinds.includes(kind) else { return }
+        let backlog = clients.state(of: subscriber.connection)
+        guard backlog.takesOutput else { return }
         if kind == .tick {
             guard !subscriber.areTicksHeld else { return }
             // Behind before this batch, not by what this batch queues: a client that reads keeps
