@@ -421,9 +421,7 @@ public struct CountdownEngine {
         if !configuration.decidesLocally {
             // A replica restores what it held; the shared store finishes and forgets (`takeDue`).
         } else if record.state == .running && record.deadline <= now {
-            record.state = .done
-            record.finishedAt = record.deadline
-            record.lateMilliseconds = now.nanoseconds(since: record.deadline) / 1_000_000
+            finishPastDeadline(&record, now: now, afterRestart: true)
         }
         let slot = allocateSlot()
         slotsByName.insert(hash: hash, slot: slot)
@@ -800,11 +798,10 @@ public struct CountdownEngine {
         if event == .done, record.state == .done {
             let deadline = record.finishedAt
             events[events.count - 1].due = deadline  // Its deadline: how late it is announced.
-            // The rule of `done` on a host of its own, where it is announced: more than a second
-            // after the deadline, it says how late (the store may have taken that long).
-            let late = now.nanoseconds(since: deadline)
-            if events[events.count - 1].lateMilliseconds == nil, late > 1_000_000_000 {
-                events[events.count - 1].lateMilliseconds = late / 1_000_000
+            // The rule of `done` on a host of its own, where it is announced (the store may have
+            // taken that long).
+            if events[events.count - 1].lateMilliseconds == nil {
+                events[events.count - 1].lateMilliseconds = Self.lateness(of: deadline, at: now)
             }
         }
         lastSequence = sequence
@@ -1083,6 +1080,22 @@ public struct CountdownEngine {
         record.generation &+= 1
     }
 
+    /// The one rule of a running countdown past its deadline: it is `done` as of the deadline
+    /// (retention runs from there, not from a late wake-up), and says how late (`lateness`).
+    private func finishPastDeadline(_ record: inout Record, now: Instant, afterRestart: Bool) {
+        finish(&record, as: .done, at: record.deadline)
+        record.lateMilliseconds = Self.lateness(of: record.deadline, at: now, afterRestart: afterRestart)
+    }
+
+    /// How late a `done` due at `deadline` and announced at `now` says it is: always after a
+    /// restart (the deadline passed while the daemon was down); otherwise only more than a
+    /// second after the deadline, which is no timer's jitter but a gap in the daemon's life, a
+    /// suspended machine, or (in cluster mode) a store that took that long.
+    static func lateness(of deadline: Instant, at now: Instant, afterRestart: Bool = false) -> Int64? {
+        let late = now.nanoseconds(since: deadline)
+        return afterRestart || late > 1_000_000_000 ? max(0, late) / 1_000_000 : nil
+    }
+
     /// A due entry of a running countdown: its `done`, or the tick for the latest whole second passed.
     /// Emits a running countdown's due event and returns its next wake-up, for the caller to
     /// put in the heap.
@@ -1096,11 +1109,7 @@ public struct CountdownEngine {
         if left <= 0 {
             var record = old
             countState(.running, of: record.owner, -1)
-            // Retention runs from the nominal deadline, not from a late wake-up.
-            finish(&record, as: .done, at: record.deadline)
-            // More than a second: not a timer's jitter but a gap in the daemon's life (or a
-            // suspended machine); say how late it is.
-            record.lateMilliseconds = left < -1_000_000_000 ? (-left) / 1_000_000 : nil
+            finishPastDeadline(&record, now: now, afterRestart: false)
             records[Int(slot)] = record
             emit(in: slot, .done, record, remaining: 0, into: &events)
             events[events.count - 1].due = record.deadline
