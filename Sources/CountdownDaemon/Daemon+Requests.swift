@@ -41,6 +41,8 @@ extension Daemon: RequestServer {
     /// subscribers of its own cannot make the batch that serves everyone else long. About 1 ms
     /// of work; a request that alone costs more is still served, one per batch.
     static let workPerUserPerBatch = 8192
+    /// What following one name costs, in those units: some 1,000 names a batch for one user.
+    static let workPerSubscribedName = 8
 
     /// A connection's turn begins (`RequestServer`): what fell due runs first, so its requests
     /// see the engine as of now, and what they change can be undone without touching what time
@@ -76,6 +78,7 @@ extension Daemon: RequestServer {
         replyBuffer.removeAll(keepingCapacity: true)
         events.removeAll(keepingCapacity: true)
         var quit = false
+        var names = 0
         switch frame {
         case .tooLong:
             let error = ProtocolError(
@@ -91,6 +94,7 @@ extension Daemon: RequestServer {
                 parsed = true
                 batch.items.append((connection, .request(request)))
                 quit = request == .quit
+                if case .subscribe(let addresses, _, _, _) = request { names = addresses.count }
                 // Read the wall clock once per turn, and only when a request needs it.
                 let mapping = turn.clock ?? time.mapping(at: now)
                 turn.clock = mapping
@@ -103,7 +107,11 @@ extension Daemon: RequestServer {
             }
         }
         appendReply(to: connection)
-        let cost = 1 + publish(events)
+        // A unit per request, per event line it queued on a subscriber, 8 per name a SUBSCRIBE
+        // follows (its subscription, tick interest and snapshot took about 3 µs each; 50 lines
+        // of 500 names used to be one batch's work), and one per 64 bytes of its reply (about a
+        // line).
+        let cost = 1 + publish(events) + Self.workPerSubscribedName * names + replyBuffer.count / 64
         let verdict = afterServing(connection, cost: cost, bounded: bounded, now: now)
         return quit ? .quit : verdict
     }

@@ -340,6 +340,7 @@ public final class Daemon: @unchecked Sendable {
         batchDeadline = time.now().advanced(byNanoseconds: requestTimeBudget)
         pollerBatch.deliverUrgent()
         store.continueWork()  // A slice per batch of a replica's catching up.
+        fanOut.continueWork()  // A slice of gone subscribers' names.
         laterInBatch.runDue(now: time.now())
         clients.continueWork(rotation: Self.minimumTurnsPerBatch)
         pollerBatch.deliverOthers()
@@ -348,7 +349,7 @@ public final class Daemon: @unchecked Sendable {
         if let signalNumber = service.stopSignal {
             stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
         }
-        return clients.hasWorkLeft || store.hasWorkLeft
+        return clients.hasWorkLeft || store.hasWorkLeft || fanOut.hasWorkLeft
     }
 
     /// Moves the batch to its next phase; any other move is a bug, stopped here by name.

@@ -225,6 +225,41 @@ struct ClientTableTests {
         CountdownEvent(sequence: sequence, kind: kind, name: name, remainingMilliseconds: remaining, totalMilliseconds: 5000)
     }
 
+    @Test("a connection that followed 10,000 names leaves a slice of 4,096 a batch: it gets no event meanwhile, its ticks stop as its names go, and the same connection following one of them again keeps it")
+    func manyNamesRetiredInSlices() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let (client, connection) = try harness.greetedClient()
+        defer { close(client) }
+        var ticking: [String: Int] = [:]
+        let names = (0..<10_000).map { "n\($0)" }
+        harness.queue.sync {
+            harness.fanOut.tickInterest.key = { name, on in ticking[name, default: 0] += on ? 1 : -1 }
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: names, kinds: .all) }
+            #expect(ticking.count == 10_000 && ticking.values.allSatisfy { $0 == 1 })
+            harness.fanOut.unsubscribe(connection)
+            #expect(harness.fanOut.hasWorkLeft && harness.fanOut.subscriberCount == 0)
+            // Follows one name again, as a new subscriber, before the old one's names are out.
+            #expect(throws: Never.self) { try harness.fanOut.subscribe(connection, to: ["n9999"], kinds: .lifecycle) }
+            let queued = connection.output.byteCount
+            harness.fanOut.deliver([event(1, .started, "n5"), event(2, .started, "n9999")], batch: harness.batchNumber)
+            #expect(connection.output.byteCount > queued, "the new subscription's event")
+            let afterOne = connection.output.byteCount
+            harness.fanOut.deliver([event(3, .started, "n5")], batch: harness.batchNumber)
+            #expect(connection.output.byteCount == afterOne, "nothing for the names it left")
+            var batches = 0
+            while harness.fanOut.hasWorkLeft {
+                harness.fanOut.continueWork()
+                batches += 1
+                if batches == 1 { #expect(ticking.values.filter { $0 == 0 }.count == 4_096, "one slice a batch") }
+            }
+            #expect(batches == 3)
+            #expect(ticking.values.allSatisfy { $0 == 0 }, "every name's tick interest given back")
+            harness.fanOut.deliver([event(4, .done, "n9999")], batch: harness.batchNumber)
+            #expect(connection.output.byteCount > afterOne, "the name followed again is still followed")
+        }
+    }
+
     @Test("subscribers that follow everything share one stream per delivery: each gets every line in order; one held behind gets the lifecycle lines alone; one with some kinds is served event by event")
     func sharedStreams() throws {
         let harness = try TableHarness()

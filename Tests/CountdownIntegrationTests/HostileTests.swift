@@ -116,6 +116,31 @@ extension Integration {
         }
 
         @Test(
+            "another uid's 30 connections each following its 10,000 countdowns by name, never reading: their SUBSCRIBEs are spread over batches by what they cost, root is served while they join and leave, and every name is given back",
+            .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")
+        )
+        func manyNamedSubscriptions() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            let root = try daemon.connect()
+            let (holder, report) = try HostileTests.holdAsNobody(in: directory) { ["namesubscribers", daemon.socketPath, "30", "10000", $0] }
+            defer { holder.signal(SIGKILL); holder.wait() }
+            #expect(report == "subscribed 30\n")
+            try HostileTests.expectRootServed(on: root)
+            // All of them followed (root's own subscription, of its `done`, is the 31st).
+            try waitUntil(timeout: 300) { try statValue("subscribers", on: root) == 31 }
+            #expect(daemon.stderrText.contains("uid 65534's requests used their share of a batch"), "spread over batches: \(daemon.stderrText.suffix(2000))")
+            holder.signal(SIGKILL)
+            holder.wait()
+            try HostileTests.expectRootServed(on: root)
+            // Every connection is gone (their names are taken out a slice a batch after that:
+            // `manyNamesRetiredInSlices`).
+            try waitUntil(timeout: 60) { try statValue("subscribers", on: root) == 1 }
+        }
+
+        @Test(
             "another uid's 150 never-reading lifecycle subscribers beside its own churn of 24,000 events: its queued output costs the daemon about its per-user limit (16 MiB here), not twice that, root is served, and the memory comes back when they leave",
             .enabled(if: getuid() == 0, "needs root to run a second uid with setpriv"),
             .enabled(if: toolExists("/usr/bin/python3"), "python3 drives the other uid's connections")

@@ -23,6 +23,12 @@
                                             EVENTS lifecycle and read everything, as fast as
                                             they can; write "subscribed N" to OUT, then read
                                             until killed
+  flood-as-user.py namesubscribers SOCKET N NAMES OUT
+                                            start NAMES countdowns of an hour, then open N
+                                            connections that each SUBSCRIBE to all of them by
+                                            name (lines of 300 names) and never read; write
+                                            "subscribed N" to OUT once every line is sent, then
+                                            hold them until killed
   flood-as-user.py say SOCKET LINE...       send the lines, then PING, on one connection; print
                                             every line received (the greeting first) up to and
                                             including "OK pong"
@@ -182,6 +188,47 @@ def readers(path, count, out, prefix):
                 pass
 
 
+def namesubscribers(path, count, names, out):
+    s = connect(path)
+    buffer = [b""]
+    read_line(s, buffer)  # greeting
+    for start in range(0, names, 1000):
+        chunk = range(start, min(start + 1000, names))
+        s.sendall(b"".join(b"START named%d 1h\n" % i for i in chunk))
+        for _ in chunk:
+            reply = read_line(s, buffer)
+            if not reply.startswith("OK"):
+                raise SystemExit("START refused: " + reply)
+    lines = b"".join(
+        b"SUBSCRIBE " + b" ".join(b"named%d" % i for i in range(start, min(start + 300, names))) + b"\n"
+        for start in range(0, names, 300)
+    )
+    held = []
+    for _ in range(count):
+        c = connect(path)
+        c.setblocking(False)
+        held.append((c, lines))
+    # Everything sent, never read: a socket the daemon does not read fast enough is written
+    # to as it takes more.
+    pending = [(c, memoryview(data)) for c, data in held]
+    while pending:
+        rest = []
+        for c, data in pending:
+            try:
+                sent = c.send(data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                rest.append((c, data[sent:]))
+        pending = rest
+        if pending:
+            time.sleep(0.01)
+    with open(out, "w") as f:
+        f.write("subscribed %d\n" % count)
+    while True:
+        time.sleep(3600)
+
+
 def say(path, lines):
     s = connect(path)
     buffer = [b""]
@@ -205,6 +252,8 @@ if __name__ == "__main__":
         churners(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "race":
         race(int(sys.argv[2]), sys.argv[3:])
+    elif sys.argv[1] == "namesubscribers":
+        namesubscribers(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     elif sys.argv[1] == "say":
         say(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "churn":

@@ -138,8 +138,10 @@ final class EventFanOut {
         }
         var followed: Set<String> = []
         if case .names(let existing) = subscriber.subscription { followed = existing }
-        let wanted = followed.union(names)
-        if !names.isEmpty && subscriber.subscription != .all && wanted.count > maximumNamesPerConnection {
+        // Only the new names cost anything: what it follows is grown in place below, not copied
+        // (a connection that follows 10,000 names in 20 requests cost 100,000 name copies).
+        let added = Set(names).subtracting(followed)
+        if !names.isEmpty && subscriber.subscription != .all && followed.count + added.count > maximumNamesPerConnection {
             throw ProtocolError(
                 .limit,
                 "a connection may follow at most \(maximumNamesPerConnection) names; SUBSCRIBE with no names follows all",
@@ -169,14 +171,17 @@ final class EventFanOut {
             regroup(subscriber)
             return
         }
-        for name in wanted.subtracting(followed) {
-            nameSubscribers[name, default: [:]][subscriber.id] = subscriber
-            if kinds.includes(.tick) { tickInterest.key(name, true) }
-        }
         if subscriber.subscription == .none {
             countSubscriber(subscriber, 1)
         }
-        subscriber.subscription = .names(wanted)
+        subscriber.subscription = .none  // `followed` holds the only reference: grown in place.
+        followed.reserveCapacity(followed.count + added.count)
+        for name in added {
+            followed.insert(name)
+            nameSubscribers[name, default: [:]][subscriber.id] = subscriber
+            if kinds.includes(.tick) { tickInterest.key(name, true) }
+        }
+        subscriber.subscription = .names(followed)
     }
 
     /// Adds a key prefix to a connection's subscription: every countdown whose key starts with
@@ -232,7 +237,64 @@ final class EventFanOut {
     /// Stops all events to a connection, and forgets it.
     func unsubscribe(_ connection: Connection) {
         guard let subscriber = subscribers.removeValue(forKey: connection.id) else { return }
+        if case .names(let names) = subscriber.subscription, names.count > Self.namesRetiredPerBatch {
+            // Many names: taken out a slice per batch (`continueWork`). Meanwhile it takes no
+            // event (no kind), and its names tick on for a moment.
+            retiring.append(Retiring(subscriber: subscriber, names: names, next: names.startIndex, ticking: subscriber.eventKinds.includes(.tick)))
+            subscriber.subscription = .none
+            subscriber.eventKinds = []
+            countSubscriber(subscriber, -1)
+            if subscriber.areTicksHeld {
+                subscriber.areTicksHeld = false
+                heldCount -= 1
+            }
+            return
+        }
         stopFollowing(subscriber)
+    }
+
+    /// A gone subscriber's names, still to be taken out of `nameSubscribers` and the engine's
+    /// tick interest from `next` on.
+    private struct Retiring {
+        let subscriber: Subscriber
+        let names: Set<String>
+        var next: Set<String>.Index
+        let ticking: Bool
+    }
+
+    /// Subscribers gone (closed, cut off, or `UNSUBSCRIBE`d) with more names than
+    /// `namesRetiredPerBatch`, in the order they went: fifty connections of 10,000 names each
+    /// leaving at once held one batch for 0.4 s, and every other client with it.
+    private var retiring: [Retiring] = []
+    static let namesRetiredPerBatch = 4096
+
+    /// Whether gone subscribers' names are still to be taken out (the next batch comes at once).
+    var hasWorkLeft: Bool { !retiring.isEmpty }
+
+    /// Takes up to `namesRetiredPerBatch` names of gone subscribers out (once a batch).
+    func continueWork() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        var budget = Self.namesRetiredPerBatch
+        while budget > 0, !retiring.isEmpty {
+            var entry = retiring[0]
+            let id = entry.subscriber.id
+            while budget > 0, entry.next != entry.names.endIndex {
+                let name = entry.names[entry.next]
+                entry.next = entry.names.index(after: entry.next)
+                budget -= 1
+                // The same connection may follow this name again by now, as another subscriber.
+                if nameSubscribers[name]?[id] === entry.subscriber {
+                    nameSubscribers[name]?[id] = nil
+                    if nameSubscribers[name]?.isEmpty == true { nameSubscribers[name] = nil }
+                }
+                if entry.ticking { tickInterest.key(name, false) }
+            }
+            if entry.next == entry.names.endIndex {
+                retiring.removeFirst()
+            } else {
+                retiring[0] = entry
+            }
+        }
     }
 
     /// Takes a subscriber out of everything it follows; its record stays (kinds back to all).
