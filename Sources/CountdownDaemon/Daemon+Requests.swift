@@ -41,6 +41,8 @@ extension Daemon: RequestServer {
     /// subscribers of its own cannot make the batch that serves everyone else long. About 1 ms
     /// of work; a request that alone costs more is still served, one per batch.
     static let workPerUserPerBatch = 8192
+    /// The most `LIST`s one non-root user may have in progress at once.
+    static let listsPerUser = 8
     /// What following one name costs, in those units: some 1,000 names a batch for one user.
     static let workPerSubscribedName = 8
 
@@ -212,6 +214,15 @@ extension Daemon: RequestServer {
             // In slices across batches, every countdown as of now (`CountdownListing`). The
             // prefix as the viewer's own (`1000/te` from uid 1000 is its `te`).
             let keyPrefix = try CountdownAddress.resolvePrefix(prefix, requester: uid)
+            // Each LIST in progress keeps the countdowns as they were when it began: every page
+            // changed meanwhile is copied for it. 250 stalled LISTs of one user beside its own
+            // changes held 1.3 GB; a few at a time hold a few copies at most.
+            if uid != 0, let lists = clients.figures.listsByUID[uid], lists >= Self.listsPerUser {
+                throw ProtocolError(
+                    .limit,
+                    "uid \(uid) already has \(lists) LISTs in progress, the most one user may have (each keeps the countdowns as they were when it began); read them to their end, or close the connections that do not"
+                )
+            }
             let filter = ListFilter(viewer: uid, states: states, prefix: CountdownAddress.display(keyPrefix, owner: uid, to: uid))
             beginListing(engine.listing(filter, frozen: true, now: now), purpose: .list, on: connection, clock: clock, now: now)
         case .cancel(let address):

@@ -187,6 +187,35 @@ extension Integration {
         }
 
         @Test(
+            "another uid's LISTs that it never reads: 8 may be in progress at once (each keeps the countdowns as they were when it began), the 9th is ERR limit, and once they are gone it may list again",
+            .enabled(if: getuid() == 0, "needs root to run other uids with setpriv"),
+            .enabled(if: toolExists("/usr/bin/python3"), "python3 speaks for the other uid")
+        )
+        func stalledListsPerUser() throws {
+            let directory = TemporaryDirectory()
+            chmod(directory.path, 0o755)
+            let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            let starts = try HostileTests.runAsNobody(["countdowns", daemon.socketPath, "20000"], timeout: 300)
+            #expect(starts.stdout.hasPrefix("ok=20000 "), "\(starts.stdout)\(starts.stderr)")
+            let root = try daemon.connect()
+            let (holder, report) = try HostileTests.holdAsNobody(in: directory) { ["lists", daemon.socketPath, "8", $0] }
+            defer { holder.signal(SIGKILL); holder.wait() }
+            #expect(report == "listing 8\n")
+            // 20,000 lines do not fit the room a listing may fill unread (with the socket's own
+            // buffers): all 8 stay in progress.
+            try waitUntil(timeout: 60) { try statValue("listings_in_progress", on: root) == 8 }
+            let refused = try HostileTests.runAsNobody(["say", daemon.socketPath, "LIST"], timeout: 60)
+            let lines = refused.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.dropFirst().first?.hasPrefix("ERR limit uid 65534 already has 8 LISTs in progress") == true, "\(refused.stdout.prefix(500))")
+            #expect(try root.request("LIST").outcome != nil, "root lists as ever")
+            holder.signal(SIGKILL)
+            holder.wait()
+            try waitUntil(timeout: 60) { try statValue("listings_in_progress", on: root) == 0 }
+            let again = try HostileTests.runAsNobody(["say", daemon.socketPath, "LIST"], timeout: 60)
+            #expect(again.stdout.contains("OK 20000"), "\(again.stdout.suffix(200))")
+        }
+
+        @Test(
             "a user's seq counts its own changes only: another user's and root's STARTs move nothing it receives, its SINCE replays exactly, across a SIGKILL too, and root sees the daemon-wide numbers",
             .enabled(if: getuid() == 0, "needs root to run other uids with setpriv"),
             .enabled(if: toolExists("/usr/bin/python3"), "python3 speaks for the other uids")

@@ -29,6 +29,8 @@
                                             name (lines of 300 names) and never read; write
                                             "subscribed N" to OUT once every line is sent, then
                                             hold them until killed
+  flood-as-user.py lists SOCKET N OUT       open N connections that send LIST and never read;
+                                            write "listing N" to OUT, then hold them until killed
   flood-as-user.py say SOCKET LINE...       send the lines, then PING, on one connection; print
                                             every line received (the greeting first) up to and
                                             including "OK pong"
@@ -229,6 +231,18 @@ def namesubscribers(path, count, names, out):
         time.sleep(3600)
 
 
+def lists(path, count, out):
+    held = []
+    for _ in range(count):
+        s = connect(path)
+        s.sendall(b"LIST\n")
+        held.append(s)
+    with open(out, "w") as f:
+        f.write("listing %d\n" % count)
+    while True:
+        time.sleep(3600)
+
+
 def say(path, lines):
     s = connect(path)
     buffer = [b""]
@@ -254,6 +268,8 @@ if __name__ == "__main__":
         race(int(sys.argv[2]), sys.argv[3:])
     elif sys.argv[1] == "namesubscribers":
         namesubscribers(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif sys.argv[1] == "lists":
+        lists(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif sys.argv[1] == "say":
         say(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "churn":

@@ -99,11 +99,20 @@ final class ClientTable: @unchecked Sendable {
         let connectionsByUID: [UInt32: Int]
         /// Replies in slices in progress.
         let listingsInProgress: Int
+        /// `LIST`s in progress (frozen listings: each keeps the countdowns as they were when it
+        /// began), by uid (absent: none).
+        let listsByUID: [UInt32: Int]
     }
 
     /// What the table holds now.
     var figures: Figures {
-        Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count)
+        var lists: [UInt32: Int] = [:]
+        for connection in listing.values {
+            if case .listing(let progress) = connection.lifecycle, progress.purpose == .list {
+                lists[connection.peerUID, default: 0] += 1
+            }
+        }
+        return Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count, listsByUID: lists)
     }
 
     /// Opens the table for clients: `server` serves their requests, and new connections on
