@@ -55,6 +55,12 @@ public struct OwnerSequences: Sendable, Equatable {
         last[owner] = max(base, sequence)
     }
 
+    /// Every user's numbers moved on by `count`: after a repair that may have lost some of a
+    /// user's last events, so that no number it saw is given again, whoever it is.
+    public func skipped(by count: UInt64) -> OwnerSequences {
+        OwnerSequences(base: base + count, last: last.mapValues { $0 + count })
+    }
+
     /// Takes in another table (what storage held), keeping the higher number of each user.
     public mutating func merge(_ other: OwnerSequences) {
         raiseBase(to: other.base)

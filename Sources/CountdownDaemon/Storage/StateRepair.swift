@@ -202,6 +202,9 @@ public enum StateRepair {
         return 1
     }
 
+    /// How far a repair moves every number on (`repair`): more than a journal file's records.
+    static let numbersSkipped: UInt64 = 1 << 20
+
     /// `--repair-state`: keeps what is intact, moves the old files aside; exit status 0 when the
     /// directory starts now.
     public static func repair(_ directory: String, print: (String) -> Void) -> Int32 {
@@ -225,21 +228,25 @@ public enum StateRepair {
             try FileSystem.sync(path: aside)
             // The journal files stay older than the new snapshot: skipped (and removed) at the next
             // start should this stop before removing them below.
+            // Numbers go on past every one that a lost record may have had: a journal file holds
+            // some 170,000 records at most (16 MiB), so nobody, root or user, is given a number
+            // again that it saw before the damage.
+            let lastSequence = inspection.lastSequence + Self.numbersSkipped
             var contents = SnapshotFile.Contents(
-                lastSequence: inspection.lastSequence, bootID: nil, journalGeneration: inspection.highestGeneration + 1,
-                events: [], eventsKeptAfter: inspection.lastSequence
+                lastSequence: lastSequence, bootID: nil, journalGeneration: inspection.highestGeneration + 1,
+                events: [], eventsKeptAfter: lastSequence
             )
             contents.rows = inspection.intactCountdowns.sorted { $0.key < $1.key }
-            // Each user's numbers go on from its own last intact one, as root's from the last
-            // intact daemon-wide one: a user is never shown the daemon-wide number.
-            contents.ownerSequences = inspection.ownerSequences
+            // Each user's from its own last intact one, as root's from the daemon-wide one: a
+            // user is never shown the daemon-wide number.
+            contents.ownerSequences = inspection.ownerSequences.skipped(by: Self.numbersSkipped)
             try SnapshotFile.write(contents, directory: directory)
             for path in inspection.journalPaths {
                 // Ignored on purpose: a journal file left behind is older than the new snapshot.
                 _ = unlink(path)
             }
             try FileSystem.sync(path: directory)
-            print("repaired \(directory): kept the \(contents.rows.count) countdowns found intact in a new snapshot; the old files are in \(aside). Replay history (SUBSCRIBE ... SINCE) starts after seq \(inspection.lastSequence)")
+            print("repaired \(directory): kept the \(contents.rows.count) countdowns found intact in a new snapshot; the old files are in \(aside). Replay history (SUBSCRIBE ... SINCE) starts afresh: every number goes on \(Self.numbersSkipped) past the last intact one")
             return 0
         } catch {
             print("cannot repair \(directory): \(error); \(error.advice)")
