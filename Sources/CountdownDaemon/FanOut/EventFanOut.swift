@@ -241,13 +241,7 @@ final class EventFanOut {
             // Many names: taken out a slice per batch (`continueWork`). Meanwhile it takes no
             // event (no kind), and its names tick on for a moment.
             retiring.append(Retiring(subscriber: subscriber, names: names, next: names.startIndex, ticking: subscriber.eventKinds.includes(.tick)))
-            subscriber.subscription = .none
-            subscriber.eventKinds = []
-            countSubscriber(subscriber, -1)
-            if subscriber.areTicksHeld {
-                subscriber.areTicksHeld = false
-                heldCount -= 1
-            }
+            markStopped(subscriber, takingFromNowOn: [])
             return
         }
         stopFollowing(subscriber)
@@ -321,14 +315,20 @@ final class EventFanOut {
                 if prefixLengths[prefix.utf8.count] == 0 { prefixLengths[prefix.utf8.count] = nil }
             }
         }
+        markStopped(subscriber, takingFromNowOn: .all)
+        regroup(subscriber)
+    }
+
+    /// A subscriber follows nothing any more: counted out, its held ticks let go, and taking
+    /// `kinds` from now on (all, for a record kept; none, for one whose names go later).
+    private func markStopped(_ subscriber: Subscriber, takingFromNowOn kinds: EventKindSet) {
         subscriber.subscription = .none
-        subscriber.eventKinds = .all
+        subscriber.eventKinds = kinds
         countSubscriber(subscriber, -1)
         if subscriber.areTicksHeld {
             subscriber.areTicksHeld = false
             heldCount -= 1
         }
-        regroup(subscriber)
     }
 
     /// Puts a subscriber that follows everything in the groups it qualifies for now, and takes

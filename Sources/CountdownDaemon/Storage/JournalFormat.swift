@@ -445,10 +445,7 @@ enum JournalFormat {
                     throw FormatError(reason: "an event record with unknown flags (\(flags))")
                 }
                 let numberedByOwner = flags & EventFlag.ownerSequence != 0
-                let ownerSequence = numberedByOwner ? try reader.u64() : sequence
-                guard ownerSequence <= sequence else {
-                    throw FormatError(reason: "an event record whose owner's number (\(ownerSequence)) is above its own (\(sequence))")
-                }
+                let ownerSequence = try ownerNumber(&reader, numbered: numberedByOwner, sequence: sequence, of: "an event record")
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 var event = CountdownEvent(
                     sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
@@ -473,10 +470,7 @@ enum JournalFormat {
                 let total = try reader.i64()
                 let name = try reader.shortString()
                 let numberedByOwner = type == .numberedRemoved
-                let ownerSequence = numberedByOwner ? try reader.u64() : sequence
-                guard ownerSequence <= sequence else {
-                    throw FormatError(reason: "a removed record whose owner's number (\(ownerSequence)) is above its own (\(sequence))")
-                }
+                let ownerSequence = try ownerNumber(&reader, numbered: numberedByOwner, sequence: sequence, of: "a removed record")
                 visit(EventRecord(
                     event: CountdownEvent(
                         sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),
@@ -489,6 +483,16 @@ enum JournalFormat {
                 throw FormatError(reason: "a record of unknown type")
             }
         }
+    }
+
+    /// A record's owner's number: read when it holds one, else its daemon-wide number (written
+    /// before per-user numbers); never above that.
+    private static func ownerNumber(_ reader: inout Reader, numbered: Bool, sequence: UInt64, of record: String) throws(FormatError) -> UInt64 {
+        let ownerSequence = numbered ? try reader.u64() : sequence
+        guard ownerSequence <= sequence else {
+            throw FormatError(reason: "\(record) whose owner's number (\(ownerSequence)) is above its own (\(sequence))")
+        }
+        return ownerSequence
     }
 
     private static func load32(_ bytes: [UInt8], _ offset: Int) -> UInt32 {
