@@ -65,20 +65,10 @@ struct StateJournalTests {
         return queue.sync { journal.health } == .available
     }
 
-    /// Recovers a fresh journal on a directory whose last journal was just let go. Its lock can
-    /// outlive it by a moment: a process that another test spawns at that instant holds a copy
-    /// of the lock's descriptor (and so the `flock`) until its `exec` closes it. Waits for that,
-    /// up to 30 s; any other refusal is thrown at once.
+    /// Recovers a fresh journal on a directory whose last journal was just let go (the wait for
+    /// a spawned process's copy of its lock is `recoverForTest`'s).
     func recoverOnceReleased(in directory: String) throws(StorageError) -> StateJournal.Recovered {
-        let deadline = Date().addingTimeInterval(30)
-        while true {
-            do throws(StorageError) {
-                return try recover(journal(in: directory))
-            } catch {
-                guard case .locked = error, Date() < deadline else { throw error }
-                usleep(1_000)
-            }
-        }
+        try recover(journal(in: directory))
     }
 
     func mode(_ path: String) -> mode_t {
@@ -253,7 +243,7 @@ struct StateJournalTests {
         }
         // A second journal on the same directory is refused while the first holds it.
         do throws(StorageError) {
-            _ = try recover(journal(in: directory))
+            _ = try journal(in: directory).recoverForTest(on: queue, waitingOutForks: false)
             Issue.record("a second journal recovered a locked directory")
         } catch {
             guard case .locked = error else {
@@ -395,17 +385,9 @@ struct StateJournalTests {
 
     /// A fresh journal, recovered on `directory` once an earlier one has let go.
     private func recoverableJournal(in directory: String) throws -> StateJournal {
-        let deadline = Date().addingTimeInterval(30)
-        while true {
-            let candidate = journal(in: directory)
-            do throws(StorageError) {
-                _ = try recover(candidate)
-                return candidate
-            } catch {
-                guard case .locked = error, Date() < deadline else { throw error }
-                usleep(1_000)
-            }
-        }
+        let candidate = journal(in: directory)
+        _ = try recover(candidate)
+        return candidate
     }
 
     @Test("a snapshot that fails because its directory was deleted, after the directory was recreated: the recreated one gets its snapshot at once, not a second later")

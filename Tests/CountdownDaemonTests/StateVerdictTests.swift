@@ -59,21 +59,14 @@ struct StateVerdictTests {
         try journal.recoverForTest(on: queue)
     }
 
-    /// Recovers `directory` with a fresh journal, waiting out a lock another test's spawned
-    /// process may hold a copy of for a moment (see StateJournalTests); `nil` when refused.
+    /// Recovers `directory` with a fresh journal (waiting out a lock another test's spawned
+    /// process may hold a copy of for a moment: `recoverForTest`); `nil` when refused.
     func start(_ directory: String) throws -> (Set<String>?, String) {
-        let deadline = Date().addingTimeInterval(30)
-        while true {
-            do throws(StorageError) {
-                let recovered = try recover(StateJournal(directory: directory, durability: .process, logger: logger, queue: queue))
-                return (Set(recovered.countdowns.map { "\($0.name) \($0.state) \($0.totalMilliseconds) \($0.remainingNanoseconds)" }), "")
-            } catch {
-                if case .locked = error, Date() < deadline {
-                    usleep(1_000)
-                    continue
-                }
-                return (nil, "\(error)")
-            }
+        do throws(StorageError) {
+            let recovered = try recover(StateJournal(directory: directory, durability: .process, logger: logger, queue: queue))
+            return (Set(recovered.countdowns.map { "\($0.name) \($0.state) \($0.totalMilliseconds) \($0.remainingNanoseconds)" }), "")
+        } catch {
+            return (nil, "\(error)")
         }
     }
 
