@@ -1,15 +1,14 @@
 /// The most recent lifecycle events, kept for `SUBSCRIBE … SINCE <seq>`: a client that was away
 /// replays what it missed, then goes live with no gap and no duplicate.
 ///
-/// Bounded: `capacity` events in all. Once full, a new event pushes out the oldest event of its
-/// own owner while that owner holds more than its share (`share`, a sixteenth of the capacity);
-/// otherwise the oldest event of the owner holding the most. So one user's flood of events
-/// pushes out its own history, never another user's: each uid keeps at least its last `share`
-/// events (4,096 of the default 65,536) while at most sixteen uids have history, and in general
-/// at least `capacity / (uids with history)`.
+/// Split strictly by owner: each uid keeps its own latest `depth` events, and only its own
+/// events push out its own. So what one user's history holds, and from where it is whole,
+/// depends on that user's changes alone: another user can neither push it out nor be counted
+/// through it (the eviction channel a shared history would open). Memory is `depth` events per
+/// uid that has made changes.
 ///
 /// A user other than root replays by its own numbers (`CountdownEvent.ownerSequence`), root by
-/// the daemon's. Each owner's kept events are the latest of its own (an event pushes out some
+/// the daemon's. Each owner's kept events are the latest of its own (an event pushes out its
 /// owner's oldest, never one in the middle), so an owner's history is whole after the number
 /// before its oldest kept event.
 ///
@@ -17,10 +16,8 @@
 /// events that have been released to clients, so a replay never shows a change that storage
 /// refused.
 public struct EventRing: Sendable {
-    /// The most events kept.
-    public let capacity: Int
-    /// How many of its latest events each uid keeps whatever the others do (with at most 16 uids).
-    public let share: Int
+    /// How many of its latest events each uid keeps, whatever the others do.
+    public let depth: Int
 
     /// One owner's events, oldest first, from `head` on.
     private struct OwnerHistory: Sendable {
@@ -52,8 +49,6 @@ public struct EventRing: Sendable {
     }
 
     private var histories: [UInt32: OwnerHistory] = [:]
-    /// The owners holding more than their share: where room is taken from, in O(1).
-    private var overShare: Set<UInt32> = []
     private var total = 0
     /// What every owner's history starts from (the ring read back after a restart).
     private let initialKeptAfter: UInt64
@@ -64,12 +59,12 @@ public struct EventRing: Sendable {
     /// mode) their events carry the daemon-wide numbers, and `initialKeptAfter` holds for them.
     private let numbersPerUser: Bool
 
-    /// Creates an empty ring that holds every event after `keptAfter` and, of each user, every
-    /// event numbered (by the user's own numbers) after its last in `owners` (`nil`: the users
-    /// see the daemon-wide numbers, as they did before per-user numbers and do in cluster mode).
-    public init(capacity: Int, keptAfter: UInt64 = 0, owners: OwnerSequences? = nil) {
-        self.capacity = max(0, capacity)
-        share = max(1, self.capacity / 16)
+    /// Creates an empty ring that keeps each owner's latest `depth` events, holding every event
+    /// after `keptAfter` and, of each user, every event numbered (by the user's own numbers)
+    /// after its last in `owners` (`nil`: the users see the daemon-wide numbers, as they did
+    /// before per-user numbers and do in cluster mode).
+    public init(depth: Int, keptAfter: UInt64 = 0, owners: OwnerSequences? = nil) {
+        self.depth = max(0, depth)
         initialKeptAfter = keptAfter
         initialOwners = owners ?? OwnerSequences(base: keptAfter)
         numbersPerUser = owners != nil
@@ -82,7 +77,7 @@ public struct EventRing: Sendable {
         OwnerHistory(keptAfter: keptAfter, keptAfterOwn: numbersPerUser ? max(event.ownerSequence, 1) - 1 : keptAfter)
     }
 
-    /// How many events are kept.
+    /// How many events are kept, of every owner.
     public var count: Int { total }
 
     /// Every lifecycle event numbered after this is kept, whoever owns it (or was never released:
@@ -105,29 +100,18 @@ public struct EventRing: Sendable {
     public mutating func append(_ event: CountdownEvent) {
         guard event.kind.isLifecycle else { return }
         let (keptAfter, perUser) = (initialKeptAfter, numbersPerUser)  // Not `self`: `histories` is being changed.
-        guard capacity > 0 else {
+        guard depth > 0 else {
             histories[event.owner, default: Self.newHistory(for: event, keptAfter: keptAfter, numbersPerUser: perUser)].keptAfter = event.sequence
             histories[event.owner]?.keptAfterOwn = event.ownerSequence
             return
         }
         let count = histories[event.owner, default: Self.newHistory(for: event, keptAfter: keptAfter, numbersPerUser: perUser)].append(event)
         total += 1
-        if count > share { overShare.insert(event.owner) }
-        guard total > capacity else { return }
-        // The newcomer's owner pays while over its share (the usual case); otherwise any owner
-        // over its share; only when none is (more than 16 owners, all within it), the owner
-        // holding the most, found by a scan.
-        let victim: UInt32
-        if overShare.contains(event.owner) {
-            victim = event.owner
-        } else if let over = overShare.first {
-            victim = over
-        } else {
-            victim = histories.max { $0.value.count < $1.value.count }?.key ?? event.owner
+        // Only the owner's own event pushes out the owner's own oldest.
+        if count > depth {
+            histories[event.owner]?.removeOldest()
+            total -= 1
         }
-        histories[victim]?.removeOldest()
-        if (histories[victim]?.count ?? 0) <= share { overShare.remove(victim) }
-        total -= 1
     }
 
     /// The kept events in order, oldest first.

@@ -86,7 +86,7 @@ public enum ConfigFile {
             "socket-mode = 0" + String(configuration.socketMode, radix: 8),
             "state-dir = \(stateDirectory)",
             "durability = \(configuration.durability.rawValue)",
-            "replay-events = \(configuration.replayEventCapacity)",
+            "replay-events = \(configuration.replayEventsPerUser)",
             "retention = \(engine.retentionMilliseconds / 1000)",
             "max-countdowns = \(engine.maximumCountdowns)",
             "max-countdowns-per-user = \(engine.maximumCountdownsPerOwner)",

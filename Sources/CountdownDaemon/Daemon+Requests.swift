@@ -366,7 +366,7 @@ extension Daemon: RequestServer {
             let whose = viewer == 0 && owner != 0 ? "uid \(owner)'s events" : "events"
             throw ProtocolError(
                 .gone,
-                "\(whose) after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events keeps each uid's last \(ring.share) at least); SUBSCRIBE without SINCE for the current state",
+                "\(whose) after \(sequence) are no longer kept: the oldest kept follows seq \(keptAfter) (--replay-events keeps each uid's last \(ring.depth)); SUBSCRIBE without SINCE for the current state",
                 fields: [.init("kept_after", "\(keptAfter)"), .advice(.subscribeWithoutSince)]
             )
         }

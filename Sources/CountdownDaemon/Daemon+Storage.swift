@@ -29,7 +29,7 @@ extension Daemon {
         var recovered: StateJournal.Recovered
         do throws(StorageError) {
             recovered = try journal.recover(
-                clock: clock, bootID: SystemClock.bootID, keepEvents: configuration.replayEventCapacity,
+                clock: clock, bootID: SystemClock.bootID, replayDepth: configuration.replayEventsPerUser,
                 prepare: { engine.reserveCapacity(forAdditional: $0) },
                 restore: { countdown, hash in
                     if countdown.state == .running && (countdown.deadline ?? now) <= now {

@@ -128,7 +128,7 @@ public final class Daemon: @unchecked Sendable {
         self.journal = StateJournal(
             directory: configuration.stateDirectory, durability: configuration.durability, logger: logger, queue: queue, time: time
         )
-        self.ring = EventRing(capacity: configuration.replayEventCapacity)
+        self.ring = EventRing(depth: configuration.replayEventsPerUser)
         let later = DelayedWork(queue: queue)
         self.later = later
         laterInBatch = DelayedWork(queue: queue)

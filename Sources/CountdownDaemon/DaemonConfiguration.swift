@@ -65,8 +65,9 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var stateDirectory: String
     /// How hard storage works to keep an acknowledged change.
     public var durability = Durability.process
-    /// How many recent lifecycle events are kept for `SUBSCRIBE … SINCE` (across restarts too).
-    public var replayEventCapacity = 65_536
+    /// How many of each uid's recent lifecycle events are kept for `SUBSCRIBE … SINCE` (across
+    /// restarts too): only a uid's own events push out its own.
+    public var replayEventsPerUser = 4_096
     /// Cluster mode: countdowns live in etcd, shared by every daemon on the same prefix; `nil`
     /// for a daemon on its own.
     public var cluster: ClusterConfiguration?
@@ -150,8 +151,8 @@ public enum DaemonCommandLine {
                                    ~/.local/state/countdownd)
           --durability LEVEL       process: every OK survives a killed daemon (default);
                                    power: also a power loss (fdatasync per batch)
-          --replay-events N        recent lifecycle events kept for SUBSCRIBE ... SINCE
-                                   (default 65536)
+          --replay-events N        each uid's recent lifecycle events kept for
+                                   SUBSCRIBE ... SINCE (default 4096)
           --retention SECONDS      how long a done or cancelled countdown stays
                                    visible before it is forgotten (default 600)
           --max-countdowns N       most countdowns held at once (default 1000000)
@@ -318,7 +319,7 @@ public enum DaemonCommandLine {
             return value
         }
         if let value = try count("max-countdowns") { configuration.engine.maximumCountdowns = value }
-        if let value = try count("replay-events") { configuration.replayEventCapacity = value }
+        if let value = try count("replay-events") { configuration.replayEventsPerUser = value }
         if let value = try count("retention") {
             // A year at most: the engine counts it in milliseconds on the monotonic clock.
             guard value <= 31_536_000 else {

@@ -94,7 +94,7 @@ struct EngineUndoTests {
 
     @Test("the replay ring keeps the newest lifecycle events and says from where it is complete")
     func eventRing() throws {
-        var ring = EventRing(capacity: 3)
+        var ring = EventRing(depth: 3)
         func event(_ sequence: UInt64, _ name: String, _ kind: EventKind = .started) -> CountdownEvent {
             CountdownEvent(sequence: sequence, kind: kind, name: name, remainingMilliseconds: 0, totalMilliseconds: 1000)
         }
@@ -123,14 +123,14 @@ struct ReplayShareTests {
 
     @Test("one uid's flood of 70,000 events pushes out its own history only: root's and another user's stay whole, and each replays from before the flood")
     func floodPushesOutItsOwn() throws {
-        var ring = EventRing(capacity: 65_536)
+        var ring = EventRing(depth: 4_096)
         var sequence: UInt64 = 0
         func next(_ owner: UInt32) -> CountdownEvent { sequence += 1; return event(sequence, owner: owner) }
         for _ in 0..<100 { ring.append(next(0)); ring.append(next(1000)) }
         let beforeFlood = sequence
         for _ in 0..<70_000 { ring.append(next(65_534)) }
         ring.append(next(0))
-        #expect(ring.count == 65_536)
+        #expect(ring.count == 101 + 100 + 4_096, "each keeps its own, the flooder its last 4,096")
         #expect(ring.keptAfter(owner: 0) == 0 && ring.keptAfter(owner: 1000) == 0, "nobody else lost anything")
         #expect(ring.keptAfter(owner: 65_534) > beforeFlood)
         #expect(try ring.events(after: 0, names: nil, viewer: 1000).count == 100, "a user replays its own, all of it")
@@ -143,28 +143,64 @@ struct ReplayShareTests {
         #expect(recent.map(\.sequence) == Array((sequence - 9)...sequence), "merged in order across owners")
     }
 
-    @Test("each uid keeps at least its share (a sixteenth) of its latest events, however the others fill the ring")
-    func sharesHold() throws {
-        var ring = EventRing(capacity: 1_600)
-        #expect(ring.share == 100)
+    @Test("each uid keeps exactly its latest events, up to the depth, however the others fill theirs")
+    func depthHolds() throws {
+        var ring = EventRing(depth: 100)
         var sequence: UInt64 = 0
         var generator = SystemRandomNumberGenerator()
         var lastOf: [UInt32: [UInt64]] = [:]
         for _ in 0..<50_000 {
-            // Uid 0..15, the low ones far busier.
-            let owner = UInt32(min(Int.random(in: 0..<64, using: &generator), Int.random(in: 0..<16, using: &generator)))
+            // Uid 0..63, the low ones far busier.
+            let owner = UInt32(min(Int.random(in: 0..<64, using: &generator), Int.random(in: 0..<64, using: &generator)))
             sequence += 1
             ring.append(event(sequence, owner: owner))
             lastOf[owner, default: []].append(sequence)
         }
-        #expect(ring.count == 1_600)
+        #expect(ring.count == lastOf.values.reduce(0) { $0 + min($1.count, 100) })
         for (owner, sequences) in lastOf {
             let mine = ring.events.filter { $0.owner == owner }.map(\.sequence)
             if owner != 0 {
                 #expect(try ring.events(after: ring.keptAfter(owner: owner), names: nil, viewer: owner).map(\.sequence) == mine, "uid \(owner) replays all it keeps")
             }
-            #expect(mine == Array(sequences.suffix(mine.count)), "uid \(owner) keeps a suffix of its own")
-            #expect(mine.count >= min(sequences.count, ring.share), "uid \(owner) keeps \(mine.count) of \(sequences.count)")
+            #expect(mine == Array(sequences.suffix(100)), "uid \(owner) keeps its own last 100 (or all it has)")
+        }
+    }
+
+    /// What `viewer` can read of the ring: its replay from every number, and where its history
+    /// is whole.
+    func view(of ring: EventRing, by viewer: UInt32, upTo last: UInt64) -> [String] {
+        (0...last).map { since in
+            do throws(EventRing.ReplayError) {
+                return "\(since): " + (try ring.events(after: since, names: nil, viewer: viewer)).map { "\($0.ownerSequence)" }.joined(separator: ",")
+            } catch {
+                return "\(since): \(error)"
+            }
+        } + ["kept after \(ring.keptAfterOwn(owner: viewer))"]
+    }
+
+    @Test("a user's history reads the same whatever the others do: with none, a few or a flood of other users' events between its own, at every depth, its replays and kept_after are identical")
+    func othersLeaveNoTrace() throws {
+        for depth in [1, 3, 16, 4_096] {
+            var views: [[String]] = []
+            for othersPerStep in [0, 1, 7, 5_000] {
+                var ring = EventRing(depth: depth, owners: OwnerSequences())
+                var ownNumbers: [UInt32: UInt64] = [:]
+                var sequence: UInt64 = 0
+                func append(_ owner: UInt32) {
+                    sequence += 1
+                    var event = event(sequence, owner: owner)
+                    ownNumbers[owner, default: 0] += 1
+                    event.ownerSequence = owner == 0 ? sequence : ownNumbers[owner]!
+                    ring.append(event)
+                }
+                for step in 0..<40 {
+                    append(1000)
+                    for other in 0..<othersPerStep { append(other % 3 == 0 ? 0 : 65_534 - UInt32(other % 2)) }
+                    if step % 10 == 0 { append(1000) }
+                }
+                views.append(view(of: ring, by: 1000, upTo: 44))
+            }
+            #expect(views.allSatisfy { $0 == views[0] }, "depth \(depth): \(views.map { $0.suffix(3) })")
         }
     }
 }
@@ -375,7 +411,7 @@ struct OwnerSequenceTests {
 
     @Test("a user replays by its own numbers, and is told from which of its own its history is whole after its own flood")
     func replayByOwnNumbers() throws {
-        var ring = EventRing(capacity: 1_600, owners: OwnerSequences())
+        var ring = EventRing(depth: 1_600, owners: OwnerSequences())
         var sequence: UInt64 = 0
         var own: [UInt32: UInt64] = [:]
         func next(_ owner: UInt32) -> CountdownEvent {
@@ -397,7 +433,7 @@ struct OwnerSequenceTests {
 
     @Test("after a restart, a user whose history was all pushed out is whole only after its last stored number; one whose history was kept replays it")
     func restoredRing() throws {
-        var ring = EventRing(capacity: 100, keptAfter: 90, owners: OwnerSequences(base: 0, last: [1000: 12, 2000: 30]))
+        var ring = EventRing(depth: 100, keptAfter: 90, owners: OwnerSequences(base: 0, last: [1000: 12, 2000: 30]))
         for own in UInt64(21)...30 { ring.append(event(80 + own, own: own, owner: 2000)) }
         #expect(throws: EventRing.ReplayError.tooOld(keptAfter: 12, owner: 1000)) { try ring.events(after: 11, names: nil, viewer: 1000) }
         #expect(try ring.events(after: 12, names: nil, viewer: 1000).isEmpty)

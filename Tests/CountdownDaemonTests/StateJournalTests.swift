@@ -209,7 +209,7 @@ struct StateJournalTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var engine = CountdownEngine()
         var events: [CountdownEvent] = []
-        var ring = EventRing(capacity: 16, owners: OwnerSequences())
+        var ring = EventRing(depth: 16, owners: OwnerSequences())
         for index in 0..<20 {
             _ = try engine.start("1000/a\(index)", milliseconds: 3_600_000, requester: 1000, now: SystemClock.now(), events: &events)
         }
@@ -329,7 +329,7 @@ struct StateJournalTests {
         journal.snapshotQueue.suspend()
         queue.sync {
             #expect(journal.snapshotIsDue(now: SystemClock.now()))
-            journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping())
+            journal.takeSnapshot(engine.durableImage(), ring: EventRing(depth: 16), clock: DaemonClock.system.mapping())
         }
         #expect(!(try FileManager.default.contentsOfDirectory(atPath: directory).contains { $0.hasPrefix("journal.") }), "still none while the snapshot is written")
         journal.snapshotQueue.resume()
@@ -378,7 +378,7 @@ struct StateJournalTests {
         }
         // Without it, the stop comes before the snapshot has landed.
         if letSnapshotLand {
-            queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping()) }
+            queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(depth: 16), clock: DaemonClock.system.mapping()) }
             #expect(waitUntilAvailable(journal))
         }
     }
@@ -403,7 +403,7 @@ struct StateJournalTests {
         // The snapshot waits to be written; meanwhile the directory goes (as `rm -rf` takes it,
         // after the file whose loss started the snapshot).
         journal.snapshotQueue.suspend()
-        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping()) }
+        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(depth: 16), clock: DaemonClock.system.mapping()) }
         try FileManager.default.removeItem(atPath: directory)
         // The daemon notices the deletion (inotify) and recreates the directory before the
         // snapshot's failure reaches its queue: the two are put on the queue in that order.
@@ -416,7 +416,7 @@ struct StateJournalTests {
             #expect(journal.health == .awaitingSnapshot, "recreated, waiting for its snapshot")
             #expect(journal.snapshotIsDue(now: SystemClock.now()), "the recreated directory's snapshot is due at once")
         }
-        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(capacity: 16), clock: DaemonClock.system.mapping()) }
+        queue.sync { journal.takeSnapshot(engine.durableImage(), ring: EventRing(depth: 16), clock: DaemonClock.system.mapping()) }
         #expect(waitUntilAvailable(journal))
     }
 

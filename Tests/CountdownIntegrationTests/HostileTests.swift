@@ -216,14 +216,14 @@ extension Integration {
         }
 
         @Test(
-            "a user's seq counts its own changes only: another user's and root's STARTs move nothing it receives, its SINCE replays exactly, across a SIGKILL too, and root sees the daemon-wide numbers",
+            "a user's seq counts its own changes only: another user's and root's STARTs move nothing it receives, its SINCE replays exactly, across a SIGKILL too, its replay history is pushed out by its own changes alone, and root sees the daemon-wide numbers",
             .enabled(if: getuid() == 0, "needs root to run other uids with setpriv"),
             .enabled(if: toolExists("/usr/bin/python3"), "python3 speaks for the other uids")
         )
         func sequencesArePrivate() throws {
             let directory = TemporaryDirectory()
             chmod(directory.path, 0o755)
-            var daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            var daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--replay-events", "4"], directory: directory)
             /// What uid `uid` receives for `lines` on one connection, the greeting and the final
             /// `OK pong` left out.
             func say(as uid: Int, _ lines: [String]) throws -> [String] {
@@ -257,11 +257,21 @@ extension Integration {
             // A SIGKILL: every user's numbers are where they were.
             #expect(try root.request("PING").outcome == .ok("pong"))
             daemon.crash()
-            daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"], directory: directory)
+            daemon = try DaemonProcess(arguments: ["--socket-mode", "0666", "--replay-events", "4"], directory: directory)
             #expect(try say(as: nobody, ["SUBSCRIBE SINCE 1"]).filter { $0.hasPrefix("EVENT") }.map { $0.split(separator: " ")[1] } == ["2", "3"])
             let after = try say(as: nobody, ["SUBSCRIBE SINCE 3", "CANCEL b"])
             #expect(after.first == "OK subscribed all seq 3" && after.contains { $0.hasPrefix("EVENT 4 cancelled b ") }, "\(after)")
             #expect(try say(as: other, ["SUBSCRIBE nothing-here"]) == ["OK subscribed 1 seq 5"])
+            // Its history (4 events here) is pushed out by its own changes, never by others':
+            // where it is whole stays put while root and the other user make 30 changes.
+            #expect(try say(as: nobody, ["START c 1h", "CANCEL c", "REMOVE c"]).count == 3)
+            let gone = try say(as: nobody, ["SUBSCRIBE SINCE 0"])
+            #expect(gone.first?.hasPrefix("ERR gone events after 0 are no longer kept: the oldest kept follows seq 3 ") == true, "\(gone)")
+            let restarted = try daemon.connect()
+            for index in 0..<20 { #expect(try restarted.request("START later\(index) 1h").countdown != nil) }
+            #expect(try say(as: other, (0..<10).map { "START later\($0) 1h" }).count == 10)
+            #expect(try say(as: nobody, ["SUBSCRIBE SINCE 0"]) == gone, "another's changes moved nothing")
+            #expect(try say(as: nobody, ["SUBSCRIBE SINCE 3"]).filter { $0.hasPrefix("EVENT") }.map { $0.split(separator: " ")[1] } == ["4", "5", "6", "7"])
         }
 
         @Test(

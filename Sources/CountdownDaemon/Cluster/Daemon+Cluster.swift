@@ -53,7 +53,7 @@ extension Daemon {
             engine.revert(key, to: state, now: now)
         }
         engine.continueSequence(after: sequence)
-        ring = EventRing(capacity: configuration.replayEventCapacity, keptAfter: engine.lastSequence)
+        ring = EventRing(depth: configuration.replayEventsPerUser, keptAfter: engine.lastSequence)
         announceResync(now: now, clock: clock)
     }
 

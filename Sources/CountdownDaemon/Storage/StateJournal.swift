@@ -63,7 +63,7 @@ final class StateJournal: @unchecked Sendable {
         var ownerSequences = OwnerSequences()
         /// Recent lifecycle events: the replay ring as the snapshot and the journal leave it (a
         /// long journal trims it by the ring's own per-owner rule, never silently).
-        var ring = EventRing(capacity: 0)
+        var ring = EventRing(depth: 0)
         /// What recovery had to say (torn tails cut, unreadable rows skipped), for the log.
         var remarks: [String] = []
         /// The files it read.
@@ -160,13 +160,13 @@ final class StateJournal: @unchecked Sendable {
     // MARK: - Recovery
 
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
-    /// keeping the last `keepEvents` lifecycle events for the replay ring; the countdowns are
+    /// keeping each uid's last `replayDepth` lifecycle events for the replay ring; the countdowns are
     /// gathered into `Recovered.countdowns` (see the other `recover` for the daemon's way).
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
-    func recover(clock: WallClockMapping, bootID: String?, keepEvents: Int) throws(StorageError) -> Recovered {
+    func recover(clock: WallClockMapping, bootID: String?, replayDepth: Int) throws(StorageError) -> Recovered {
         var countdowns: [PersistedCountdown] = []
         var recovered = try recover(
-            clock: clock, bootID: bootID, keepEvents: keepEvents,
+            clock: clock, bootID: bootID, replayDepth: replayDepth,
             prepare: { countdowns.reserveCapacity($0) }, restore: { countdown, _ in countdowns.append(countdown) }
         )
         recovered.countdowns = countdowns
@@ -184,7 +184,7 @@ final class StateJournal: @unchecked Sendable {
     /// countdowns may have been handed over already.
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(
-        clock: WallClockMapping, bootID: String?, keepEvents: Int,
+        clock: WallClockMapping, bootID: String?, replayDepth: Int,
         prepare: (Int) -> Void, restore: (PersistedCountdown, UInt32) -> Void
     ) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
@@ -192,7 +192,7 @@ final class StateJournal: @unchecked Sendable {
         lock = try StateDirectoryLock(directory: directory)
         directoryIdentity = Self.identity(of: directory)
         var recovered = Recovered()
-        recovered.ring = EventRing(capacity: keepEvents)
+        recovered.ring = EventRing(depth: replayDepth)
         // The journal's countdowns by key, in the order their last records came (a removed one
         // is a tombstone, `nil`), and an index from each key's hash to its place there.
         var journalStates: [(StoredCountdown, sameBoot: Bool)?] = []
@@ -209,7 +209,7 @@ final class StateJournal: @unchecked Sendable {
             recovered.lastSequence = snapshot.contents.lastSequence
             recovered.ownerSequences = OwnerSequences(startingFrom: snapshot.contents)
             recovered.ring = EventRing(
-                capacity: keepEvents, keptAfter: snapshot.contents.eventsKeptAfter, owners: snapshot.contents.ownerSequences
+                depth: replayDepth, keptAfter: snapshot.contents.eventsKeptAfter, owners: snapshot.contents.ownerSequences
             )
             for event in snapshot.contents.events { recovered.ring.append(event) }
             firstGeneration = snapshot.contents.journalGeneration

@@ -11,12 +11,12 @@ extension StateJournal {
     /// another test spawns at that instant holds a copy of the lock's descriptor (and so the
     /// `flock`) until its `exec` closes it. Unless `waitingOutForks` is false (a test of the lock
     /// itself), a `.locked` refusal is retried for up to 30 s; any other is thrown at once.
-    func recoverForTest(on queue: DispatchQueue, keepEvents: Int = 100, waitingOutForks: Bool = true) throws(StorageError) -> Recovered {
+    func recoverForTest(on queue: DispatchQueue, replayDepth: Int = 100, waitingOutForks: Bool = true) throws(StorageError) -> Recovered {
         var waited: UInt32 = 0
         while true {
             let result: Result<Recovered, StorageError> = queue.sync {
                 do throws(StorageError) {
-                    let recovered = try recover(clock: DaemonClock.system.mapping(), bootID: SystemClock.bootID, keepEvents: keepEvents)
+                    let recovered = try recover(clock: DaemonClock.system.mapping(), bootID: SystemClock.bootID, replayDepth: replayDepth)
                     startWriting()
                     return .success(recovered)
                 } catch {
