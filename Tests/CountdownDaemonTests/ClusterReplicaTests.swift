@@ -110,20 +110,85 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("a retry refused outright (no leader) after a lost answer is still may-or-may-not: the first attempt can commit once quorum returns")
-    func refusedRetryAfterLostAnswer() throws {
+    /// What a change was answered, seen from outside the queue.
+    final class Answered: @unchecked Sendable {
+        var outcome: ClusterReplica.ChangeOutcome?
+    }
+
+    /// Proposes one change and sends it (as a batch's end does); its answer lands in the box.
+    func propose(_ replica: ClusterReplica, value: ClusterValue) -> Answered {
+        let answered = Answered()
+        queue.sync {
+            replica.change("otp:1", to: value, expecting: .absent) { answered.outcome = $0 }
+            replica.sendPending()
+        }
+        return answered
+    }
+
+    /// Moves the clock by `milliseconds` and runs the housekeeping, answering what it sends with
+    /// `answer` (built from the transaction); how many transactions it sent.
+    func housekeeping(_ replica: ClusterReplica, _ store: ScriptedEtcd, after milliseconds: Int64, answer: (ScriptedEtcd.Transaction) -> Result<EtcdTransactionResult, EtcdError>) -> Int {
+        time.advance(byMilliseconds: milliseconds)
+        return queue.sync {
+            replica.housekeeping(now: time.clock.now())
+            var sent = 0
+            while let next = store.transactions.first {
+                sent += 1
+                store.answer(answer(next))
+            }
+            return sent
+        }
+    }
+
+    @Test("refused for want of a leader (an election: nothing proposed): held, asked again at the housekeeping after its pause, not before, and committed once a leader answers")
+    func noLeaderIsWaitedOut() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
-        let (outcome, sent) = change(replica, store, value: value(replica), answers: [
-            { _ in .failure(.ambiguous("timed out")) },
-            { _ in .failure(.server(code: 14, message: "etcdserver: no leader")) },
-        ])
-        #expect(sent.count == 2)
-        guard case .failed(.ambiguous(let why))? = outcome else {
-            Issue.record("answered as surely not made: \(String(describing: outcome))")
+        let mine = value(replica)
+        let answered = propose(replica, value: mine)
+        queue.sync { store.answer(.failure(.server(code: 14, message: "etcdserver: no leader"))) }
+        #expect(queue.sync { answered.outcome } == nil && queue.sync { store.transactions.isEmpty }, "held, not answered, not sent again at once")
+        #expect(housekeeping(replica, store, after: 100, answer: { _ in .failure(.ambiguous("not sent yet")) }) == 0, "not before its pause")
+        #expect(housekeeping(replica, store, after: 100, answer: { _ in .failure(.server(code: 14, message: "etcdserver: no leader")) }) == 1, "asked again")
+        var operations: [String?] = []
+        let sent = housekeeping(replica, store, after: 200, answer: { transaction in
+            operations.append(transaction.putValue?.operation)
+            return .success(EtcdTransactionResult(succeeded: true, revision: 77, ranges: []))
+        })
+        #expect(sent == 1 && operations == [mine.operation], "the same change, the same operation id")
+        guard case .committed(77)? = queue.sync(execute: { answered.outcome }) else {
+            Issue.record("\(String(describing: queue.sync { answered.outcome }))")
             return
         }
-        #expect(why.contains("no leader"), "\(why)")
+    }
+
+    @Test("with no leader until the deadline: answered with etcd's refusal in the deadline's last 250 ms, never later; after a lost answer, still may-or-may-not (the first attempt can commit once quorum returns)")
+    func noLeaderUntilTheDeadline() throws {
+        for answerLostFirst in [false, true] {
+            let store = ScriptedEtcd()
+            let replica = try replica(store)
+            let answered = propose(replica, value: value(replica))
+            queue.sync {
+                store.answer(answerLostFirst ? .failure(.ambiguous("timed out")) : .failure(.server(code: 14, message: "etcdserver: no leader")))
+                if answerLostFirst { store.answer(.failure(.server(code: 14, message: "etcdserver: no leader"))) }
+            }
+            var elapsed: Int64 = 0
+            var asked = 0
+            while queue.sync(execute: { answered.outcome }) == nil && elapsed < Int64(ClusterReplica.changeTimeoutMilliseconds) {
+                elapsed += 200
+                asked += housekeeping(replica, store, after: 200, answer: { _ in .failure(.server(code: 14, message: "etcdserver: no leader")) })
+            }
+            #expect(elapsed > Int64(ClusterReplica.changeTimeoutMilliseconds) - 250 - 200 && elapsed <= Int64(ClusterReplica.changeTimeoutMilliseconds) - ClusterReplica.minimumRetryMilliseconds + 200, "answered at \(elapsed) ms")
+            #expect(asked >= 10, "asked again through the election: \(asked)")
+            switch queue.sync(execute: { answered.outcome }) {
+            case .failed(.ambiguous(let why))? where answerLostFirst:
+                #expect(why.contains("no leader"), "\(why)")
+            case .failed(.server(code: 14, let message))? where !answerLostFirst:
+                #expect(message.contains("no leader"))
+            case let other:
+                Issue.record("lost first: \(answerLostFirst): \(String(describing: other))")
+            }
+        }
     }
 
     @Test("a second lost answer is reported as such, never retried a third time")

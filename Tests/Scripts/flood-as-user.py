@@ -24,11 +24,15 @@
                                             they can; write "subscribed N" to OUT, then read
                                             until killed
   flood-as-user.py namesubscribers SOCKET N NAMES OUT
-                                            start NAMES countdowns of an hour, then open N
+                                            start NAMES countdowns of an hour (those already
+                                            running are taken as they are), then open N
                                             connections that each SUBSCRIBE to all of them by
                                             name (lines of 300 names) and never read; write
                                             "subscribed N" to OUT once every line is sent, then
                                             hold them until killed
+  flood-as-user.py replaces SOCKET K N      START ... REPLACE N times over K names of its own,
+                                            pipelined on one connection (each replace is a
+                                            cancelled and a started event); print "ok=N"
   flood-as-user.py lists SOCKET N OUT       open N connections that send LIST and never read;
                                             write "listing N" to OUT, then hold them until killed
   flood-as-user.py say SOCKET LINE...       send the lines, then PING, on one connection; print
@@ -199,7 +203,7 @@ def namesubscribers(path, count, names, out):
         s.sendall(b"".join(b"START named%d 1h\n" % i for i in chunk))
         for _ in chunk:
             reply = read_line(s, buffer)
-            if not reply.startswith("OK"):
+            if not reply.startswith("OK") and not reply.startswith("ERR busy"):
                 raise SystemExit("START refused: " + reply)
     lines = b"".join(
         b"SUBSCRIBE " + b" ".join(b"named%d" % i for i in range(start, min(start + 300, names))) + b"\n"
@@ -229,6 +233,20 @@ def namesubscribers(path, count, names, out):
         f.write("subscribed %d\n" % count)
     while True:
         time.sleep(3600)
+
+
+def replaces(path, names, count):
+    s = connect(path)
+    buffer = [b""]
+    read_line(s, buffer)  # greeting
+    ok = 0
+    for start in range(0, count, 1000):
+        chunk = range(start, min(start + 1000, count))
+        s.sendall(b"".join(b"START replaced%d 1h REPLACE\n" % (i % names) for i in chunk))
+        for _ in chunk:
+            if read_line(s, buffer).startswith("OK"):
+                ok += 1
+    print("ok=%d" % ok)
 
 
 def lists(path, count, out):
@@ -268,6 +286,8 @@ if __name__ == "__main__":
         race(int(sys.argv[2]), sys.argv[3:])
     elif sys.argv[1] == "namesubscribers":
         namesubscribers(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    elif sys.argv[1] == "replaces":
+        replaces(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "lists":
         lists(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif sys.argv[1] == "say":

@@ -256,11 +256,11 @@ final class ClusterReplica: @unchecked Sendable {
         }
     }
 
-    /// Five times a second: changes whose time ran out are failed, the heartbeat is written,
-    /// a watch that did not bring a committed change is moved, and waiters past their time
-    /// are answered.
+    /// Five times a second: changes whose time ran out are failed, those held for want of a
+    /// leader are asked again, the heartbeat is written, a watch that did not bring a committed
+    /// change is moved, and waiters past their time are answered.
     func housekeeping(now: Instant) {
-        commits.expire(now: now)
+        commits.send()
         if isWatching { heartbeat.beat(now: now) }
         // A watch whose changes wait in the backlog is not stuck: this host is behind it.
         if !isCatchingUp, expected.contains(where: { $0.suspectWatchAt <= now }) {

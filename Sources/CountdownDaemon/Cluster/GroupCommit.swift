@@ -11,7 +11,9 @@ import Dispatch
 ///
 /// Each change keeps its request's deadline (`ClusterReplica.Attempt.answerBy`); one still
 /// waiting 250 ms before it fails: surely not made if it was never sent, may-or-may-not if it
-/// was. A transaction whose answer was lost, or that a member gave up on after taking it, is
+/// was. A transaction refused because its member has no leader (an election: nothing was
+/// proposed) is held and asked again every `noLeaderPauseMilliseconds` while its changes have
+/// time, so an election of a second or so delays a START instead of failing it. A transaction whose answer was lost, or that a member gave up on after taking it, is
 /// sent once more, to the next member, with its changes' operation ids: a change whose key then
 /// holds its own operation id had committed the first time.
 ///
@@ -33,7 +35,16 @@ final class GroupCommit {
         var deadline: Instant
         /// It went out once and its answer was lost: it may have committed.
         var sentBefore = false
+        /// Refused before anything was proposed (no leader, as in an election): held until
+        /// then, and asked again; what it was refused with, for its answer if time runs out.
+        var heldUntil: Instant?
+        var refusal: EtcdError?
         var completion: (ClusterReplica.ChangeOutcome) -> Void
+
+        /// Whether it may go out now (it is not held for want of a leader).
+        func isDue(at now: Instant) -> Bool {
+            heldUntil.map { $0 <= now } ?? true
+        }
 
         /// Its compares: the countdown's, then each claimed slot's absence.
         var compares: [EtcdClient.Compare] {
@@ -75,6 +86,9 @@ final class GroupCommit {
     static let maximumOperations = 128
     /// Transactions in flight at once. While they are, new changes gather for the next one.
     static let maximumInFlight = 2
+    /// How long a change refused for want of a leader waits before it is asked again (the
+    /// housekeeping, five times a second, sends it once this has passed).
+    static let noLeaderPauseMilliseconds: Int64 = 150
 
     private let client: any EtcdTransport
     private var pending: [Change] = []
@@ -108,16 +122,21 @@ final class GroupCommit {
     var hasPending: Bool { !pending.isEmpty }
 
     /// Sends what is pending, as few transactions as the limits allow: at the end of each batch,
-    /// and when a transaction's answer frees its place.
+    /// when a transaction's answer frees its place, and at each housekeeping (changes held for
+    /// want of a leader, once their pause is over).
     func send() {
         let now = time.now()
         expire(now: now)
-        while inFlight < Self.maximumInFlight, !pending.isEmpty {
+        while inFlight < Self.maximumInFlight, pending.contains(where: { $0.isDue(at: now) }) {
             var group: [Change] = []
             var keys = Set<String>()
             var operations = 0
             var rest: [Change] = []
             for change in pending {
+                guard change.isDue(at: now) else {
+                    rest.append(change)
+                    continue
+                }
                 // etcd refuses a transaction that puts one key twice: the second waits for the
                 // next one (and then fails its compare, as a second change on one revision must).
                 if operations + change.operationCount <= Self.maximumOperations, change.keys.allSatisfy({ !keys.contains($0) }) {
@@ -144,6 +163,11 @@ final class GroupCommit {
             return true
         }
         for change in expired {
+            if let refusal = change.refusal {
+                // Refused for want of a leader until its time ran out.
+                change.completion(.failed(change.sentBefore ? .ambiguous("an earlier attempt's answer was lost, and etcd then refused: \(refusal)") : refusal))
+                continue
+            }
             change.completion(.failed(change.sentBefore
                 ? .ambiguous("its answer was lost, and no time was left to ask again")
                 : .unreachable("etcd did not take it within \(ClusterReplica.changeTimeoutMilliseconds) ms: earlier transactions were still unanswered")))
@@ -176,6 +200,12 @@ final class GroupCommit {
         return code == 4 || (code == 14 && !message.contains("no leader"))
     }
 
+    /// Whether etcd refused for want of a leader, before proposing anything (`hasleader`).
+    static func isNoLeader(_ error: EtcdError) -> Bool {
+        guard case .server(let code, let message) = error else { return false }
+        return code == 14 && message.contains("no leader")
+    }
+
     private func decide(_ group: [Change], _ result: Result<EtcdTransactionResult, EtcdError>) {
         switch result {
         case .failure(.ambiguous(let why)):
@@ -192,6 +222,17 @@ final class GroupCommit {
                 }
             }
             pending.insert(contentsOf: again, at: 0)
+        case .failure(let error) where Self.isNoLeader(error):
+            // Nothing was proposed: held, and asked again after a pause while there is time
+            // (the housekeeping fails it with this refusal once there is none).
+            let now = time.now()
+            let heldUntil = now.advanced(byMilliseconds: Self.noLeaderPauseMilliseconds)
+            for var change in group {
+                change.heldUntil = heldUntil
+                change.refusal = error
+                pending.append(change)
+            }
+            expire(now: now)
         case .failure(let error) where Self.mayHaveEntered(error):
             // A member took it and gave up waiting ("request timed out", "leader changed"): it is in
             // etcd's log and may still commit. As with a lost answer, a put is asked once more.
