@@ -383,15 +383,17 @@ def journal_deadlines(state):
                     position += 1 + data[position]
                     position += 12 if header == 20 else 0
                     continue
-                if kind == 3:  # removed: seq, owner, total, name
+                if kind in (3, 5):  # removed: seq, owner, total, name (then, numbered, owner_seq)
                     position += 1 + 20
                     position += 1 + data[position]
+                    position += 8 if kind == 5 else 0
                     continue
                 fields = struct.unpack_from("<QBBIqqqqqqq", data, position + 1)
                 position += 1 + struct.calcsize("<QBBIqqqqqqq")
                 name = data[position + 1:position + 1 + data[position]].decode()
                 position += 1 + data[position] + 16  # name, then the state's late_ms and pinned_unix_ms
-                position += 1 if kind == 4 else 0  # a flagged event's flags
+                if kind == 4:  # a flagged event's flags, then (bit 2) the owner's own number
+                    position += 1 + (8 if data[position] & 4 else 0)
                 if fields[1] == 0:  # started
                     deadlines[name] = fields[8]
             offset = end
