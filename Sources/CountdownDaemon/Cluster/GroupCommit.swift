@@ -13,9 +13,10 @@ import Dispatch
 /// waiting 250 ms before it fails: surely not made if it was never sent, may-or-may-not if it
 /// was. A transaction refused because its member has no leader (an election: nothing was
 /// proposed) is held and asked again every `noLeaderPauseMilliseconds` while its changes have
-/// time, so an election of a second or so delays a START instead of failing it. A transaction whose answer was lost, or that a member gave up on after taking it, is
-/// sent once more, to the next member, with its changes' operation ids: a change whose key then
-/// holds its own operation id had committed the first time.
+/// time, so an election of a second or so delays a START instead of failing it. A transaction
+/// whose answer was lost, or that a member gave up on after taking it, is sent once more, to the
+/// next member, with its changes' operation ids: a change whose key then holds its own operation
+/// id had committed the first time.
 ///
 /// Confined to the daemon's queue, like the replica that owns it.
 final class GroupCommit {
