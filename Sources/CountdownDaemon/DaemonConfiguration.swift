@@ -37,10 +37,11 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var readPauseThreshold = 4 * 1024 * 1024
     /// Past this many bytes of events unsent, a subscriber gets `ERR overflow` and is closed.
     public var outputHardLimit = 16 * 1024 * 1024
-    /// Past this many bytes unsent on all the connections of one non-root uid together, the
-    /// ones furthest behind get `ERR overflow` and are closed, until the rest fit: one user's
-    /// many never-reading subscribers cannot take the daemon's memory (0: no such limit). Four
-    /// connections at `outputHardLimit`.
+    /// The memory the queued output of all the connections of one non-root uid may hold
+    /// together (`OutputQueue.footprint`: bytes, and their chunks' spare room); the ones furthest
+    /// behind get `ERR overflow` and are closed as a line would pass it, so the sum never does:
+    /// one user's many never-reading subscribers cannot take the daemon's memory (0: no such
+    /// limit). Four connections at `outputHardLimit`.
     public var outputLimitPerUser = 64 * 1024 * 1024
     /// How long a client cut off for overflow gets to read its `ERR overflow` before it is
     /// closed, in milliseconds: one that never reads holds only a descriptor until then.
@@ -165,9 +166,10 @@ public enum DaemonCommandLine {
           --output-limit BYTES     unsent bytes after which a client is disconnected
                                    with ERR overflow (default 16777216)
           --output-limit-per-user BYTES
-                                   unsent bytes of all of one non-root user's clients
-                                   together; past it the furthest behind are
-                                   disconnected (default 67108864; 0: no limit)
+                                   memory the output of all of one non-root user's
+                                   clients may hold together; the furthest behind are
+                                   disconnected before it is passed (default 67108864;
+                                   0: no limit)
           --overflow-grace MS      how long such a client gets to read its ERR
                                    overflow before it is closed (default 2000)
           --log-level LEVEL        error, warning, notice, info or debug (default info)

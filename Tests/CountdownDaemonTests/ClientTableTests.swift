@@ -696,7 +696,7 @@ extension ClientTableTests {
         """
 
     @Test(
-        "one user's clients together past --output-limit-per-user: the furthest behind gets ERR overflow naming the limit; the others, and root's, keep all their output",
+        "one user's clients together never hold more than --output-limit-per-user, even within a batch: the furthest behind gets ERR overflow naming the limit as the sum would pass it; the others, and root's, keep all their output",
         .enabled(if: getuid() == 0, "needs root to connect as another uid (setpriv --reuid=nobody)"),
         .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") && FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"), "needs setpriv and python3")
     )
@@ -711,9 +711,14 @@ extension ClientTableTests {
         #expect(script.readLine() == "ready")
         #expect(harness.waitOnQueue { harness.clients.figures.connections == 4 })
         let line = Array(repeating: UInt8(ascii: "x"), count: 1023) + [UInt8(ascii: "\n")]
+        // Queued as the fan-out queues events, line by line within one batch: the user's sum is
+        // checked at every line, never only at the flush.
+        var mostQueued = 0
         func queue(_ kib: Int, on connection: Connection) {
-            harness.clients.touch(connection, batch: harness.batchNumber)
-            for _ in 0..<kib { connection.output.append(line) }
+            for _ in 0..<kib {
+                harness.clients.send(.event(line), to: connection, batch: harness.batchNumber)
+                mostQueued = max(mostQueued, harness.clients.queuedOutput(of: 65534))
+            }
         }
         let (nobody, unsentAfter): ([Connection], Int) = harness.queue.sync {
             let nobody = harness.clients.connections.values.filter { $0.peerUID == 65534 }.sorted { $0.id < $1.id }
@@ -723,14 +728,16 @@ extension ClientTableTests {
             for (connection, kib) in zip(nobody, [1536, 1024, 256]) { queue(kib, on: connection) }
             for connection in mine { queue(3072, on: connection) }
             harness.clients.flushTouched()
-            return (nobody, harness.clients.unsentBytes(of: 65534))
+            return (nobody, harness.clients.queuedOutput(of: 65534))
         }
         try #require(nobody.count == 3)
+        #expect(mostQueued > (2 << 20) - 64 * 1024, "the user came to its limit: \(mostQueued) bytes at most")
+        #expect(mostQueued <= 2 << 20, "never past the limit, not even within the batch: \(mostQueued) bytes at most")
         #expect(unsentAfter <= 2 << 20, "back within the limit: \(unsentAfter) bytes")
         #expect(harness.queue.sync { nobody.map(\.isClosing) } == [true, false, false], "only the furthest behind is cut off")
         script.send("go")
         let results = (0..<3).map { _ in script.readLine() }
-        #expect(results[0].contains("ERR overflow uid 65534's clients together had more than 2097152 bytes unsent (--output-limit-per-user)"), "\(results[0])")
+        #expect(results[0].contains("ERR overflow uid 65534's clients together had more than 2097152 bytes of output waiting (--output-limit-per-user)"), "\(results[0])")
         // Each got its greeting and every byte queued for it.
         let sizes = results.map { Int($0.split(separator: " ").first ?? "") ?? 0 }
         #expect(sizes[1] > 1024 * 1024 && sizes[1] < 1024 * 1024 + 100 && sizes[2] > 256 * 1024 && sizes[2] < 256 * 1024 + 100, "\(results)")

@@ -194,4 +194,41 @@ struct OutputQueueTests {
         let received = drain(&queue, into: pair, scratch: &scratch)
         #expect(received.split(separator: "\n").dropFirst().joined(separator: "\n") + "\n" == expected + "OK after\n")
     }
+
+    @Test("the footprint kept as the queue changes is always what its chunks hold, whatever mix of appends, shared chunks, partial writes, rollbacks and discards came before", arguments: [1, 2, 3, 4, 5])
+    func footprintIsKeptExactly(seed: UInt64) {
+        var random = SplitMix64(state: seed)  // The same as the core's tests (a link to their file).
+        let pair = SocketPair(sendBuffer: 4096)
+        var queue = OutputQueue()
+        var scratch: [UInt8] = []
+        var checks = 0
+        var batch = 0
+        for step in 0..<3_000 {
+            switch random.next() % 100 {
+            case 0..<55:
+                queue.append(line("EVENT \(step) tick n\(step) " + String(repeating: "x", count: Int(random.next() % 200))))
+            case 55..<65:
+                queue.appendShared(Array(repeating: UInt8(ascii: "s"), count: Int(random.next() % 2_000)) + [10])
+            case 65..<75:
+                queue.mark(batch: batch)
+            case 75..<80:
+                queue.rollback(batch: batch)
+            case 80..<95:
+                // As the client table does: nothing is written during a batch, and a write ends it.
+                _ = pair.readAll()
+                _ = queue.write(to: pair.writer, scratch: &scratch)
+                batch += 1
+            case 95..<97:
+                queue.discardAllButCurrentLine()
+            default:
+                queue.append(line("OK " + String(repeating: "r", count: Int(random.next() % 40_000))))
+            }
+            #expect(queue.footprint == queue.retainedBytes, "step \(step): kept \(queue.footprint), held \(queue.retainedBytes)")
+            #expect(queue.footprint >= queue.byteCount, "step \(step): \(queue.byteCount) bytes queued in \(queue.footprint)")
+            checks += 1
+        }
+        #expect(checks == 3_000)
+        _ = drain(&queue, into: pair, scratch: &scratch)
+        #expect(queue.footprint == 0 && queue.byteCount == 0)
+    }
 }

@@ -63,9 +63,10 @@ final class ClientTable: @unchecked Sendable {
     private var outOfDescriptorsLogged = false
     /// Connections by uid, for `--max-connections-per-user` (root is not limited by it).
     private var connectionsByUID: [UInt32: Int] = [:]
-    /// Bytes left unsent at the last write, summed over each non-root uid's connections, for
-    /// `--output-limit-per-user`; and the uids found over it by the flush in progress.
-    private var unsentByUID: [UInt32: Int] = [:]
+    /// The output each non-root uid's connections hold together, for `--output-limit-per-user`
+    /// (shared with its connections: `Connection.userOutput`); and the uids found over it by the
+    /// flush in progress.
+    private var userOutputs: [UInt32: UserOutput] = [:]
     private var usersOverOutputLimit: Set<UInt32> = []
     /// Whether giving freed memory back to the system is already scheduled (`releaseMemorySoon`).
     private var memoryReleaseScheduled = false
@@ -260,11 +261,17 @@ final class ClientTable: @unchecked Sendable {
         }
         connections[connection.id] = connection
         connectionsByUID[peerUID, default: 0] += 1
+        if peerUID != 0 {
+            let user = userOutputs[peerUID] ?? UserOutput()
+            userOutputs[peerUID] = user
+            connection.userOutput = user
+        }
         var greeting: [UInt8] = []
         WireEncoder.appendGreeting(daemonVersion: DaemonConfiguration.version, to: &greeting)
         // Before any mark of the batch: a failed commit takes back what the batch produced, never
         // the greeting (which no request produced, and which nothing would produce again).
         connection.output.append(greeting)
+        count(connection)
         touched[connection.id] = connection
     }
 
@@ -560,6 +567,7 @@ final class ClientTable: @unchecked Sendable {
     private func appendNow(_ bytes: [UInt8], on connection: Connection, batch: Int) {
         touch(connection, batch: batch)
         connection.output.append(bytes)
+        count(connection)
     }
 
     /// The store decided `ticket`: its reply takes its place, and the replies now ready at the
@@ -573,6 +581,7 @@ final class ClientTable: @unchecked Sendable {
         for reply in ready {
             connection.output.append(reply)
         }
+        count(connection)
         // Served in the next batch: all of it once the last is answered, else what it has framed
         // (a request that waited for this answer may go now).
         if (!connection.replies.isHeld || connection.framer.hasFrame) && !connection.isClosed {
@@ -600,6 +609,8 @@ final class ClientTable: @unchecked Sendable {
         connection.output.append(line)
         if connection.output.byteCount > configuration.outputHardLimit {
             overflow(connection)
+        } else {
+            count(connection)
         }
     }
 
@@ -610,6 +621,8 @@ final class ClientTable: @unchecked Sendable {
         connection.output.appendShared(bytes)
         if connection.output.byteCount > configuration.outputHardLimit {
             overflow(connection)
+        } else {
+            count(connection)
         }
     }
 
@@ -619,6 +632,7 @@ final class ClientTable: @unchecked Sendable {
     func rollback(batch: Int) -> Set<Int> {
         var rolledBack = Set<Int>()
         for connection in touched.values where !connection.isClosed && connection.output.rollback(batch: batch) {
+            count(connection, enforcing: false)
             rolledBack.insert(connection.id)
         }
         return rolledBack
@@ -646,9 +660,28 @@ final class ClientTable: @unchecked Sendable {
         touched.removeAll(keepingCapacity: true)
     }
 
-    /// How many bytes `uid`'s connections left unsent at their last writes, together.
-    func unsentBytes(of uid: UInt32) -> Int {
-        unsentByUID[uid] ?? 0
+    /// The memory `uid`'s connections' output holds together (`OutputQueue.footprint`): what
+    /// `--output-limit-per-user` bounds. 0 for root, who is not limited.
+    func queuedOutput(of uid: UInt32) -> Int {
+        userOutputs[uid]?.footprint ?? 0
+    }
+
+    /// Counts the connection's output, as it is now, in its user's sum. Past
+    /// `--output-limit-per-user` (when `enforcing`), the user's connections furthest behind are
+    /// cut off at once, mid-batch: counted only at the flush, 400 subscribers of one user took a
+    /// batch's events (up to 8,192 lines each) past the limit before any was cut off.
+    private func count(_ connection: Connection, enforcing: Bool = true) {
+        guard let user = connection.userOutput else { return }
+        let footprint = connection.output.footprint
+        user.footprint += footprint - connection.countedOutput
+        connection.countedOutput = footprint
+        if configuration.outputLimitPerUser > 0 && user.footprint > configuration.outputLimitPerUser {
+            if enforcing {
+                disconnectFurthestBehind(of: connection.peerUID)
+            } else {
+                usersOverOutputLimit.insert(connection.peerUID)
+            }
+        }
     }
 
     /// Writes what the connection has queued; waits for writability when the socket is full.
@@ -660,11 +693,11 @@ final class ClientTable: @unchecked Sendable {
         guard connection.mayHaveRoom else {
             // Its socket was full at the last write and the poller has reported no room since:
             // a write now could only fail again. What waits is still counted.
-            recordUnsent(connection, connection.output.byteCount)
+            recordUnsent(connection)
             return
         }
         let outcome = connection.output.write(to: connection.descriptor, scratch: &scratch)
-        recordUnsent(connection, connection.output.byteCount)
+        recordUnsent(connection)
         switch outcome {
         case .drained:
             connection.stopWaitingForWritable()
@@ -685,33 +718,25 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
-    /// Records what a write left unsent, in the connection and in its user's sum.
-    private func recordUnsent(_ connection: Connection, _ unsent: Int) {
-        let uid = connection.peerUID
-        if uid != 0 {
-            let total = (unsentByUID[uid] ?? 0) + unsent - connection.unsentAfterLastWrite
-            unsentByUID[uid] = total == 0 ? nil : total
-            if configuration.outputLimitPerUser > 0 && total > configuration.outputLimitPerUser {
-                usersOverOutputLimit.insert(uid)
-            }
-        }
-        connection.unsentAfterLastWrite = unsent
+    /// Records what a write left unsent, in the connection (how far behind it is) and in its
+    /// user's sum (found over the limit, it is cut back at the end of the flush).
+    private func recordUnsent(_ connection: Connection) {
+        connection.unsentAfterLastWrite = connection.output.byteCount
+        count(connection, enforcing: false)
     }
 
-    /// `uid`'s clients left more than `--output-limit-per-user` unsent together: the ones
-    /// furthest behind are disconnected with `ERR overflow` until the rest fit. O(connections),
-    /// only when a user is over its limit.
+    /// `uid`'s clients hold more than `--output-limit-per-user` of output together: the ones
+    /// furthest behind (holding the most) are disconnected with `ERR overflow` until the rest
+    /// fit. O(connections), only when a user is over its limit.
     private func disconnectFurthestBehind(of uid: UInt32) {
         let limit = configuration.outputLimitPerUser
-        var excess = unsentBytes(of: uid) - limit
-        guard excess > 0 else { return }
-        let behind = connections.values.filter { $0.peerUID == uid && !$0.isClosed && $0.unsentAfterLastWrite > 0 }
-            .sorted { $0.unsentAfterLastWrite > $1.unsentAfterLastWrite }
-        for connection in behind where excess > 0 {
-            excess -= connection.unsentAfterLastWrite
+        guard queuedOutput(of: uid) > limit else { return }
+        let behind = connections.values.filter { $0.peerUID == uid && !$0.isClosing && $0.countedOutput > 0 }
+            .sorted { $0.countedOutput > $1.countedOutput }
+        for connection in behind where queuedOutput(of: uid) > limit {
             overflow(
                 connection,
-                because: "uid \(uid)'s clients together had more than \(limit) bytes unsent (--output-limit-per-user), and this one was furthest behind",
+                because: "uid \(uid)'s clients together had more than \(limit) bytes of output waiting (--output-limit-per-user), and this one was furthest behind",
                 advice: "this client is disconnected; reconnect and read faster, or follow with fewer connections"
             )
         }
@@ -728,13 +753,20 @@ final class ClientTable: @unchecked Sendable {
     /// descriptor off the queue (`DescriptorCloser`).
     func close(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
-        recordUnsent(connection, 0)
         noteDropped(connection.output.byteCount)
+        connection.unsentAfterLastWrite = 0
+        if let user = connection.userOutput {
+            user.footprint -= connection.countedOutput
+            connection.countedOutput = 0
+        }
         server?.connectionClosed(connection)
         listing[connection.id] = nil
         if connections.removeValue(forKey: connection.id) != nil {
             connectionsByUID[connection.peerUID, default: 1] -= 1
-            if connectionsByUID[connection.peerUID] == 0 { connectionsByUID[connection.peerUID] = nil }
+            if connectionsByUID[connection.peerUID] == 0 {
+                connectionsByUID[connection.peerUID] = nil
+                userOutputs[connection.peerUID] = nil
+            }
         }
         touched[connection.id] = nil
         connection.touchedInBatch = -1
@@ -771,6 +803,7 @@ final class ClientTable: @unchecked Sendable {
         var line: [UInt8] = []
         WireEncoder.appendError(ProtocolError(.overflow, "\(reason); \(advice)"), to: &line)
         connection.output.append(line)
+        count(connection, enforcing: false)
         touched[connection.id] = connection
         let id = connection.id
         let grace = Int64(configuration.overflowGraceMilliseconds) * 1_000_000

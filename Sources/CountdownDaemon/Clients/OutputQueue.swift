@@ -21,6 +21,12 @@ struct OutputQueue {
     /// Bytes waiting to be written.
     private(set) var byteCount = 0
 
+    /// The memory the chunks not yet written hold, spare room included (a shared chunk counts in
+    /// full in each queue that holds it): kept as they change, so that a user's output can be
+    /// bounded by what it costs, not only by what it will send. 400 subscribers each holding a
+    /// chunk with room to spare held 5 MiB more than their bytes.
+    private(set) var footprint = 0
+
     /// Creates an empty queue.
     init() {}
 
@@ -34,6 +40,11 @@ struct OutputQueue {
     /// `byteCount`, what it will send. A shared chunk counts in full in each queue that holds it.
     var retainedBytes: Int {
         chunks[head...].reduce(0) { $0 + $1.capacity }
+    }
+
+    /// `footprint` counted again from the chunks (after a change that rebuilds them).
+    private mutating func recountFootprint() {
+        footprint = head < chunks.count ? retainedBytes : 0
     }
 
     /// The batch whose output starts at the mark, and where it starts: the absolute chunk count
@@ -66,6 +77,7 @@ struct OutputQueue {
             chunks[keep - 1].removeSubrange(max(markLastChunkLength, head == keep - 1 ? headOffset : 0)...)
         }
         byteCount = chunks[head...].reduce(0) { $0 + $1.count } - headOffset
+        recountFootprint()
         return true
     }
 
@@ -84,7 +96,9 @@ struct OutputQueue {
             let needed = chunks[last].count + bytes.count
             if needed <= chunks[last].capacity || needed <= Self.chunkSize {
                 if needed > chunks[last].capacity {
+                    let before = chunks[last].capacity
                     chunks[last].reserveCapacity(min(Self.chunkSize, max(needed, 2 * chunks[last].capacity)))
+                    footprint += chunks[last].capacity - before
                 }
                 // Appending behind a partly written chunk is safe: written bytes stay at its front.
                 chunks[last].append(contentsOf: bytes)
@@ -92,10 +106,14 @@ struct OutputQueue {
             }
         }
         // A chunk of its own size: `bytes` may be a reused buffer with room to spare, which a
-        // chunk holding it would keep.
+        // chunk holding it would keep. Behind a full chunk (a client that is behind), the next
+        // is made full-sized at once: grown by doubling from one line, each of hundreds of
+        // backlogged queues freed seven smaller buffers per chunk, and the heap they left
+        // scattered held 4 MB more than the queues at their peak.
         var chunk: [UInt8] = []
-        chunk.reserveCapacity(bytes.count)
+        chunk.reserveCapacity(head < chunks.count && bytes.count < Self.chunkSize ? Self.chunkSize : bytes.count)
         chunk.append(contentsOf: bytes)
+        footprint += chunk.capacity
         chunks.append(chunk)
         lastChunkIsShared = false
     }
@@ -112,6 +130,7 @@ struct OutputQueue {
             return
         }
         byteCount += bytes.count
+        footprint += bytes.capacity
         chunks.append(bytes)
         lastChunkIsShared = true
     }
@@ -188,6 +207,7 @@ struct OutputQueue {
             let available = chunks[head].count - headOffset
             if remaining >= available {
                 remaining -= available
+                footprint -= chunks[head].capacity
                 chunks[head] = []
                 head += 1
                 headOffset = 0
@@ -210,5 +230,6 @@ struct OutputQueue {
         chunks.removeAll(keepingCapacity: chunks.capacity <= 4096)
         head = 0
         headOffset = 0
+        footprint = 0
     }
 }

@@ -1,0 +1,1 @@
+../../CountdownCoreTests/SplitMix64.swift
