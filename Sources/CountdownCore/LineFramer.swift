@@ -62,6 +62,15 @@ public struct LineFramer {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Gives back the line `nextFrame` just returned, with nothing appended since: the next
+    /// `nextFrame` returns it again (a request that must wait for the next batch).
+    public mutating func putBack(_ frame: Frame) {
+        guard case .line(let line) = frame else { preconditionFailure("only a line can be put back, not \(frame)") }
+        precondition(line.endIndex + 1 == start, "putBack(_:) takes only the line nextFrame() just returned")
+        start = line.startIndex
+        scanned = start
+    }
+
     /// The next complete frame, or `nil` when more bytes are needed.
     public mutating func nextFrame() -> Frame? {
         while true {

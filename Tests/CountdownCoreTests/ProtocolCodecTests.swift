@@ -105,6 +105,25 @@ struct ProtocolCodecTests {
         #expect(!framer.hasPartialLine)
     }
 
+    @Test("a line put back comes again, whole and first, CRLF or not, with the lines after it in order and a partial line kept")
+    func putBack() {
+        var framer = LineFramer()
+        framer.append(Array("SUBSCRIBE a b\r\nPING\nLI".utf8))
+        let first = framer.nextFrame()
+        #expect(first == .line(ArraySlice(Array("SUBSCRIBE a b\r".utf8))))
+        if let first { framer.putBack(first) }
+        #expect(framer.hasFrame)
+        #expect(framer.nextFrame() == first, "the same line again")
+        let second = framer.nextFrame()
+        #expect(second == .line(ArraySlice(Array("PING".utf8))))
+        if let second { framer.putBack(second) }
+        #expect(framer.nextFrame() == second)
+        #expect(framer.nextFrame() == nil)
+        framer.append(Array("ST\n".utf8))
+        #expect(framer.nextFrame() == .line(ArraySlice(Array("LIST".utf8))))
+        #expect(!framer.hasPartialLine)
+    }
+
     @Test("a line over the limit yields one tooLong, is discarded, and the next line is fine")
     func tooLong() {
         var framer = LineFramer(maximumLineLength: 10)

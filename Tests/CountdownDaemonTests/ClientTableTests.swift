@@ -22,6 +22,22 @@ struct ClientTableTests {
         #expect(harness.queue.sync { harness.lines[connection.id] } == ["PING", "STATS", "LIST PREFIX otp:"])
     }
 
+    @Test("a line the server says must wait (past its user's share) goes back to the framer: served first in the next batch, then the lines after it, in order")
+    func lineWaitsForTheNextBatch() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        harness.queue.sync { harness.waitOnce = ["SUBSCRIBE many names"] }
+        let (client, connection) = try harness.greetedClient()
+        defer { close(client) }
+        let requests = "PING\nSUBSCRIBE many names\nSTATS\n"
+        #expect(write(client, requests, requests.utf8.count) == requests.utf8.count)
+        #expect(harness.waitOnQueue { harness.lines[connection.id]?.count == 3 })
+        let served = harness.queue.sync { harness.servedIn }
+        #expect(served.map(\.line) == ["PING", "SUBSCRIBE many names", "STATS"], "in order, each once")
+        try #require(served.count == 3)
+        #expect(served[1].batch > served[0].batch, "the line that waited came in a later batch than the one before it: \(served)")
+    }
+
     @Test("backpressure: past the read-pause threshold a connection is not read; once its output drains it is read again")
     func backpressure() throws {
         let harness = try TableHarness { $0.readPauseThreshold = 1024 }

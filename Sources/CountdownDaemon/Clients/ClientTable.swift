@@ -352,6 +352,9 @@ final class ClientTable: @unchecked Sendable {
                 continue
             case .endTurn:
                 served = limit  // This line is served; the rest wait.
+            case .notNow:
+                connection.framer.putBack(frame)
+                served = limit  // Carried over with its lines (`endTurn`), this one first.
             case .quit:
                 connection.stopReading()
             }

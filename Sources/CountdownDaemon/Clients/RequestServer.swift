@@ -34,6 +34,10 @@ enum ServeVerdict {
     /// The turn ends here: the batch's time or the user's share of it is used; what is left is
     /// served in the next batch.
     case endTurn
+    /// Not served: it would take its user past its share of this batch, where the user has been
+    /// served already. The line goes back to the framer, the turn ends, and the line is served
+    /// first in the next batch (where the share starts again).
+    case notNow
     /// `QUIT`: nothing more is read, and the connection closes once its output is written.
     case quit
 }

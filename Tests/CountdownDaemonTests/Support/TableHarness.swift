@@ -22,6 +22,10 @@ final class TableHarness: @unchecked Sendable, RequestServer {
     /// Complete request lines framed so far, by connection id (on the queue).
     var lines: [Int: [String]] = [:]
     var batchNumber = 1
+    /// The batch in which each line was served, in order (on the queue).
+    var servedIn: [(line: String, batch: Int)] = []
+    /// Lines answered `.notNow` the first time they come (as a request past its user's share).
+    var waitOnce: Set<String> = []
 
     /// `socketMode` 0o666 (and a directory others may enter) lets another uid connect.
     init(socketMode: mode_t = 0o600, configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
@@ -43,9 +47,10 @@ final class TableHarness: @unchecked Sendable, RequestServer {
         try poller.start { [self] batch in
             batchNumber += 1
             batch.deliverUrgent()
+            clients.continueWork(rotation: 64)  // As the daemon (`Daemon.minimumTurnsPerBatch`).
             batch.deliverOthers()
             clients.flushTouched()
-            return false
+            return clients.hasWorkLeft
         }
     }
 
@@ -62,7 +67,10 @@ final class TableHarness: @unchecked Sendable, RequestServer {
     /// Records the line; nothing is answered.
     func serve(_ frame: LineFramer.Frame, of connection: Connection, bounded: Bool) -> ServeVerdict {
         if case .line(let bytes) = frame {
-            lines[connection.id, default: []].append(String(decoding: bytes, as: UTF8.self))
+            let line = String(decoding: bytes, as: UTF8.self)
+            if waitOnce.remove(line) != nil { return .notNow }
+            lines[connection.id, default: []].append(line)
+            servedIn.append((line, batchNumber))
         }
         return .next
     }
