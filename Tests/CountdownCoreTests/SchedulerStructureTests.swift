@@ -129,6 +129,46 @@ struct SchedulerStructureTestsLane {
             previous = entry
         }
     }
+
+    @Test("storage is given back once most of it is unused, in the heap and in the lane, and order holds")
+    func storageIsGivenBack() {
+        var heap = TimerHeap()
+        // 100,000 countdowns' first ticks go into the heap; as they fire, their successors go into
+        // the lane, so the heap's storage empties while the lane's fills.
+        let countdowns = 100_000
+        for slot in 0..<countdowns {
+            heap.push(TimerHeap.Entry(due: Int64(slot % 997) * 1_000_000, slot: Int32(slot), generation: 0))
+        }
+        let grown = heap.storageCapacity
+        #expect(grown >= countdowns)
+        var fired = 0
+        var previous: TimerHeap.Entry?
+        while let top = heap.minimum, top.due < 1_000_000_000 {
+            if let previous { #expect(previous.precedes(top)) }
+            previous = top
+            heap.replaceMinimum(with: TimerHeap.Entry(due: top.due + 1_000_000_000, slot: top.slot, generation: 0))
+            fired += 1
+        }
+        #expect(fired == countdowns && heap.laneCount == countdowns && heap.entries.isEmpty)
+        #expect(heap.storageCapacity < grown * 2, "the emptied heap's storage went back: \(heap.storageCapacity) entries for \(countdowns)")
+        // Nobody follows them any more: the lane's entries leave one by one, in order, and the
+        // storage shrinks with them. Kept without shrinking, it would be 100,000 entries for the
+        // last few; given back at a quarter's use, it stays within 8 entries a live one (the
+        // lane is compacted once half of it is taken) plus what is kept anyway.
+        previous = nil
+        var left = countdowns
+        var ordered = true
+        var worstExcess = 0
+        while let entry = heap.popMinimum() {
+            if let previous, !previous.precedes(entry) { ordered = false }
+            previous = entry
+            left -= 1
+            worstExcess = max(worstExcess, heap.storageCapacity - 8 * left)
+        }
+        #expect(ordered && left == 0)
+        #expect(worstExcess <= 2 * TimerHeap.storageKeptAnyway, "storage ran \(worstExcess) entries past 8 a live one")
+        #expect(heap.storageCapacity <= 2 * TimerHeap.storageKeptAnyway, "an empty heap keeps at most \(TimerHeap.storageKeptAnyway) entries of storage in the heap and as many in the lane")
+    }
 }
 
 @Suite("The engine's slot table")
