@@ -77,6 +77,7 @@ public enum StatsRendering {
         gauge("replay_kept_after", "SUBSCRIBE ... SINCE can replay every event numbered after this.", "replay_kept_after")
         counter("batches_undone_total", "Batches undone because their storage commit failed.", "batches_undone")
         counter("listing_slices_redone_total", "Listing slices produced again after their batch was undone.", "listing_slices_redone")
+        gauge("user_output_peak_bytes", "The most output one non-root user's connections held queued together since start (bounded by --output-limit-per-user).", "user_output_peak_bytes")
         gauge("cluster_revision", "Cluster mode: the last etcd revision applied.", "cluster_revision")
         gauge("cluster_watching", "Cluster mode: whether the etcd watch runs (1) or not (0).", "cluster_watching")
         gauge("cluster_members", "Cluster mode: etcd members configured.", "cluster_members")

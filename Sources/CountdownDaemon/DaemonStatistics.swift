@@ -112,6 +112,7 @@ extension Daemon {
         lines.append(("replay_kept_after", "\(uid == 0 ? ring.keptAfter : ring.keptAfterOwn(owner: uid))"))
         lines.append(("batches_undone", "\(statistics.batchesUndone)"))
         lines.append(("listing_slices_redone", "\(statistics.listingSlicesRedone)"))
+        lines.append(("user_output_peak_bytes", "\(clients.figures.userOutputPeak)"))
         lines.append(contentsOf: store.statisticsLines)
         lines.append(("scope", "daemon"))
         return lines

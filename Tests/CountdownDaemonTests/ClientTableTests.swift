@@ -750,6 +750,8 @@ extension ClientTableTests {
         #expect(mostQueued > (2 << 20) - 64 * 1024, "the user came to its limit: \(mostQueued) bytes at most")
         #expect(mostQueued <= 2 << 20, "never past the limit, not even within the batch: \(mostQueued) bytes at most")
         #expect(unsentAfter <= 2 << 20, "back within the limit: \(unsentAfter) bytes")
+        let peak = harness.queue.sync { harness.clients.figures.userOutputPeak }
+        #expect(peak >= mostQueued && peak <= 2 << 20, "STATS' user_output_peak_bytes is the highest sum, within the limit: \(peak), where \(mostQueued) was seen")
         #expect(harness.queue.sync { nobody.map(\.isClosing) } == [true, false, false], "only the furthest behind is cut off")
         script.send("go")
         let results = (0..<3).map { _ in script.readLine() }

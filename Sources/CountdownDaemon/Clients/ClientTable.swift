@@ -67,6 +67,9 @@ final class ClientTable: @unchecked Sendable {
     /// (shared with its connections: `Connection.userOutput`); and the uids found over it by the
     /// flush in progress.
     private var userOutputs: [UInt32: UserOutput] = [:]
+    /// The largest `UserOutput.footprint` seen since start, once a count's cut-offs were made
+    /// (`Figures.userOutputPeak`).
+    private var userOutputPeak = 0
     private var usersOverOutputLimit: Set<UInt32> = []
     /// Whether giving freed memory back to the system is already scheduled (`releaseMemorySoon`).
     private var memoryReleaseScheduled = false
@@ -103,6 +106,9 @@ final class ClientTable: @unchecked Sendable {
         /// `LIST`s in progress (frozen listings: each keeps the countdowns as they were when it
         /// began), by uid (absent: none).
         let listsByUID: [UInt32: Int]
+        /// The most output any one non-root uid's connections held together since start
+        /// (`queuedOutput(of:)` at its highest, after the cut-offs of `--output-limit-per-user`).
+        let userOutputPeak: Int
     }
 
     /// What the table holds now.
@@ -113,7 +119,7 @@ final class ClientTable: @unchecked Sendable {
                 lists[connection.peerUID, default: 0] += 1
             }
         }
-        return Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count, listsByUID: lists)
+        return Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count, listsByUID: lists, userOutputPeak: userOutputPeak)
     }
 
     /// Opens the table for clients: `server` serves their requests, and new connections on
@@ -685,6 +691,7 @@ final class ClientTable: @unchecked Sendable {
                 usersOverOutputLimit.insert(connection.peerUID)
             }
         }
+        userOutputPeak = max(userOutputPeak, user.footprint)
     }
 
     /// Writes what the connection has queued; waits for writability when the socket is full.
