@@ -207,7 +207,8 @@ extension Integration {
             let refused = try HostileTests.runAsNobody(["say", daemon.socketPath, "LIST"], timeout: 60)
             let lines = refused.stdout.split(separator: "\n").map(String.init)
             #expect(lines.dropFirst().first?.hasPrefix("ERR limit uid 65534 already has 8 LISTs in progress") == true, "\(refused.stdout.prefix(500))")
-            #expect(try root.request("LIST").outcome != nil, "root lists as ever")
+            let rootList = try root.request("LIST")
+            #expect(rootList.outcome == .ok("20000") && rootList.countdowns.count == 20_000, "root lists as ever: \(rootList.outcome), \(rootList.countdowns.count) lines")
             holder.signal(SIGKILL)
             holder.wait()
             try waitUntil(timeout: 60) { try statValue("listings_in_progress", on: root) == 0 }

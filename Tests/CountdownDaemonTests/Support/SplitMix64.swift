@@ -1,1 +1,1 @@
-../../CountdownCoreTests/SplitMix64.swift
+../../CountdownCoreTests/Support/SplitMix64.swift

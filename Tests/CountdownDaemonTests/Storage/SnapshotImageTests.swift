@@ -193,7 +193,7 @@ extension StateJournalTests {
             remainingNanoseconds: 30_000_000_000, finishedUnixMilliseconds: nil, owner: 0, lateMilliseconds: nil
         )]
         try SnapshotFile.write(contents, directory: directory)
-        let stale = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        let stale = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/schema4/countdownd.db").path
         try FileManager.default.copyItem(atPath: stale, toPath: directory + "/" + SnapshotDatabase.fileName)
         let recovered = try recover(journal(in: directory))
