@@ -708,6 +708,34 @@ extension Integration.ClusterTests {
 }
 
 extension Integration.ClusterTests {
+    @Test("SIGSTOP of the member a host's watch is on, while nobody sends that host a change: its heartbeat, committed through another member and not brought back by the watch, moves the watch, and another host's change reaches its subscriber while the member is still stopped")
+    func silentWatchMoved() throws {
+        let etcd = try EtcdCluster()
+        let quiet = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
+        // The other host talks to the second member first, so its changes never wait on the first.
+        let busy = try DaemonProcess(arguments: ["--cluster", (etcd.endpoints.dropFirst() + etcd.endpoints.prefix(1)).joined(separator: ",")])
+        let subscriber = try quiet.connect()
+        _ = try subscriber.request("SUBSCRIBE EVENTS lifecycle")
+        let control = try busy.connect()
+        _ = try control.request("START before 1h")
+        #expect(try subscriber.waitForEvent { $0.name == "before" }.kind == .started, "the quiet host's watch works")
+        etcd.signal(0, SIGSTOP)
+        defer { etcd.signal(0, SIGCONT) }
+        guard case .ok = try control.request("START during 1h", timeout: 30).outcome else {
+            Issue.record("the busy host's change went through the second member")
+            return
+        }
+        // Without the heartbeat's check the quiet host's watch stays on the stopped member (TCP
+        // keeps the stream open), and nothing comes until SIGCONT. With it: a heartbeat fails on
+        // the stopped member (1 s), a read and the next heartbeat go to another member (2 s
+        // apart), and 2 s later the watch moves: about 5 s; 30 s is far from both.
+        let event = try subscriber.waitForEvent(timeout: 30) { $0.name == "during" }
+        #expect(event.kind == .started)
+        #expect(quiet.stderrText.contains("did not bring a committed change within 2 s"), "the move is logged")
+    }
+}
+
+extension Integration.ClusterTests {
     @Test(
         "cluster mode over TLS with client certificates made in the test: changes and events go through",
         .enabled(if: TestCertificates.canBeMade, "openssl is not installed, so no certificates can be made for the TLS test")

@@ -46,6 +46,11 @@ final class ClockHeartbeat {
     /// Where the wall clock is read.
     private let time: DaemonClock
 
+    /// Called with the revision of each heartbeat etcd committed: the replica expects its watch
+    /// to bring it (`ClusterReplica.expectFromWatch`), which is how a watch gone silent is
+    /// noticed when no client changes anything.
+    var committed: (_ revision: Int64) -> Void = { _ in }
+
     init(client: any EtcdTransport, prefix: String, hostID: String, logger: Logger, time: DaemonClock = .system) {
         self.time = time
         self.client = client
@@ -75,7 +80,12 @@ final class ClockHeartbeat {
         }
         let value = Array(#"{"written_unix_ms":\#(written)}"#.utf8)
         client.transaction(if: [], then: [.put(key, value, lease: nil)], else: [], timeoutMilliseconds: 1000) { [self] result in
-            if case .success = result { phase = .idle } else { phase = .confirmingEtcd }
+            guard case .success(let answer) = result else {
+                phase = .confirmingEtcd
+                return
+            }
+            phase = .idle
+            committed(answer.revision)
         }
     }
 

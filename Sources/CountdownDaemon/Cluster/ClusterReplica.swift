@@ -216,6 +216,7 @@ final class ClusterReplica: @unchecked Sendable {
         takeOver = TakeOverPolicy(hostID: hostID)
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
         self.later = later
+        heartbeat.committed = { [unowned self] revision in expectFromWatch(revision) }
         scheduleHousekeeping()
     }
 
@@ -557,12 +558,26 @@ final class ClusterReplica: @unchecked Sendable {
             return
         }
         let committed = time.now()
-        let suspectWatchAt = committed.advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)
-        expected.append((wanted, suspectWatchAt))
+        let suspectWatchAt = expectFromWatch(wanted)
         waiters.append((wanted, min(suspectWatchAt, answerBy ?? suspectWatchAt), { [self] caughtUp in
             if caughtUp { lastLagMicroseconds = time.now().nanoseconds(since: committed) / 1000 }
             resume(caughtUp)
         }))
+    }
+
+    /// Notes that etcd committed `revision` under the prefix, so the watch must bring it: if it
+    /// has not within `catchUpTimeout` (and no backlog explains it), the housekeeping moves the
+    /// watch to another member. Called for this host's changes and for its heartbeats, every
+    /// 2 s: without them a host nobody sent changes to kept a silent watch for as long as TCP
+    /// took to give up (25-95 s after a healed partition; for as long as a stopped member
+    /// stayed stopped). Returns the instant the watch is suspected.
+    @discardableResult
+    func expectFromWatch(_ revision: Int64) -> Instant {
+        let suspectWatchAt = time.now().advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)
+        if revision > self.revision {
+            expected.append((revision, suspectWatchAt))
+        }
+        return suspectWatchAt
     }
 
     private func releaseWaiters() {
@@ -575,10 +590,11 @@ final class ClusterReplica: @unchecked Sendable {
         }
     }
 
-    /// Ends the watch on a member that seems stuck; it resumes on the next one.
+    /// Ends the watch on a member that seems stuck; it resumes on another one (the member
+    /// calls go to, unless that is the watch's own).
     private func restartWatchElsewhere() {
         guard let watch, isWatching else { return }
-        client.rotateAfterFailure(of: client.endpoints[client.currentEndpoint])
+        client.rotateAfterFailure(of: watch.endpoint)
         client.cancel(watch)
     }
 

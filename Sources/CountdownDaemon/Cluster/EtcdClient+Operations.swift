@@ -18,10 +18,14 @@ final class EtcdWatch {
     /// The last revision whose events were all delivered: where to resume.
     fileprivate(set) var revision: Int64
     fileprivate var ended = false
+    /// The member it streams from.
+    let endpoint: String
 
-    /// A watch from just after `revision` (made by `EtcdClient.watch`, or a test's store).
-    init(revision: Int64) {
+    /// A watch from just after `revision` on `endpoint` (made by `EtcdClient.watch`, or a
+    /// test's store).
+    init(revision: Int64, endpoint: String) {
         self.revision = revision
+        self.endpoint = endpoint
     }
 }
 
@@ -163,7 +167,8 @@ extension EtcdClient {
         onEvents: @escaping ([EtcdWatchEvent], Int64) -> Void,
         onEnd: @escaping (WatchEnd) -> Void
     ) -> EtcdWatch {
-        let watch = EtcdWatch(revision: revision - 1)
+        let endpoint = endpoints[currentEndpoint]
+        let watch = EtcdWatch(revision: revision - 1, endpoint: endpoint)
         let create = WatchRequest(createRequest: .init(
             key: EtcdClient.encode(prefix), rangeEnd: EtcdClient.prefixEnd(prefix), startRevision: String(revision), progressNotify: true
         ))
@@ -171,7 +176,6 @@ extension EtcdClient {
             onEnd(.failed(.malformed("the watch request could not be encoded")))
             return watch
         }
-        let endpoint = endpoints[currentEndpoint]
         let request = HTTPRequest(url: endpoint + "/v3/watch", body: Array(body), headers: headers(), tls: tlsFiles)
         func end(_ reason: WatchEnd) {
             guard !watch.ended else { return }

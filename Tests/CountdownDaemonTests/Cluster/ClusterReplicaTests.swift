@@ -592,6 +592,47 @@ struct ClusterReplicaTests {
         #expect(store.transactions.count == 1 && isPut(store.transactions[0]))
     }
 
+    @Test("with no client change to notice it, a watch that does not bring this host's heartbeat within 2 s of its commit is moved to another member (a healed partition, a stopped member); one that brings each is left")
+    func silentWatchNoticedByHeartbeats() throws {
+        for brings in [true, false] {
+            let store = ScriptedEtcd()
+            let later = DelayedWork(queue: queue)
+            let replica = try replica(store, later: later)
+            queue.sync {
+                replica.resume(from: 10_999)
+                replica.start()
+            }
+            let watch = try #require(queue.sync { store.watches.first })
+            #expect(watch.handle.endpoint == store.endpoints[0])
+            final class Committed: @unchecked Sendable { var revisions: [Int64] = [] }
+            let committed = Committed()
+            // 3 s of housekeeping, every heartbeat committed at once: the first at 0.2 s, the
+            // next 2 s later.
+            for _ in 0..<15 {
+                time.advance(byMilliseconds: 200)
+                queue.sync {
+                    _ = later.runDue(now: time.clock.now())
+                    while let transaction = store.transactions.first,
+                          case .put(let key, _, _)? = transaction.success.first, key == "/countdownd/.hosts/" + replica.hostID {
+                        let revision = Int64(11 + committed.revisions.count)
+                        committed.revisions.append(revision)
+                        store.answer(.success(EtcdTransactionResult(succeeded: true, revision: revision, ranges: [])))
+                        if brings {
+                            let value = Array(#"{"written_unix_ms":1}"#.utf8)
+                            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: EtcdKeyValue(key: key, value: value, createRevision: 11, modRevision: revision))], revision)
+                        }
+                    }
+                }
+            }
+            #expect(queue.sync { committed.revisions } == [11, 12], "a heartbeat at 0.2 s and at 2.2 s")
+            if brings {
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint, replica.revision) } == (0, 0, 12), "a watch that brings them is left")
+            } else {
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint, replica.revision) } == (1, 1, 10), "moved at 2.2 s, once, to the next member")
+            }
+        }
+    }
+
     @Test("a compacted watch reads everything again, loads it, and watches from the revision read")
     func compactedWatch() throws {
         let store = ScriptedEtcd()

@@ -53,7 +53,7 @@ final class ScriptedEtcd: EtcdTransport {
         prefix: String, from revision: Int64, onEvents: @escaping ([EtcdWatchEvent], Int64) -> Void,
         onEnd: @escaping (EtcdClient.WatchEnd) -> Void
     ) -> EtcdWatch {
-        let handle = EtcdWatch(revision: revision - 1)
+        let handle = EtcdWatch(revision: revision - 1, endpoint: endpoints[currentEndpoint])
         watches.append(Watch(prefix: prefix, from: revision, onEvents: onEvents, onEnd: onEnd, handle: handle))
         return handle
     }
