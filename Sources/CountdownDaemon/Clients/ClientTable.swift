@@ -43,6 +43,9 @@ final class ClientTable: @unchecked Sendable {
     private(set) var connections: [Int: Connection] = [:]
     /// Connections with output produced in the current batch, written when it flushes.
     private var touched: [Int: Connection] = [:]
+    /// The touched connections in the order `flushTouched` writes them (kept between batches,
+    /// empty, so that a batch allocates nothing for it).
+    private var flushOrder: [Connection] = []
     /// Connections with a listing in progress (the listing itself is in each one's lifecycle).
     private var listing: [Int: Connection] = [:]
     /// Connections served first in the next batch: they used their share of this one with lines
@@ -650,12 +653,18 @@ final class ClientTable: @unchecked Sendable {
     /// Writes every touched connection: only after the batch's commit. A user whose clients
     /// are then too far behind together loses the ones furthest behind (`--output-limit-per-user`),
     /// whose `ERR overflow` is written at once.
+    ///
+    /// The least queued goes first: a reply or a single event is not written after a fan-out
+    /// of thousands of lines to hundreds of other sockets.
     func flushTouched() {
         dispatchPrecondition(condition: .onQueue(queue))
-        for connection in touched.values {
+        flushOrder.append(contentsOf: touched.values)
+        flushOrder.sort { $0.output.byteCount < $1.output.byteCount }
+        for connection in flushOrder {
             connection.touchedInBatch = -1
             flush(connection)
         }
+        flushOrder.removeAll(keepingCapacity: true)
         touched.removeAll(keepingCapacity: true)
         guard !usersOverOutputLimit.isEmpty else { return }
         for uid in usersOverOutputLimit {
