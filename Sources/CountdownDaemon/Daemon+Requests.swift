@@ -98,7 +98,7 @@ extension Daemon: RequestServer {
             var parsed = false
             do throws(ProtocolError) {
                 guard let request = try RequestParser.parse(bytes) else { return .next }
-                if bounded, case .subscribe(let addresses, _, _, _) = request, !addresses.isEmpty {
+                if bounded, !connection.lineWasPutBack, case .subscribe(let addresses, _, _, _) = request, !addresses.isEmpty {
                     // Its cost is known before it is served: one that would take a user already
                     // served in this batch past its share waits for the next batch, where it
                     // comes first (served past the share, lines of 300 names made root's

@@ -356,7 +356,9 @@ final class ClientTable: @unchecked Sendable {
         // Backpressure: past the threshold, lines wait in the framer until the replies drain.
         while served < limit, mayServeNext(connection), let frame = nextRequest(of: connection) {
             served += 1
-            switch server.serve(frame, of: connection, bounded: bounded) {
+            let verdict = server.serve(frame, of: connection, bounded: bounded)
+            connection.lineWasPutBack = verdict == .notNow
+            switch verdict {
             case .next:
                 continue
             case .endTurn:
@@ -689,7 +691,8 @@ final class ClientTable: @unchecked Sendable {
     /// cut off at once, mid-batch: counted only at the flush, 400 subscribers of one user took a
     /// batch's events (up to 8,192 lines each) past the limit before any was cut off.
     private func count(_ connection: Connection, enforcing: Bool = true) {
-        guard let user = connection.userOutput else { return }
+        // A closed one was taken out of its user's sum (`close`) and stays out.
+        guard let user = connection.userOutput, !connection.isClosed else { return }
         let footprint = connection.output.footprint
         user.footprint += footprint - connection.countedOutput
         connection.countedOutput = footprint
@@ -750,8 +753,10 @@ final class ClientTable: @unchecked Sendable {
     private func disconnectFurthestBehind(of uid: UInt32) {
         let limit = configuration.outputLimitPerUser
         guard queuedOutput(of: uid) > limit else { return }
+        // Furthest behind: the most left unsent at the last write (what it failed to read),
+        // then the most held (this batch's output, for clients that were not behind).
         let behind = connections.values.filter { $0.peerUID == uid && !$0.isClosing && $0.countedOutput > 0 }
-            .sorted { $0.countedOutput > $1.countedOutput }
+            .sorted { ($0.unsentAfterLastWrite, $0.countedOutput) > ($1.unsentAfterLastWrite, $1.countedOutput) }
         for connection in behind where queuedOutput(of: uid) > limit {
             overflow(
                 connection,

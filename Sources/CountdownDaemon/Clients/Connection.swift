@@ -78,6 +78,9 @@ final class Connection {
     /// Bytes the socket did not take when its output was last written: how far behind the client
     /// was before the current batch (what the batch itself queues does not count).
     var unsentAfterLastWrite = 0
+    /// The line the framer gives next was put back (`ServeVerdict.notNow`): it is served the
+    /// next time whatever its user's share, so it cannot be put back for ever.
+    var lineWasPutBack = false
     /// Its uid's output sum (`--output-limit-per-user`); nil for root, who is not limited.
     var userOutput: UserOutput?
     /// The footprint of its output as its user's sum last counted it (`ClientTable.count`).

@@ -91,6 +91,8 @@ struct OutputQueue {
     mutating func append(_ bytes: [UInt8]) {
         guard !bytes.isEmpty else { return }
         byteCount += bytes.count
+        // Behind a full chunk of its own (not a shared one): a client that is behind.
+        let behindFullChunk = head < chunks.count && !lastChunkIsShared
         if head < chunks.count, !lastChunkIsShared {
             let last = chunks.count - 1
             let needed = chunks[last].count + bytes.count
@@ -106,12 +108,13 @@ struct OutputQueue {
             }
         }
         // A chunk of its own size: `bytes` may be a reused buffer with room to spare, which a
-        // chunk holding it would keep. Behind a full chunk (a client that is behind), the next
-        // is made full-sized at once: grown by doubling from one line, each of hundreds of
+        // chunk holding it would keep. Behind a full chunk of its own (a client that is behind;
+        // not behind a shared chunk, where small lines would each take 16 KiB), the next is made
+        // full-sized at once: grown by doubling from one line, each of hundreds of
         // backlogged queues freed seven smaller buffers per chunk, and the heap they left
         // scattered held 4 MB more than the queues at their peak.
         var chunk: [UInt8] = []
-        chunk.reserveCapacity(head < chunks.count && bytes.count < Self.chunkSize ? Self.chunkSize : bytes.count)
+        chunk.reserveCapacity(behindFullChunk && bytes.count < Self.chunkSize ? Self.chunkSize : bytes.count)
         chunk.append(contentsOf: bytes)
         footprint += chunk.capacity
         chunks.append(chunk)

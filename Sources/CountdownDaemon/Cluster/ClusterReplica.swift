@@ -263,8 +263,9 @@ final class ClusterReplica: @unchecked Sendable {
     func housekeeping(now: Instant) {
         commits.send()
         if isWatching { heartbeat.beat(now: now) }
-        // A watch whose changes wait in the backlog is not stuck: this host is behind it.
-        if !isCatchingUp, expected.contains(where: { $0.suspectWatchAt <= now }) {
+        // A watch whose changes wait in the backlog is not stuck: this host is behind it. (Nor
+        // is one not running: it is being started again.)
+        if isWatching, !isCatchingUp, expected.contains(where: { $0.suspectWatchAt <= now }) {
             expected.removeAll()
             lastLagMicroseconds = Self.catchUpTimeoutNanoseconds / 1000
             logger.log(.warning, "cluster: the watch did not bring a committed change within 2 s (it is at revision \(revision)); moving it to another member")
@@ -444,7 +445,10 @@ final class ClusterReplica: @unchecked Sendable {
         placed = (0, 0)
         backlog.removeAll()
         backlogNext = 0
+        giveWatchTime()  // A new watch has its own 2 s for what was expected of the last.
         watch = client.watch(prefix: configuration.prefix, from: max(revision, 1), onEvents: { [self] events, sentAt in
+            // It answers: a long history streaming in is progress, not a stuck watch.
+            giveWatchTime()
             backlog.append(contentsOf: events.map { ($0, sentAt) })
             continueCatchUp()
         }, onEnd: { [self] end in
@@ -578,6 +582,16 @@ final class ClusterReplica: @unchecked Sendable {
             expected.append((revision, suspectWatchAt))
         }
         return suspectWatchAt
+    }
+
+    /// The watch answered (or starts): what it is expected to bring is suspected only 2 s
+    /// from now. So a silent watch is moved, and one that streams a long history is not.
+    private func giveWatchTime() {
+        guard !expected.isEmpty else { return }
+        let suspectWatchAt = time.now().advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)
+        for index in expected.indices where expected[index].suspectWatchAt < suspectWatchAt {
+            expected[index].suspectWatchAt = suspectWatchAt
+        }
     }
 
     private func releaseWaiters() {

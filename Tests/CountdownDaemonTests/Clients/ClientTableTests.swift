@@ -36,6 +36,10 @@ struct ClientTableTests {
         #expect(served.map(\.line) == ["PING", "SUBSCRIBE many names", "STATS"], "in order, each once")
         try #require(served.count == 3)
         #expect(served[1].batch > served[0].batch, "the line that waited came in a later batch than the one before it: \(served)")
+        // The server is told the line was put back, so it serves it then whatever the user's
+        // share (the daemon does): a user's other connection served first in every batch cannot
+        // keep it waiting for ever.
+        #expect(served.map(\.wasPutBack) == [false, true, false], "\(served)")
     }
 
     @Test("backpressure: past the read-pause threshold a connection is not read; once its output drains it is read again")

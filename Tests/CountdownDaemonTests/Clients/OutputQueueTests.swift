@@ -195,6 +195,18 @@ struct OutputQueueTests {
         #expect(received.split(separator: "\n").dropFirst().joined(separator: "\n") + "\n" == expected + "OK after\n")
     }
 
+    @Test("a subscriber that is behind, sent shared streams and small lines in turn, holds about what it queued: a small line after a shared chunk is not given a 16 KiB chunk")
+    func smallLinesBehindSharedChunks() {
+        var queue = OutputQueue()
+        for _ in 0..<100 {
+            queue.appendShared(Array(repeating: UInt8(ascii: "s"), count: 600) + [10])
+            queue.append(Array(repeating: UInt8(ascii: "e"), count: 17) + [10])
+        }
+        #expect(queue.byteCount == 100 * (601 + 18))
+        // 28 times its bytes when each small line took a full chunk.
+        #expect(queue.footprint < 2 * queue.byteCount, "\(queue.footprint) held for \(queue.byteCount) queued")
+    }
+
     @Test("the footprint kept as the queue changes is always what its chunks hold, whatever mix of appends, shared chunks, partial writes, rollbacks and discards came before", arguments: [1, 2, 3, 4, 5])
     func footprintIsKeptExactly(seed: UInt64) {
         var random = SplitMix64(state: seed)  // The same as the core's tests (a link to their file).

@@ -23,7 +23,7 @@ final class TableHarness: @unchecked Sendable, RequestServer {
     var lines: [Int: [String]] = [:]
     var batchNumber = 1
     /// The batch in which each line was served, in order (on the queue).
-    var servedIn: [(line: String, batch: Int)] = []
+    var servedIn: [(line: String, batch: Int, wasPutBack: Bool)] = []
     /// Lines answered `.notNow` the first time they come (as a request past its user's share).
     var waitOnce: Set<String> = []
 
@@ -70,7 +70,7 @@ final class TableHarness: @unchecked Sendable, RequestServer {
             let line = String(decoding: bytes, as: UTF8.self)
             if waitOnce.remove(line) != nil { return .notNow }
             lines[connection.id, default: []].append(line)
-            servedIn.append((line, batchNumber))
+            servedIn.append((line, batchNumber, connection.lineWasPutBack))
         }
         return .next
     }
