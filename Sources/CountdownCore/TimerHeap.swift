@@ -124,8 +124,8 @@ struct TimerHeap {
         return top
     }
 
-    /// Storage of this many entries (256 KiB) is kept however little of it is used; larger, it
-    /// is given back once three quarters of it are unused. 100,000 countdowns that ticked for
+    /// Storage of up to this many entries (256 KiB) is kept however little of it is used;
+    /// larger, it is cut to twice what it holds once three quarters of it are unused. 100,000 countdowns that ticked for
     /// a while (their tick entries first pushed into the heap, then moved to the lane) left
     /// 5.3 MB of empty storage behind once nobody followed them.
     static let storageKeptAnyway = 16_384

@@ -471,7 +471,10 @@ final class ClientTable: @unchecked Sendable {
     ///
     /// In turns: by connection id, starting after where the last batch's first `rotation`
     /// connections ended, so that a batch out of time (which serves only its first turns) never
-    /// serves the same connections every time.
+    /// serves the same connections every time; and with no more than `rotation` of them, after
+    /// the last batch's first, so that no connection comes first every time (one that did, with
+    /// requests past its user's share, left its user's other connections no share in any batch:
+    /// their PING waited for ever).
     func takeCarriedOver(rotation: Int) -> [Connection] {
         defer { carried = [:] }
         var waiting = carried.values.filter { !$0.isClosed && !$0.isListing }
@@ -480,7 +483,7 @@ final class ClientTable: @unchecked Sendable {
         if let first = waiting.firstIndex(where: { $0.id > carriedTurn }) {
             waiting = Array(waiting[first...] + waiting[..<first])
         }
-        carriedTurn = waiting[min(rotation, waiting.count) - 1].id
+        carriedTurn = waiting[waiting.count <= rotation ? 0 : rotation - 1].id
         // One with changes in etcd is served its framed lines; its socket waits for their answers.
         for connection in waiting where !connection.replies.isHeld { connection.resumeReading() }
         return waiting
@@ -755,7 +758,10 @@ final class ClientTable: @unchecked Sendable {
         guard queuedOutput(of: uid) > limit else { return }
         // Furthest behind: the most left unsent at the last write (what it failed to read),
         // then the most held (this batch's output, for clients that were not behind).
-        let behind = connections.values.filter { $0.peerUID == uid && !$0.isClosing && $0.countedOutput > 0 }
+        // Not one that holds less than its `ERR overflow` line would: cutting it off frees
+        // nothing (900 readers of one line each were all cut off by one START, the sum rising
+        // with each). So the sum may stay past the limit by at most that much a connection.
+        let behind = connections.values.filter { $0.peerUID == uid && !$0.isCutOff && !$0.isClosed && $0.countedOutput > Self.notWorthCuttingOff }
             .sorted { ($0.unsentAfterLastWrite, $0.countedOutput) > ($1.unsentAfterLastWrite, $1.countedOutput) }
         for connection in behind where queuedOutput(of: uid) > limit {
             overflow(
@@ -765,6 +771,10 @@ final class ClientTable: @unchecked Sendable {
             )
         }
     }
+
+    /// A connection holding no more output than this (an `ERR overflow` line's chunk, about) is
+    /// never cut off for its user's limit.
+    static let notWorthCuttingOff = 1024
 
     /// Returns once the descriptors of every connection closed so far are closed (they are closed
     /// off the queue, by `DescriptorCloser`). Not on the queue.
@@ -816,6 +826,7 @@ final class ClientTable: @unchecked Sendable {
     /// The same, saying why (`--output-limit`, or its user's `--output-limit-per-user`).
     private func overflow(_ connection: Connection, because reason: String, advice: String) {
         dispatchPrecondition(condition: .onQueue(queue))
+        connection.isCutOff = true
         overflowed.warn("connection \(connection.id) (uid \(connection.peerUID)): \(reason); disconnecting it", now: time.now())
         server?.connectionClosed(connection)
         // Its listing, if any, ends as it stops reading: nothing follows the ERR line, and the

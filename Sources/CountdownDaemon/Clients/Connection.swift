@@ -81,6 +81,9 @@ final class Connection {
     /// The line the framer gives next was put back (`ServeVerdict.notNow`): it is served the
     /// next time whatever its user's share, so it cannot be put back for ever.
     var lineWasPutBack = false
+    /// Sent `ERR overflow` and closing: not cut off again (a connection closing after `QUIT`
+    /// that never reads is still cut off, for its user's limit).
+    var isCutOff = false
     /// Its uid's output sum (`--output-limit-per-user`); nil for root, who is not limited.
     var userOutput: UserOutput?
     /// The footprint of its output as its user's sum last counted it (`ClientTable.count`).

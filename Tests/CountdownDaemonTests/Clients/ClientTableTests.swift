@@ -42,6 +42,24 @@ struct ClientTableTests {
         #expect(served.map(\.wasPutBack) == [false, true, false], "\(served)")
     }
 
+    @Test("connections carried over batch after batch take turns at coming first, also when every one of them is served in each batch")
+    func carriedOverTakeTurns() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let clients = try (0..<3).map { _ in try harness.greetedClient() }
+        defer { for (client, _) in clients { close(client) } }
+        let firsts: [Int] = harness.queue.sync {
+            (0..<6).map { _ in
+                for (_, connection) in clients { harness.clients.endTurn(connection, budgetUsed: true, skipped: false) }
+                harness.clients.flushTouched()
+                return harness.clients.takeCarriedOver(rotation: 64).first?.id ?? -1
+            }
+        }
+        let ids = clients.map(\.1.id).sorted()
+        // Served first in every batch, the lowest id left its user's other connections no share.
+        #expect(firsts == ids + ids, "each comes first in turn: \(firsts)")
+    }
+
     @Test("backpressure: past the read-pause threshold a connection is not read; once its output drains it is read again")
     func backpressure() throws {
         let harness = try TableHarness { $0.readPauseThreshold = 1024 }
