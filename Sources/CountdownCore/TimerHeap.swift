@@ -125,9 +125,9 @@ struct TimerHeap {
     }
 
     /// Storage of up to this many entries (256 KiB) is kept however little of it is used;
-    /// larger, it is cut to twice what it holds once three quarters of it are unused. 100,000 countdowns that ticked for
-    /// a while (their tick entries first pushed into the heap, then moved to the lane) left
-    /// 5.3 MB of empty storage behind once nobody followed them.
+    /// larger, it is cut to twice what it holds once three quarters of it are unused. 100,000
+    /// countdowns that ticked for a while (their tick entries first pushed into the heap, then
+    /// moved to the lane) left 5.3 MB of empty storage behind once nobody followed them.
     static let storageKeptAnyway = 16_384
 
     /// Moves `storage`'s entries into storage of twice their count. Amortized O(1): before it
