@@ -118,9 +118,7 @@ struct TimerHeap {
         let top = entries[0]
         entries[0] = last
         siftDown(from: 0)
-        if entries.count < entries.capacity / 4 && entries.capacity > Self.storageKeptAnyway {
-            Self.giveBackSpareRoom(&entries)
-        }
+        Self.giveBackSpareRoomIfMostlyUnused(&entries)
         return top
     }
 
@@ -130,10 +128,11 @@ struct TimerHeap {
     /// moved to the lane) left 5.3 MB of empty storage behind once nobody followed them.
     static let storageKeptAnyway = 16_384
 
-    /// Moves `storage`'s entries into storage of twice their count. Amortized O(1): before it
-    /// comes here again, half of the entries it kept must leave (or, before the storage grows
-    /// again, as many must arrive).
-    private static func giveBackSpareRoom(_ storage: inout [Entry]) {
+    /// Past `storageKeptAnyway` and three quarters unused, moves `storage`'s entries into
+    /// storage of twice their count. Amortized O(1): before it does so again, half of the
+    /// entries it kept must leave (or, before the storage grows again, as many must arrive).
+    private static func giveBackSpareRoomIfMostlyUnused(_ storage: inout [Entry]) {
+        guard storage.count < storage.capacity / 4 && storage.capacity > storageKeptAnyway else { return }
         var smaller: [Entry] = []
         smaller.reserveCapacity(storage.count * 2)
         smaller.append(contentsOf: storage)
@@ -150,18 +149,14 @@ struct TimerHeap {
         } else if laneHead >= 4096 && laneHead * 2 >= laneStorage.count {
             laneStorage.removeFirst(laneHead)
             laneHead = 0
-            if laneStorage.count < laneStorage.capacity / 4 && laneStorage.capacity > Self.storageKeptAnyway {
-                Self.giveBackSpareRoom(&laneStorage)
-            }
+            Self.giveBackSpareRoomIfMostlyUnused(&laneStorage)
         }
     }
 
     /// Keeps only the entries for which `isLive` holds, then restores the heap order. O(n).
     mutating func compact(keeping isLive: (Entry) -> Bool) {
         entries.removeAll { !isLive($0) }
-        if entries.count < entries.capacity / 4 && entries.capacity > Self.storageKeptAnyway {
-            Self.giveBackSpareRoom(&entries)
-        }
+        Self.giveBackSpareRoomIfMostlyUnused(&entries)
         if entries.count > 1 {
             for index in stride(from: (entries.count - 2) / Self.arity, through: 0, by: -1) {
                 siftDown(from: index)

@@ -663,6 +663,17 @@ final class ClientTable: @unchecked Sendable {
     /// of thousands of lines to hundreds of other sockets.
     func flushTouched() {
         dispatchPrecondition(condition: .onQueue(queue))
+        writeTouched()
+        guard !usersOverOutputLimit.isEmpty else { return }
+        for uid in usersOverOutputLimit {
+            disconnectFurthestBehind(of: uid)
+        }
+        usersOverOutputLimit.removeAll()
+        writeTouched()  // The ERR overflow lines of those cut off.
+    }
+
+    /// Writes the touched connections, least queued first, and forgets them.
+    private func writeTouched() {
         flushOrder.append(contentsOf: touched.values)
         flushOrder.sort { $0.output.byteCount < $1.output.byteCount }
         for connection in flushOrder {
@@ -670,16 +681,6 @@ final class ClientTable: @unchecked Sendable {
             flush(connection)
         }
         flushOrder.removeAll(keepingCapacity: true)
-        touched.removeAll(keepingCapacity: true)
-        guard !usersOverOutputLimit.isEmpty else { return }
-        for uid in usersOverOutputLimit {
-            disconnectFurthestBehind(of: uid)
-        }
-        usersOverOutputLimit.removeAll()
-        for connection in touched.values {
-            connection.touchedInBatch = -1
-            flush(connection)
-        }
         touched.removeAll(keepingCapacity: true)
     }
 

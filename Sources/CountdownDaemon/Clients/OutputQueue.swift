@@ -93,7 +93,7 @@ struct OutputQueue {
         byteCount += bytes.count
         // Behind a full chunk of its own (not a shared one): a client that is behind.
         let behindFullChunk = head < chunks.count && !lastChunkIsShared
-        if head < chunks.count, !lastChunkIsShared {
+        if behindFullChunk {
             let last = chunks.count - 1
             let needed = chunks[last].count + bytes.count
             if needed <= chunks[last].capacity || needed <= Self.chunkSize {
