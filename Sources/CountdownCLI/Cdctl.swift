@@ -257,7 +257,7 @@ public struct Cdctl {
                 case .paused: state = .paused
                 case .done: state = .done
                 case .cancelled: state = .cancelled
-                case .started, .tick, .resumed, .extended: state = .running
+                case .started, .tick, .resumed, .extended, .phase: state = .running
                 case .removed:
                     console.out(goneLine(event.name, style: style))
                     continue
@@ -277,7 +277,7 @@ public struct Cdctl {
                     shown.deadline = SystemLocalZone.nowUnixMilliseconds() + event.remainingMilliseconds
                     shown.isPinned = nil
                     shown.pausesOnSuspend = nil
-                case .resumed, .extended:
+                case .resumed, .extended, .phase:
                     shown.deadline = SystemLocalZone.nowUnixMilliseconds() + event.remainingMilliseconds
                 case .tick:
                     // A tick goes out at its whole second, so it says where the deadline is. It

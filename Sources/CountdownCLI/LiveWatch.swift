@@ -89,7 +89,7 @@ struct LiveWatch {
             row.total = event.totalMilliseconds
             row.eventTime = arrived
             switch event.kind {
-            case .started, .tick, .resumed, .extended: row.state = .running
+            case .started, .tick, .resumed, .extended, .phase: row.state = .running
             case .paused: row.state = .paused
             case .done: row.state = .done
             case .cancelled: row.state = .cancelled

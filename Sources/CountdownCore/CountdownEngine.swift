@@ -54,8 +54,8 @@ public struct CountdownEngine {
         private var instantField: Int64
         private var numberField: Int64
         var owner: UInt32
-        /// The state in the low 2 bits, `pausesOnSuspend` in the next, the generation above: 48
-        /// bytes a record, not 56.
+        /// The state in the low 2 bits, `pausesOnSuspend` in the next, `isCycle` in the next,
+        /// the generation above: 48 bytes a record, not 56.
         private var stateAndGeneration: UInt32
 
         /// Where the countdown is in its life.
@@ -81,11 +81,18 @@ public struct CountdownEngine {
         }
 
         /// Bumped on every change of schedule; heap entries with an older generation are stale.
-        /// 29 bits: it wraps after half a billion changes of one countdown, and is only compared
-        /// for equality with the heap entries of that countdown's current schedule.
+        /// 28 bits: it wraps after a quarter of a billion changes of one countdown, and is only
+        /// compared for equality with the heap entries of that countdown's current schedule.
         var generation: UInt32 {
-            get { stateAndGeneration >> 3 }
-            set { stateAndGeneration = (newValue << 3) | (stateAndGeneration & 7) }
+            get { stateAndGeneration >> 4 }
+            set { stateAndGeneration = (newValue << 4) | (stateAndGeneration & 15) }
+        }
+
+        /// Whether it is a cycle of phases, whose phases the engine keeps beside the records
+        /// (`cycles`): a plain countdown pays nothing for them.
+        var isCycle: Bool {
+            get { stateAndGeneration & 8 != 0 }
+            set { stateAndGeneration = newValue ? stateAndGeneration | 8 : stateAndGeneration & ~8 }
         }
 
         /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
@@ -130,6 +137,7 @@ public struct CountdownEngine {
                 pinned: persisted.pinnedUnixMilliseconds ?? CountdownEngine.notPinned,
                 pausesOnSuspend: persisted.pausesOnSuspend
             )
+            isCycle = persisted.cycle != nil
         }
 
         /// Running: the deadline.
@@ -174,6 +182,8 @@ public struct CountdownEngine {
     private var freeSlots: [Int32] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
+    /// The phases of the countdowns that are cycles (`Record.isCycle`), by name.
+    private var cycles: [String: CountdownCycle] = [:]
     /// What `readAhead` read, kept only so that its loads stay in the optimized code.
     private var readAheadSink: UInt32 = 0
     /// What each owner holds (absent: nothing).
@@ -418,9 +428,12 @@ public struct CountdownEngine {
         guard persisted.totalMilliseconds > 0,
               slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == persisted.name }) == nil else { return false }
         var record = Record(persisted, generation: 0, now: now)
+        setCycle(persisted.cycle, of: &record)
         if !configuration.decidesLocally {
             // A replica restores what it held; the shared store finishes and forgets (`takeDue`).
-        } else if record.state == .running && record.deadline <= now {
+        } else if record.state == .running && record.deadline <= now && persisted.cycle?.isLastPhase ?? true {
+            // (A cycle before its last phase stays running: the next `advance` begins the
+            // phases whose time came, each once, with its `phase` event.)
             finishPastDeadline(&record, now: now, afterRestart: true)
         }
         let slot = allocateSlot()
@@ -460,10 +473,18 @@ public struct CountdownEngine {
         requester: UInt32,
         pinnedTo pinnedUnixMilliseconds: Int64? = nil,
         onSuspend: SuspendPolicy? = nil,
+        cycle: CountdownCycle? = nil,
         now: Instant,
         events: inout [CountdownEvent]
     ) throws(ProtocolError) -> CountdownSnapshot {
         advance(to: now, events: &events)
+        var milliseconds = milliseconds
+        if var cycle {
+            try checkCycle(cycle, pinned: pinnedUnixMilliseconds != nil)
+            cycle.phaseIndex = 0
+            cycle.round = 0
+            milliseconds = cycle.phase.milliseconds
+        }
         guard milliseconds > 0, milliseconds <= CountdownDuration.maximumMilliseconds else {
             throw ProtocolError(.badDuration, "duration must be more than 0 and at most 366 days")
         }
@@ -509,7 +530,7 @@ public struct CountdownEngine {
             slotsByName.insert(hash: hash, slot: slot)
             countHeld(by: requester, 1)
         }
-        let record = Record(
+        var record = Record(
             name: name,
             state: .running,
             totalMilliseconds: milliseconds,
@@ -522,12 +543,56 @@ public struct CountdownEngine {
             pinned: pinnedUnixMilliseconds ?? Self.notPinned,
             pausesOnSuspend: pausesOnSuspend
         )
+        setCycle(cycle.map { CountdownCycle(phases: $0.phases, rounds: $0.rounds) }, of: &record)
         records[Int(slot)] = record
         countState(.running, of: record.owner, 1)
         emit(in: slot, .started, record, remaining: milliseconds, into: &events)
         scheduleNext(slot: slot, now: now)
         dropStaleTop()
         return snapshot(of: record, now: now)
+    }
+
+    /// The rules of a cycle's phases, checked before anything changes.
+    /// - Throws: `bad-request` (cluster mode, a time of day, or a cycle out of its limits).
+    private func checkCycle(_ cycle: CountdownCycle, pinned: Bool) throws(ProtocolError) {
+        guard configuration.decidesLocally else {
+            throw ProtocolError(
+                .badRequest,
+                "cycles are not available in cluster mode yet; start each phase as a countdown of its own, or run the cycle on a daemon that is not in a cluster"
+            )
+        }
+        guard !pinned else {
+            throw ProtocolError(.badRequest, "a countdown to a time of day (AT) cannot be a cycle; give CYCLE its phases instead of AT")
+        }
+        var first = cycle
+        first.phaseIndex = 0
+        first.round = 0
+        guard first.isValid else {
+            throw ProtocolError(
+                .badRequest,
+                "a cycle has 1 to \(CountdownCycle.maximumPhases) phases of more than 0 and at most 366 days, labels of at most \(CountdownCycle.maximumLabelLength) characters of A-Z a-z 0-9 . _ -, and at most \(CountdownCycle.maximumRounds) rounds"
+            )
+        }
+    }
+
+    /// Makes `record` a cycle's (keeping `cycle`) or a plain countdown's.
+    private mutating func setCycle(_ cycle: CountdownCycle?, of record: inout Record) {
+        if let cycle {
+            cycles[record.name] = cycle
+        } else if record.isCycle || !cycles.isEmpty {
+            cycles.removeValue(forKey: record.name)
+        }
+        record.isCycle = cycle != nil
+    }
+
+    /// The cycle of `record`, if it is one.
+    private func cycle(of record: Record) -> CountdownCycle? {
+        record.isCycle ? cycles[record.name] : nil
+    }
+
+    /// What storage keeps of `record`, its cycle included.
+    func persisted(_ record: Record) -> PersistedCountdown {
+        record.persisted(cycle: cycle(of: record))
     }
 
     /// Whether one more countdown of `owner` fits: `--max-countdowns` (less root's reserve for
@@ -679,6 +744,45 @@ public struct CountdownEngine {
         return result
     }
 
+    /// Ends a cycle's running (or paused) phase now and starts the next, running, with a `phase`
+    /// event; after the last phase of the last round, the cycle is `done`.
+    /// - Throws: `not-found`, `bad-request` (not a cycle), `forbidden`.
+    @discardableResult
+    public mutating func skip(
+        _ name: String, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        let (slot, old) = try activeRecord(name, verb: "skip")
+        guard let cycle = cycle(of: old) else {
+            throw ProtocolError(.badRequest, "'\(name)' is not a cycle, so it has no next phase; CANCEL it to end it")
+        }
+        try authorize(requester, toChange: old, verb: "skip")
+        var record = old
+        countState(old.state, of: old.owner, -1)
+        if cycle.isLastPhase {
+            finish(&record, as: .done, at: now)
+            record.lateMilliseconds = nil
+            records[Int(slot)] = record
+            schedulePurge(slot: slot, record: record)
+            emit(in: slot, .done, record, remaining: 0, into: &events)
+            dropStaleTop()
+            return snapshot(of: record, now: now)
+        }
+        let next = cycle.next
+        record.state = .running
+        record.totalMilliseconds = next.phase.milliseconds
+        record.deadline = now.advanced(byMilliseconds: next.phase.milliseconds)
+        record.pinned = Self.notPinned
+        record.generation &+= 1
+        cycles[name] = next
+        records[Int(slot)] = record
+        countState(.running, of: record.owner, 1)
+        emit(in: slot, .phase, record, remaining: next.phase.milliseconds, into: &events)
+        scheduleNext(slot: slot, now: now)
+        dropStaleTop()
+        return snapshot(of: record, now: now)
+    }
+
     // MARK: - Wall clock
 
     /// The wall clock was set (NTP, `date -s`): countdowns to a time of day (`START … AT`) move
@@ -823,6 +927,7 @@ public struct CountdownEngine {
             // Newer than any heap entry of the current record, so those become stale.
             generation = current.generation &+ 1
             guard previous != nil else {
+                if current.isCycle { cycles.removeValue(forKey: name) }
                 slotsByName.remove(hash: hash, slot: existing)
                 countHeld(by: current.owner, -1)
                 records[Int(existing)] = nil
@@ -838,7 +943,9 @@ public struct CountdownEngine {
             countHeld(by: previous.owner, 1)
         }
         guard let previous else { return }  // Both branches above return without one.
-        place(Record(previous, generation: generation, now: now), in: slot, now: now)
+        var record = Record(previous, generation: generation, now: now)
+        setCycle(previous.cycle, of: &record)
+        place(record, in: slot, now: now)
     }
 
     /// Puts a restored or reverted record into its slot, counted and scheduled for its state.
@@ -863,12 +970,13 @@ public struct CountdownEngine {
     /// O(1): the records are kept in pages that are shared until the engine next changes one, and
     /// then only that page is copied. The name index and the scheduler are not part of it.
     public func durableImage() -> DurableImage {
-        DurableImage(records: records, lastSequence: lastSequence, ownerSequences: ownerSequences, count: slotsByName.count)
+        DurableImage(records: records, cycles: cycles, lastSequence: lastSequence, ownerSequences: ownerSequences, count: slotsByName.count)
     }
 
     /// A copy of every countdown's durable state, taken by `durableImage()`.
     public struct DurableImage: Sendable {
         fileprivate let records: SlotTable<Record>
+        fileprivate let cycles: [String: CountdownCycle]
         /// The engine's `lastSequence` when the image was taken.
         public let lastSequence: UInt64
         /// Each user's own last number then.
@@ -879,7 +987,7 @@ public struct CountdownEngine {
         /// Calls `body` with each countdown's durable state, in no particular order.
         public func forEach(_ body: (PersistedCountdown) -> Void) {
             for case let record? in records {
-                body(record.persisted)
+                body(record.persisted(cycle: record.isCycle ? cycles[record.name] : nil))
             }
         }
     }
@@ -975,6 +1083,12 @@ public struct CountdownEngine {
     // MARK: - Internals
 
     func snapshot(of record: Record, now: Instant) -> CountdownSnapshot {
+        var snapshot = plainSnapshot(of: record, now: now)
+        if record.isCycle { snapshot.cycle = cycles[record.name] }
+        return snapshot
+    }
+
+    private func plainSnapshot(of record: Record, now: Instant) -> CountdownSnapshot {
         switch record.state {
         case .running:
             return CountdownSnapshot(
@@ -1071,6 +1185,7 @@ public struct CountdownEngine {
             ownerSequence: ownerSequence
         )
         event.slotHint = slot
+        if record.isCycle { event.cycle = cycles[record.name] }
         events.append(event)
     }
 
@@ -1106,6 +1221,9 @@ public struct CountdownEngine {
             dueToFinish.append(old.name)
             return TimerHeap.Entry(due: now.nanoseconds + Self.replicaRetryNanoseconds, slot: slot, generation: old.generation)
         }
+        if left <= 0, old.isCycle, let cycle = cycles[old.name], !cycle.isLastPhase {
+            return beginNextPhases(slot: slot, record: old, cycle: cycle, now: now, events: &events)
+        }
         if left <= 0 {
             var record = old
             countState(.running, of: record.owner, -1)
@@ -1121,6 +1239,54 @@ public struct CountdownEngine {
             events[events.count - 1].due = old.deadline.advanced(byNanoseconds: -wholeSecondsLeft * 1_000_000_000)
         }
         return nextEntry(slot: slot, record: old, now: now)
+    }
+
+    /// A cycle's phase ended at its deadline: the next begins there (no drift), with its `phase`
+    /// event, and so on for every phase whose time has come; after the last phase of the last
+    /// round comes `done`. Returns the countdown's next wake-up.
+    ///
+    /// Whole rounds that passed (a long stop, a sleep of a countdown that counts on) are skipped
+    /// without events: at most one round's boundaries are announced, each with how late it is
+    /// (`lateness`), and the round count moves on.
+    private mutating func beginNextPhases(
+        slot: Int32, record old: Record, cycle start: CountdownCycle, now: Instant, events: inout [CountdownEvent]
+    ) -> TimerHeap.Entry {
+        var record = old
+        var cycle = start
+        var boundary = old.deadline
+        let roundNanoseconds = cycle.roundMilliseconds * 1_000_000
+        let behind = now.nanoseconds(since: boundary)
+        if behind > roundNanoseconds {
+            var rounds = UInt32(clamping: behind / roundNanoseconds)
+            if cycle.rounds != 0 {
+                // Never past the end of the second-to-last round: the last ends in `done`.
+                rounds = min(rounds, cycle.rounds >= cycle.round + 2 ? cycle.rounds - cycle.round - 2 : 0)
+            }
+            cycle.round += rounds
+            boundary = boundary.advanced(byNanoseconds: Int64(rounds) * roundNanoseconds)
+        }
+        repeat {
+            cycle = cycle.next
+            let milliseconds = cycle.phase.milliseconds
+            record.totalMilliseconds = milliseconds
+            record.deadline = boundary.advanced(byMilliseconds: milliseconds)
+            record.generation &+= 1
+            cycles[record.name] = cycle
+            records[Int(slot)] = record
+            emit(in: slot, .phase, record, remaining: milliseconds, into: &events)
+            events[events.count - 1].due = boundary
+            events[events.count - 1].lateMilliseconds = Self.lateness(of: boundary, at: now)
+            boundary = record.deadline
+        } while record.deadline <= now && !cycle.isLastPhase
+        if record.deadline <= now {
+            countState(.running, of: record.owner, -1)
+            finishPastDeadline(&record, now: now, afterRestart: false)
+            records[Int(slot)] = record
+            emit(in: slot, .done, record, remaining: 0, into: &events)
+            events[events.count - 1].due = record.deadline
+            return purgeEntry(slot: slot, record: record)
+        }
+        return nextEntry(slot: slot, record: record, now: now)
     }
 
     /// Pushes the next wake-up of a running countdown.
@@ -1165,8 +1331,9 @@ public struct CountdownEngine {
     }
 
     private mutating func purge(slot: Int32, name: String) {
-        if let owner = records[Int(slot)]?.owner {
-            countHeld(by: owner, -1)
+        if let record = records[Int(slot)] {
+            countHeld(by: record.owner, -1)
+            if record.isCycle { cycles.removeValue(forKey: name) }
         }
         slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
         records[Int(slot)] = nil

@@ -36,6 +36,8 @@ public struct CountdownSnapshot: Sendable, Equatable {
     public var pinnedUnixMilliseconds: Int64?
     /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
     public var pausesOnSuspend: Bool
+    /// For a cycle of phases: its phases and the running one (the fields above are that phase's).
+    public var cycle: CountdownCycle?
 
     /// Creates a snapshot.
     public init(
@@ -47,8 +49,10 @@ public struct CountdownSnapshot: Sendable, Equatable {
         owner: UInt32,
         lateMilliseconds: Int64? = nil,
         pinnedUnixMilliseconds: Int64? = nil,
-        pausesOnSuspend: Bool = false
+        pausesOnSuspend: Bool = false,
+        cycle: CountdownCycle? = nil
     ) {
+        self.cycle = cycle
         self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
         self.pausesOnSuspend = pausesOnSuspend
         self.name = name
@@ -91,6 +95,9 @@ public enum EventKind: String, Sendable, CaseIterable, Equatable {
     /// A finished countdown was forgotten: by `REMOVE`, or at the end of its retention. Its name is
     /// free; a status bar following it blanks out.
     case removed
+    /// A cycle's next phase began (the phase before it ended, or `SKIP`): `remaining_ms` is the
+    /// new phase's duration, and the event names the phase (`CountdownEvent.cycle`).
+    case phase
 
     /// Whether losing this event would lose a state change. Ticks are not: a newer tick supersedes
     /// an older one, so a slow subscriber may skip ticks but never lifecycle events.
@@ -130,6 +137,9 @@ public struct CountdownEvent: Sendable, Equatable {
     /// spares the daemon a name lookup (`CountdownEngine.persistentState(of:hint:)`). Not on the
     /// wire, not compared.
     public var slotHint: Int32 = -1
+    /// For a cycle's countdown: its phases and the running one, as of the event (on the wire as
+    /// `phase=<n>/<count>`, `label=` and `round=` fields).
+    public var cycle: CountdownCycle?
 
     /// Creates an event.
     public init(
@@ -230,6 +240,6 @@ extension CountdownEvent {
         left.sequence == right.sequence && left.ownerSequence == right.ownerSequence && left.kind == right.kind && left.name == right.name
             && left.remainingMilliseconds == right.remainingMilliseconds && left.totalMilliseconds == right.totalMilliseconds
             && left.lateMilliseconds == right.lateMilliseconds && left.due == right.due && left.owner == right.owner
-            && left.causedBySuspend == right.causedBySuspend
+            && left.causedBySuspend == right.causedBySuspend && left.cycle == right.cycle
     }
 }

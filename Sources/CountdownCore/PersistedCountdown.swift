@@ -25,13 +25,17 @@ public struct PersistedCountdown: Equatable, Sendable {
     public var pinnedUnixMilliseconds: Int64?
     /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
     public var pausesOnSuspend: Bool
+    /// For a cycle of phases (`START … CYCLE`): its phases and the running one; the fields above
+    /// are the running phase's. `nil` for a plain countdown.
+    public var cycle: CountdownCycle?
 
     /// Creates a persisted countdown.
     public init(
         name: String, state: CountdownState, totalMilliseconds: Int64, deadline: Instant?,
         remainingNanoseconds: Int64, finishedAt: Instant?, owner: UInt32, lateMilliseconds: Int64? = nil,
-        pinnedUnixMilliseconds: Int64? = nil, pausesOnSuspend: Bool = false
+        pinnedUnixMilliseconds: Int64? = nil, pausesOnSuspend: Bool = false, cycle: CountdownCycle? = nil
     ) {
+        self.cycle = cycle
         self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
         self.pausesOnSuspend = pausesOnSuspend
         self.name = name
@@ -49,22 +53,23 @@ extension CountdownEngine {
     /// The durable state of the countdown named `name`, or `nil` when there is none (it was never
     /// started, or it has been purged after its retention period).
     public func persistentState(of name: String) -> PersistedCountdown? {
-        record(named: name)?.persisted
+        record(named: name).map(persisted)
     }
 
     /// The same, looking first in `slot` (an event's `slotHint`): no name is hashed when the
     /// countdown is still there, as it is right after the event.
     public func persistentState(of name: String, hint slot: Int32) -> PersistedCountdown? {
         if slot >= 0, Int(slot) < records.count, let record = records[Int(slot)], record.name == name {
-            return record.persisted
+            return persisted(record)
         }
         return persistentState(of: name)
     }
 }
 
 extension CountdownEngine.Record {
-    /// What storage keeps of this record: only the fields valid in its state.
-    var persisted: PersistedCountdown {
+    /// What storage keeps of this record: only the fields valid in its state; `cycle` is the
+    /// engine's (`CountdownEngine.persisted(_:)`).
+    func persisted(cycle: CountdownCycle?) -> PersistedCountdown {
         PersistedCountdown(
             name: name,
             state: state,
@@ -75,7 +80,8 @@ extension CountdownEngine.Record {
             owner: owner,
             lateMilliseconds: lateMilliseconds,
             pinnedUnixMilliseconds: state == .running && pinned != CountdownEngine.notPinned ? pinned : nil,
-            pausesOnSuspend: pausesOnSuspend
+            pausesOnSuspend: pausesOnSuspend,
+            cycle: isCycle ? cycle : nil
         )
     }
 }

@@ -2,8 +2,9 @@
 public enum Request: Equatable, Sendable {
     /// `START <name> [<duration>] [REPLACE] [ON-SUSPEND pause|count]`; the duration defaults to
     /// 60 s. Without `ON-SUSPEND` (`nil`), a name started again keeps its setting; a new one
-    /// counts on while the machine sleeps.
-    case start(name: String, milliseconds: Int64, replace: Bool, onSuspend: SuspendPolicy? = nil)
+    /// counts on while the machine sleeps. With `CYCLE <phases> [REPEAT [<rounds>]]` in place of
+    /// the duration, a cycle of phases (`cycle`; `milliseconds` is its first phase's).
+    case start(name: String, milliseconds: Int64, replace: Bool, onSuspend: SuspendPolicy? = nil, cycle: CountdownCycle? = nil)
     /// `START <name> AT <time> [REPLACE]`: until a wall-clock time (Unix ms), and pinned to it.
     case startAt(name: String, unixMilliseconds: Int64, replace: Bool)
     /// `STATUS <name>`
@@ -20,6 +21,8 @@ public enum Request: Equatable, Sendable {
     case extend(name: String, milliseconds: Int64)
     /// `REMOVE <name>`: forget a finished countdown now.
     case remove(name: String)
+    /// `SKIP <name>`: end a cycle's running phase now and start the next.
+    case skip(name: String)
     /// `SUBSCRIBE [<name> … | PREFIX <prefix>] [EVENTS <kinds>] [SINCE <seq>]`; no names means
     /// every countdown, present and future; a prefix, every countdown whose name starts with it,
     /// present and future; no `EVENTS` means every kind.
@@ -36,7 +39,7 @@ public enum Request: Equatable, Sendable {
     /// Whether the request changes countdowns, and so must be durable before its reply is sent.
     public var isMutation: Bool {
         switch self {
-        case .start, .startAt, .cancel, .pause, .resume, .extend, .remove: return true
+        case .start, .startAt, .cancel, .pause, .resume, .extend, .remove, .skip: return true
         case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return false
         }
     }
@@ -44,8 +47,8 @@ public enum Request: Equatable, Sendable {
     /// The countdown a change changes, as the client wrote it (`nil` for anything else).
     public var changedName: String? {
         switch self {
-        case .start(let name, _, _, _), .startAt(let name, _, _), .cancel(let name), .pause(let name), .resume(let name),
-             .extend(let name, _), .remove(let name):
+        case .start(let name, _, _, _, _), .startAt(let name, _, _), .cancel(let name), .pause(let name), .resume(let name),
+             .extend(let name, _), .remove(let name), .skip(let name):
             return name
         case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return nil
         }
@@ -60,8 +63,8 @@ public enum Request: Equatable, Sendable {
 public enum RequestParser {
     /// The verbs, for `unknown-command` messages and completion.
     public static let verbs = [
-        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "REMOVE", "SUBSCRIBE", "UNSUBSCRIBE", "PING", "STATS",
-        "QUIT",
+        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "REMOVE", "SKIP", "SUBSCRIBE", "UNSUBSCRIBE", "PING",
+        "STATS", "QUIT",
     ]
 
     /// Parses one line, without its line terminator (a trailing CR is ignored).
@@ -106,8 +109,8 @@ public enum RequestParser {
         let arguments = fields.dropFirst()
 
         if keyword(verb, is: "START") {
-            guard (1...6).contains(arguments.count) else {
-                throw usage("START <name> [<duration> | AT <time>] [REPLACE] [ON-SUSPEND pause|count]", got: arguments.count)
+            guard (1...8).contains(arguments.count) else {
+                throw usage("START <name> [<duration> | AT <time> | CYCLE <phases> [REPEAT [<rounds>]]] [REPLACE] [ON-SUSPEND pause|count]", got: arguments.count)
             }
             let name = try CountdownAddress.validate(bytes: arguments[arguments.startIndex])
             let rest = Array(arguments.dropFirst())
@@ -133,11 +136,35 @@ public enum RequestParser {
             var milliseconds = CountdownDuration.defaultMilliseconds
             var replace = false
             var onSuspend: SuspendPolicy?
+            var cycle: CountdownCycle?
             var fields = rest[...]
             var offset = 0
             while let field = fields.popFirst() {
                 defer { offset += 1 }
-                if keyword(field, is: "REPLACE") && !replace {
+                if offset == 0 && keyword(field, is: "CYCLE") {
+                    guard let phases = fields.popFirst() else {
+                        throw ProtocolError(.badRequest, "CYCLE needs its phases: <duration>[:<label>] separated by commas, such as 25m:work,5m:break")
+                    }
+                    var parsed = CountdownCycle(phases: try CountdownCycle.parsePhases(bytes: phases))
+                    if let word = fields.first, keyword(word, is: "REPEAT") {
+                        fields.removeFirst()
+                        parsed.rounds = 0
+                        if let count = fields.first, let first = count.first, first >= UInt8(ascii: "0") && first <= UInt8(ascii: "9") {
+                            fields.removeFirst()
+                            guard count.count <= 7, count.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+                                  let rounds = UInt32(String(decoding: count, as: UTF8.self)), rounds >= 1, rounds <= CountdownCycle.maximumRounds
+                            else {
+                                throw ProtocolError(
+                                    .badRequest,
+                                    "REPEAT takes a number of rounds from 1 to \(CountdownCycle.maximumRounds), not '\(ProtocolText.sanitized(count))'; without one the cycle repeats until it is cancelled"
+                                )
+                            }
+                            parsed.rounds = rounds
+                        }
+                    }
+                    milliseconds = parsed.phases[0].milliseconds
+                    cycle = parsed
+                } else if keyword(field, is: "REPLACE") && !replace {
                     replace = true
                 } else if keyword(field, is: "ON-SUSPEND") && onSuspend == nil {
                     guard let word = fields.popFirst() else {
@@ -155,11 +182,11 @@ public enum RequestParser {
                 } else {
                     throw ProtocolError(
                         .badRequest,
-                        "unexpected '\(ProtocolText.sanitized(field))' after the duration; the options are REPLACE and ON-SUSPEND pause|count, once each"
+                        "unexpected '\(ProtocolText.sanitized(field))' after the duration; the options are REPLACE and ON-SUSPEND pause|count, once each (REPEAT follows CYCLE's phases)"
                     )
                 }
             }
-            return .start(name: name, milliseconds: milliseconds, replace: replace, onSuspend: onSuspend)
+            return .start(name: name, milliseconds: milliseconds, replace: replace, onSuspend: onSuspend, cycle: cycle)
         }
         if keyword(verb, is: "STATUS") {
             return .status(name: try oneName(arguments, usage: "STATUS <name>"))
@@ -172,6 +199,9 @@ public enum RequestParser {
         }
         if keyword(verb, is: "PAUSE") {
             return .pause(name: try oneName(arguments, usage: "PAUSE <name>"))
+        }
+        if keyword(verb, is: "SKIP") {
+            return .skip(name: try oneName(arguments, usage: "SKIP <name>"))
         }
         if keyword(verb, is: "REMOVE") {
             return .remove(name: try oneName(arguments, usage: "REMOVE <name>"))

@@ -82,12 +82,18 @@ public enum WireEncoder {
         let total = event.totalMilliseconds
         let late = event.lateMilliseconds
         let suspend = event.causedBySuspend
+        // A cycle's fields (rare): ` - phase=2/8 label=break`, after the optional field's place.
+        var cycleFields: [UInt8] = []
+        if let cycle = event.cycle {
+            if late == nil && !suspend { cycleFields.append(contentsOf: " -".utf8) }
+            appendCycleFields(cycle, to: &cycleFields)
+        }
         var name = name
         name.withUTF8 { nameBytes in
             // "EVENT " + seq + " " + kind + " " + name + 3 × (" " + number) + " suspend" + "\n"
             // (a line has `late_ms` or ` suspend`, never both: both are counted, to be simple).
             let capacity = 6 + LineWriter.maximumDecimalLength + 1 + kind.utf8CodeUnitCount + 1 + nameBytes.count
-                + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + 1
+                + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + cycleFields.count + 1
             LineWriter.appendLine(capacity: capacity, to: &out) { line in
                 line.write("EVENT ")
                 line.writeDecimal(sequence)
@@ -104,6 +110,9 @@ public enum WireEncoder {
                     line.writeDecimal(late)
                 } else if suspend {
                     line.write(" suspend")
+                }
+                if !cycleFields.isEmpty {
+                    cycleFields.withUnsafeBufferPointer { line.write($0) }
                 }
                 line.write(UInt8(ascii: "\n"))
             }
@@ -122,6 +131,28 @@ public enum WireEncoder {
         case .cancelled: "cancelled"
         case .snapshot: "snapshot"
         case .removed: "removed"
+        case .phase: "phase"
+        }
+    }
+
+    /// ` phase=<n>/<count>` (from 1), ` label=<label>` when it has one, and ` round=<n>` (from 1;
+    /// `/<rounds>` when they are counted) when it repeats: where a cycle is.
+    static func appendCycleFields(_ cycle: CountdownCycle, to out: inout [UInt8]) {
+        append(" phase=", to: &out)
+        appendDecimal(Int64(cycle.phaseIndex) + 1, to: &out)
+        out.append(UInt8(ascii: "/"))
+        appendDecimal(Int64(cycle.phases.count), to: &out)
+        if !cycle.phase.label.isEmpty {
+            append(" label=", to: &out)
+            append(cycle.phase.label, to: &out)
+        }
+        if cycle.rounds != 1 {
+            append(" round=", to: &out)
+            appendDecimal(Int64(cycle.round) + 1, to: &out)
+            if cycle.rounds != 0 {
+                out.append(UInt8(ascii: "/"))
+                appendDecimal(Int64(cycle.rounds), to: &out)
+            }
         }
     }
 
@@ -146,6 +177,10 @@ public enum WireEncoder {
         out.append(UInt8(ascii: " "))
         appendDecimal(Int64(snapshot.owner), to: &out)
         appendMarker(snapshot, to: &out)
+        if let cycle = snapshot.cycle {
+            if snapshot.pinnedUnixMilliseconds == nil && !snapshot.pausesOnSuspend { append(" -", to: &out) }
+            appendCycleFields(cycle, to: &out)
+        }
         out.append(UInt8(ascii: "\n"))
     }
 
@@ -173,7 +208,7 @@ public enum WireEncoder {
     }
 
     /// `<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> <owner_uid> [<late_ms>|-]
-    /// [at | pause-on-suspend]`
+    /// [at | pause-on-suspend | -] [phase=<n>/<count> [label=<label>] [round=<n>[/<rounds>]]]`
     static func appendFields(_ snapshot: CountdownSnapshot, clock: WallClockMapping, to out: inout [UInt8]) {
         append(snapshot.name, to: &out)
         out.append(UInt8(ascii: " "))
@@ -189,10 +224,14 @@ public enum WireEncoder {
         if let late = snapshot.lateMilliseconds {
             out.append(UInt8(ascii: " "))
             appendDecimal(late, to: &out)
-        } else if snapshot.pinnedUnixMilliseconds != nil || snapshot.pausesOnSuspend {
+        } else if snapshot.pinnedUnixMilliseconds != nil || snapshot.pausesOnSuspend || snapshot.cycle != nil {
             append(" -", to: &out)
         }
         appendMarker(snapshot, to: &out)
+        if let cycle = snapshot.cycle {
+            if snapshot.pinnedUnixMilliseconds == nil && !snapshot.pausesOnSuspend { append(" -", to: &out) }
+            appendCycleFields(cycle, to: &out)
+        }
     }
 
     /// What kind of countdown it is, when not a plain one: ` at` for one to a wall-clock time,

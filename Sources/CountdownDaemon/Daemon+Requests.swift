@@ -219,10 +219,12 @@ extension Daemon: RequestServer {
             try self.change(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt ?? .first(at: now), body)
         }
         switch request {
-        case .start(let address, let milliseconds, let replace, let onSuspend):
+        case .start(let address, let milliseconds, let replace, let onSuspend, let cycle):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             try change(key) { engine, events throws(ProtocolError) in
-                try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, now: now, events: &events)
+                try engine.start(
+                    key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, cycle: cycle, now: now, events: &events
+                )
             }
         case .startAt(let address, let unixMilliseconds, let replace):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
@@ -263,6 +265,9 @@ extension Daemon: RequestServer {
             try change(key) { engine, events throws(ProtocolError) in
                 try engine.extend(key, by: milliseconds, requester: owner, now: now, events: &events)
             }
+        case .skip(let address):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            try change(key) { engine, events throws(ProtocolError) in try engine.skip(key, requester: owner, now: now, events: &events) }
         case .remove(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             try change(key) { engine, events throws(ProtocolError) in try engine.remove(key, requester: owner, now: now, events: &events) }

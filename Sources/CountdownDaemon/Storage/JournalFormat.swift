@@ -32,6 +32,10 @@ import CountdownCore
 ///               -- bit 2: the owner's own number follows, owner_seq u64 (`OwnerSequences`)
 ///               -- every event is written so since per-user numbers; before, only when a
 ///               -- flag was set
+///               -- bit 3: the countdown's cycle follows (after owner_seq), a cycle block
+///               -- bit 4: the event's own cycle follows (after the countdown's), a cycle block
+///     cycle block: rounds u32 (0: for ever), phase index u16, round u32, phase count u8, then
+///               per phase: duration_ms i64, label (u8 length + bytes)
 ///     5 removed, numbered: a removed record (type 3's fields) followed by owner_seq u64
 ///
 /// A record without `owner_seq` was written before per-user numbers: its owner saw the
@@ -72,12 +76,14 @@ enum JournalFormat {
         static let causedBySuspend: UInt8 = 1
         static let pausesOnSuspend: UInt8 = 2
         static let ownerSequence: UInt8 = 4
-        static let known: UInt8 = 7
+        static let stateCycle: UInt8 = 8
+        static let eventCycle: UInt8 = 16
+        static let known: UInt8 = 31
     }
 
     /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
     /// cluster-mode host's copy as read from etcd.)
-    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed, .snapshot]
+    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed, .snapshot, .phase]
     static let states: [CountdownState] = [.running, .paused, .done, .cancelled]
 
     /// The header record of a journal file.
@@ -141,7 +147,7 @@ enum JournalFormat {
 
     static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
         let flags = (event.causedBySuspend ? EventFlag.causedBySuspend : 0) | (state.pausesOnSuspend ? EventFlag.pausesOnSuspend : 0)
-            | EventFlag.ownerSequence
+            | EventFlag.ownerSequence | (state.cycle != nil ? EventFlag.stateCycle : 0) | (event.cycle != nil ? EventFlag.eventCycle : 0)
         buffer.append(RecordType.flaggedEvent.rawValue)
         append(event.sequence, to: &buffer)
         buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
@@ -159,6 +165,20 @@ enum JournalFormat {
         append(state.pinnedUnixMilliseconds ?? absent, to: &buffer)
         buffer.append(flags)
         append(event.ownerSequence, to: &buffer)
+        if let cycle = state.cycle { appendCycle(cycle, to: &buffer) }
+        if let cycle = event.cycle { appendCycle(cycle, to: &buffer) }
+    }
+
+    /// A cycle block (see the format above); the snapshot image's rows hold the same.
+    static func appendCycle(_ cycle: CountdownCycle, to buffer: inout [UInt8]) {
+        append(UInt64(cycle.rounds), to: &buffer, width: 4)
+        append(UInt64(cycle.phaseIndex), to: &buffer, width: 2)
+        append(UInt64(cycle.round), to: &buffer, width: 4)
+        buffer.append(UInt8(cycle.phases.count))
+        for phase in cycle.phases {
+            append(phase.milliseconds, to: &buffer)
+            appendShortString(phase.label, to: &buffer)
+        }
     }
 
     static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
@@ -446,6 +466,8 @@ enum JournalFormat {
                 }
                 let numberedByOwner = flags & EventFlag.ownerSequence != 0
                 let ownerSequence = try ownerNumber(&reader, numbered: numberedByOwner, sequence: sequence, of: "an event record")
+                let stateCycle = flags & EventFlag.stateCycle != 0 ? try reader.cycle() : nil
+                let eventCycle = flags & EventFlag.eventCycle != 0 ? try reader.cycle() : nil
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 var event = CountdownEvent(
                     sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
@@ -453,6 +475,7 @@ enum JournalFormat {
                     owner: owner, ownerSequence: ownerSequence
                 )
                 event.causedBySuspend = flags & EventFlag.causedBySuspend != 0
+                event.cycle = eventCycle
                 visit(EventRecord(
                     event: event,
                     state: StoredCountdown(
@@ -460,7 +483,7 @@ enum JournalFormat {
                         deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
                         owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned),
-                        pausesOnSuspend: flags & EventFlag.pausesOnSuspend != 0
+                        pausesOnSuspend: flags & EventFlag.pausesOnSuspend != 0, cycle: stateCycle
                     ),
                     numberedByOwner: numberedByOwner
                 ))
@@ -537,6 +560,20 @@ enum JournalFormat {
                 header.follows = index == UInt64.max ? nil : FrameMark(index: index, checksum: checksum)
             }
             return header
+        }
+
+        /// A cycle block, checked against a cycle's limits (`CountdownCycle.isValid`).
+        mutating func cycle() throws(FormatError) -> CountdownCycle {
+            let rounds = UInt32(try u64(width: 4)), phaseIndex = UInt16(try u64(width: 2)), round = UInt32(try u64(width: 4))
+            let count = Int(try byte())
+            var phases: [CountdownCycle.Phase] = []
+            for _ in 0..<count {
+                let milliseconds = try i64()
+                phases.append(CountdownCycle.Phase(milliseconds: milliseconds, label: try shortString()))
+            }
+            let cycle = CountdownCycle(phases: phases, rounds: rounds, phaseIndex: phaseIndex, round: round)
+            guard cycle.isValid else { throw FormatError(reason: "a cycle of phases out of its limits") }
+            return cycle
         }
 
         mutating func shortString() throws(FormatError) -> String {

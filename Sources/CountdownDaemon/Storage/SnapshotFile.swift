@@ -19,6 +19,8 @@ struct StoredCountdown: Equatable, Sendable {
     var pinnedUnixMilliseconds: Int64? = nil
     /// Stands still while the machine sleeps (`START … ON-SUSPEND pause`).
     var pausesOnSuspend = false
+    /// A cycle of phases: its phases and the running one.
+    var cycle: CountdownCycle? = nil
 }
 
 /// The snapshot: every countdown and the recent events at one moment. Together with the journal

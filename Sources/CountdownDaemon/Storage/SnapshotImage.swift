@@ -16,12 +16,16 @@ import Glibc
 ///           4 KiB of records a frame (a frame holds one kind of the three):
 ///           20 owner      owner u32, last owner_seq u64 (`OwnerSequences`; version 2)
 ///           18 event      seq u64, kind u8, flags u8 (bit 0: caused by the machine's sleep;
-///                         bit 1: owner_seq follows the name), owner u32, remaining_ms i64,
-///                         total_ms i64, late_ms i64, name, [owner_seq u64]
-///           17 countdown  state u8, flags u8 (bit 0: stands still while the machine sleeps),
-///                         owner u32, total_ms i64, deadline_unix_ms i64, deadline_boot_ns i64,
-///                         remaining_ns i64, finished_unix_ms i64, late_ms i64, pinned_unix_ms i64,
-///                         name (u8 length + bytes, the plain name in the owner's namespace)
+///                         bit 1: owner_seq follows the name; bit 2: a cycle block follows
+///                         that), owner u32, remaining_ms i64, total_ms i64, late_ms i64, name,
+///                         [owner_seq u64], [cycle]
+///           17 countdown  state u8, flags u8 (bit 0: stands still while the machine sleeps;
+///                         bit 1: a cycle block follows the name), owner u32, total_ms i64,
+///                         deadline_unix_ms i64, deadline_boot_ns i64, remaining_ns i64,
+///                         finished_unix_ms i64, late_ms i64, pinned_unix_ms i64,
+///                         name (u8 length + bytes, the plain name in the owner's namespace),
+///                         [cycle]
+///           -- a cycle block is the journal's (`JournalFormat`)
 ///     last  the end, alone:
 ///           19 end    countdowns u64, events u64, frames_crc u32
 ///           -- frames_crc chains the checksums of every frame before it, in order
@@ -55,8 +59,10 @@ enum SnapshotImage {
 
     enum Flag {
         static let pausesOnSuspend: UInt8 = 1
+        static let countdownCycle: UInt8 = 2
         static let causedBySuspend: UInt8 = 1
         static let ownerSequence: UInt8 = 2
+        static let eventCycle: UInt8 = 4
     }
 
     /// What the header frame says.
@@ -183,19 +189,20 @@ enum SnapshotImage {
             buffer.append(RecordType.event.rawValue)
             JournalFormat.append(event.sequence, to: &buffer)
             buffer.append(UInt8(JournalFormat.kinds.firstIndex(of: event.kind) ?? 0))
-            buffer.append((event.causedBySuspend ? Flag.causedBySuspend : 0) | Flag.ownerSequence)
+            buffer.append((event.causedBySuspend ? Flag.causedBySuspend : 0) | Flag.ownerSequence | (event.cycle != nil ? Flag.eventCycle : 0))
             JournalFormat.append(UInt64(event.owner), to: &buffer, width: 4)
             JournalFormat.append(event.remainingMilliseconds, to: &buffer)
             JournalFormat.append(event.totalMilliseconds, to: &buffer)
             JournalFormat.append(event.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
             JournalFormat.append(event.ownerSequence, to: &buffer)
+            if let cycle = event.cycle { JournalFormat.appendCycle(cycle, to: &buffer) }
         }
 
         mutating func add(_ row: StoredCountdown) {
             buffer.append(RecordType.countdown.rawValue)
             buffer.append(UInt8(JournalFormat.states.firstIndex(of: row.state) ?? 0))
-            buffer.append(row.pausesOnSuspend ? Flag.pausesOnSuspend : 0)
+            buffer.append((row.pausesOnSuspend ? Flag.pausesOnSuspend : 0) | (row.cycle != nil ? Flag.countdownCycle : 0))
             JournalFormat.append(UInt64(row.owner), to: &buffer, width: 4)
             JournalFormat.append(row.totalMilliseconds, to: &buffer)
             JournalFormat.append(row.deadlineUnixMilliseconds ?? JournalFormat.absent, to: &buffer)
@@ -205,6 +212,7 @@ enum SnapshotImage {
             JournalFormat.append(row.lateMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.append(row.pinnedUnixMilliseconds ?? JournalFormat.absent, to: &buffer)
             JournalFormat.appendShortString(row.name, to: &buffer)
+            if let cycle = row.cycle { JournalFormat.appendCycle(cycle, to: &buffer) }
         }
 
         /// The end record, in a frame of its own, after every other frame.
@@ -392,7 +400,7 @@ enum SnapshotImage {
                 case .countdown:
                     readingCountdowns = true
                     let stateIndex = Int(try reader.byte()), flags = try reader.byte()
-                    guard stateIndex < JournalFormat.states.count, flags & ~Flag.pausesOnSuspend == 0 else {
+                    guard stateIndex < JournalFormat.states.count, flags & ~(Flag.pausesOnSuspend | Flag.countdownCycle) == 0 else {
                         throw JournalFormat.FormatError(reason: "a countdown with an unknown state or flags")
                     }
                     let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
@@ -400,13 +408,14 @@ enum SnapshotImage {
                     let remaining = try reader.i64(), finished = try reader.i64(), late = try reader.i64()
                     let pinned = try reader.i64()
                     let name = try reader.name()
+                    let cycle = flags & Flag.countdownCycle != 0 ? try reader.cycle() : nil
                     countdownsRead += 1
                     visit(StoredCountdown(
                         name: name, state: JournalFormat.states[stateIndex], totalMilliseconds: total,
                         deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished), owner: owner,
                         lateMilliseconds: present(late), pinnedUnixMilliseconds: present(pinned),
-                        pausesOnSuspend: flags & Flag.pausesOnSuspend != 0
+                        pausesOnSuspend: flags & Flag.pausesOnSuspend != 0, cycle: cycle
                     ))
                 case .owner:
                     guard !readingCountdowns, contents.events.isEmpty else {
@@ -426,7 +435,7 @@ enum SnapshotImage {
                     guard !readingCountdowns else { throw JournalFormat.FormatError(reason: "an event after the countdowns") }
                     let sequence = try reader.u64()
                     let kindIndex = Int(try reader.byte()), flags = try reader.byte()
-                    guard kindIndex < JournalFormat.kinds.count, flags & ~(Flag.causedBySuspend | Flag.ownerSequence) == 0 else {
+                    guard kindIndex < JournalFormat.kinds.count, flags & ~(Flag.causedBySuspend | Flag.ownerSequence | Flag.eventCycle) == 0 else {
                         throw JournalFormat.FormatError(reason: "an event with an unknown kind or flags")
                     }
                     let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
@@ -441,12 +450,14 @@ enum SnapshotImage {
                     guard ownerSequence <= sequence else {
                         throw JournalFormat.FormatError(reason: "an event whose owner's number is above its own")
                     }
+                    let cycle = flags & Flag.eventCycle != 0 ? try reader.cycle() : nil
                     var event = CountdownEvent(
                         sequence: sequence, kind: JournalFormat.kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
                         remainingMilliseconds: remaining, totalMilliseconds: total, lateMilliseconds: present(late), owner: owner,
                         ownerSequence: ownerSequence
                     )
                     event.causedBySuspend = flags & Flag.causedBySuspend != 0
+                    event.cycle = cycle
                     contents.events.append(event)
                 case .end:
                     guard end == nil, reader.offset == frame.payload.lowerBound + 1 else {

@@ -37,6 +37,11 @@ public enum StateDump {
         var lateMs: Int64?
         var pinnedUnixMs: Int64?
         var onSuspend: String?
+        /// A cycle's phases as `CYCLE` reads them (`25m:work,5m:break`), and where it is.
+        var cycle: String?
+        var phase: Int?
+        var rounds: UInt32?
+        var round: UInt32?
 
         init(_ row: StoredCountdown) {
             owner = row.owner
@@ -50,6 +55,12 @@ public enum StateDump {
             lateMs = row.lateMilliseconds
             pinnedUnixMs = row.pinnedUnixMilliseconds
             onSuspend = row.pausesOnSuspend ? SuspendPolicy.pause.rawValue : nil
+            if let cycle = row.cycle {
+                self.cycle = cycle.phaseList
+                phase = Int(cycle.phaseIndex) + 1
+                rounds = cycle.rounds
+                round = cycle.round + 1
+            }
         }
     }
 

@@ -15,7 +15,8 @@ extension StoredCountdown {
             owner: countdown.owner,
             lateMilliseconds: countdown.lateMilliseconds,
             pinnedUnixMilliseconds: countdown.pinnedUnixMilliseconds,
-            pausesOnSuspend: countdown.pausesOnSuspend
+            pausesOnSuspend: countdown.pausesOnSuspend,
+            cycle: countdown.cycle
         )
     }
 
@@ -50,7 +51,8 @@ extension StoredCountdown {
             owner: owner,
             lateMilliseconds: lateMilliseconds,
             pinnedUnixMilliseconds: state == .running ? pinnedUnixMilliseconds : nil,
-            pausesOnSuspend: pausesOnSuspend
+            pausesOnSuspend: pausesOnSuspend,
+            cycle: cycle
         )
     }
 }

@@ -1,0 +1,78 @@
+@testable import CountdownDaemon
+import CountdownCore
+import Dispatch
+import Foundation
+import Glibc
+import Testing
+
+extension StateJournalTests {
+    @Test("a cycle's phases, where it is, and each event's own phase survive the journal, then the snapshot; a cycle out of its limits is damage")
+    func cycleThroughJournalAndSnapshot() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        var engine = CountdownEngine()
+        engine.setTicksEnabled(false, now: SystemClock.now())
+        var events: [CountdownEvent] = []
+        let now = SystemClock.now()
+        let cycle = CountdownCycle(
+            phases: [.init(milliseconds: 1_000, label: "work"), .init(milliseconds: 300_000, label: "break"), .init(milliseconds: 60_000)],
+            rounds: 0
+        )
+        try engine.start("1000/pomodoro", milliseconds: 1, requester: 1000, onSuspend: .pause, cycle: cycle, now: now, events: &events)
+        try engine.start("1000/tea", milliseconds: 1_500_000, requester: 1000, now: now, events: &events)
+        engine.advance(to: now.advanced(byMilliseconds: 1_000), events: &events)
+        #expect(events.map(\.kind) == [.started, .started, .phase])
+        var first: StateJournal? = journal(in: directory)
+        _ = try recover(try #require(first))
+        let outcome = try queue.sync {
+            let journal = try #require(first)
+            journal.beginBatch()
+            for event in events {
+                journal.note(event, state: engine.persistentState(of: event.name), clock: DaemonClock.system.mapping())
+            }
+            return journal.commit()
+        }
+        #expect(outcome == .durable)
+        first = nil  // Releases the directory's lock.
+        var expected = cycle
+        expected.phaseIndex = 1
+        func check(_ recovered: StateJournal.Recovered, _ from: String) {
+            let byName = Dictionary(uniqueKeysWithValues: recovered.countdowns.map { ($0.name, $0) })
+            #expect(byName["1000/pomodoro"]?.cycle == expected && byName["1000/pomodoro"]?.pausesOnSuspend == true, "\(from)")
+            #expect(byName["1000/pomodoro"]?.totalMilliseconds == 300_000, "\(from): the running phase's")
+            #expect(byName["1000/tea"]?.cycle == nil, "\(from)")
+            #expect(recovered.ring.events.map { $0.cycle?.phaseIndex } == [0, nil, 1], "\(from): each event with its own phase")
+        }
+        var second: StateJournal? = journal(in: directory)
+        let fromJournal = try recover(try #require(second))
+        check(fromJournal, "from the journal")
+        try queue.sync {
+            try #require(second).snapshotAtStop(engine.durableImage(), ring: fromJournal.ring, clock: DaemonClock.system.mapping())
+        }
+        second = nil
+        let image = try #require(try SnapshotFile.read(directory: directory))
+        #expect(image.problems.isEmpty, "\(image.problems)")
+        #expect(image.rows.first { $0.name == "pomodoro" }?.cycle == expected)
+        let fromSnapshot = try recover(journal(in: directory))
+        check(fromSnapshot, "from the snapshot")
+
+        // A cycle block that checks out by CRC but not by a cycle's limits (0 phases) is damage.
+        var state = StoredCountdown(
+            name: "c", state: .running, totalMilliseconds: 1000, deadlineUnixMilliseconds: 1, deadlineBootNanoseconds: 1,
+            remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 1000, lateMilliseconds: nil
+        )
+        state.cycle = CountdownCycle(phases: [], rounds: 1)
+        var record: [UInt8] = []
+        JournalFormat.appendEvent(CountdownEvent(sequence: 1, kind: .started, name: "1000/c", remainingMilliseconds: 1000, totalMilliseconds: 1000, owner: 1000), state: state, to: &record)
+        var header: [UInt8] = []
+        var out: [UInt8] = []
+        JournalFormat.appendHeader(JournalFormat.Header(generation: 1, createdUnixMilliseconds: 0, bootID: nil), to: &header)
+        for (index, payload) in [header, record].enumerated() {
+            let start = out.count
+            JournalFormat.beginFrame(in: &out)
+            out += payload
+            JournalFormat.sealFrame(in: &out, at: start, index: UInt64(index))
+        }
+        #expect(JournalFormat.scan(out).damage?.reason.contains("cycle of phases out of its limits") == true)
+    }
+}
