@@ -34,7 +34,7 @@ _cdctl() {
         case $word in
             --socket) socket=${words[i+1]}; ((i++)) ;;
             --socket=*) socket=${word#--socket=} ;;
-            --format|--since|--state|--prefix|--events|--at|--then) ((i++)) ;;
+            --format|--since|--state|--prefix|--events|--at|--then|--cycle|--repeat) ((i++)) ;;
             -*) ;;
             *) if [[ -z $command ]]; then command=$word; else ((operands++)); fi ;;
         esac
@@ -47,7 +47,9 @@ _cdctl() {
         # One-word forms only: compgen's words are split at blanks.
         --at) COMPREPLY=($(compgen -W "09:30 17:00 now+25min now+1h" -- "$cur")); return ;;
         --then) COMPREPLY=($(compgen -c -- "$cur")); return ;;
-        --events) COMPREPLY=($(compgen -W "lifecycle all started tick paused resumed extended done cancelled snapshot removed" -- "$cur")); return ;;
+        --cycle) COMPREPLY=($(compgen -W "25m:work,5m:break 50m:work,10m:break 52m:work,17m:break" -- "$cur")); return ;;
+        --repeat) COMPREPLY=($(compgen -W "forever 2 4" -- "$cur")); return ;;
+        --events) COMPREPLY=($(compgen -W "lifecycle all started tick paused resumed extended done cancelled snapshot removed phase" -- "$cur")); return ;;
         --state) COMPREPLY=($(compgen -W "running paused done cancelled" -- "$cur")); return ;;
     esac
 
@@ -56,14 +58,14 @@ _cdctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "$common" -- "$cur"))
         else
-            COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle rm watch wait stats help" -- "$cur"))
+            COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle skip rm watch wait stats help" -- "$cur"))
         fi
         return
     fi
 
     local options=""
     case $command in
-        start) options="--at --replace --if-idle --wait --then --pause-on-suspend --count-on-suspend" ;;
+        start) options="--at --cycle --pomodoro --repeat --replace --if-idle --wait --then --pause-on-suspend --count-on-suspend" ;;
         status) options="--json --format --follow" ;;
         list) options="--json --format --state --prefix" ;;
         watch) options="--json --since --events" ;;
@@ -81,12 +83,12 @@ _cdctl() {
             else
                 COMPREPLY=($(compgen -W "30s 1m 5m 10m 25m 1h" -- "$cur"))
             fi ;;
-        status|cancel|pause|resume|toggle|rm)
+        status|cancel|pause|resume|toggle|skip|rm)
             ((operands == 0)) && COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
         watch|wait)
             COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
         help)
-            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle rm watch wait stats" -- "$cur")) ;;
+            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle skip rm watch wait stats" -- "$cur")) ;;
     esac
     # Bash replaces only what follows the last ':' of the word: offer only that part.
     if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then

@@ -18,7 +18,7 @@ function __cdctl_names
     end
 end
 
-set -l commands start status list cancel pause resume extend toggle rm watch wait stats help
+set -l commands start status list cancel pause resume extend toggle skip rm watch wait stats help
 complete -c cdctl -f
 complete -c cdctl -l socket -r -F -d 'the daemon socket'
 complete -c cdctl -l no-color -d 'no colour'
@@ -35,6 +35,7 @@ complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a extend -d 'a
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a watch -d 'follow countdowns'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a wait -d 'wait for countdowns'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a toggle -d 'pause or resume'
+complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a skip -d "end a cycle's phase now"
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a rm -d 'forget a finished countdown'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a stats -d "the daemon's counters"
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a help -d 'help on a command'
@@ -51,7 +52,7 @@ function __cdctl_wants_name
             continue
         end
         switch $token
-            case --socket --format --since --state --prefix --events --at --then
+            case --socket --format --since --state --prefix --events --at --then --cycle --repeat
                 set skip 1
             case '-*'
             case '*'
@@ -65,14 +66,14 @@ function __cdctl_wants_name
     switch "$command"
         case watch wait
             return 0
-        case start extend status cancel pause resume toggle rm
+        case start extend status cancel pause resume toggle skip rm
             test $operands -eq 0
             return
     end
     return 1
 end
 
-complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend toggle rm watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
+complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend toggle skip rm watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
 complete -c cdctl -n "__fish_seen_subcommand_from list" -l state -x -a 'running paused done cancelled' -d 'only this state'
 complete -c cdctl -n "__fish_seen_subcommand_from list" -l prefix -x -d 'only names starting with'
 complete -c cdctl -n "__fish_seen_subcommand_from stats" -l json -d 'JSON output'
@@ -89,3 +90,6 @@ complete -c cdctl -n "__fish_seen_subcommand_from watch" -l since -r -d 'replay 
 complete -c cdctl -n "__fish_seen_subcommand_from watch" -l events -x -a 'lifecycle all started tick paused resumed extended done cancelled snapshot removed' -d 'only these kinds'
 complete -c cdctl -n "__fish_seen_subcommand_from status list" -l format -r -d 'template'
 complete -c cdctl -n "__fish_seen_subcommand_from status" -l follow -d 'print on every change'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l cycle -x -a '25m:work,5m:break' -d 'phases: DURATION[:LABEL],...'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l pomodoro -d 'work 25m, break 5m, x4, long break 15m'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l repeat -x -a 'forever 2 4' -d 'repeat the cycle'

@@ -52,11 +52,12 @@ public struct Cdctl {
 
     private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
         switch invocation.command {
-        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at, let pauseOnSuspend):
+        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at, let pauseOnSuspend, let cycle):
             if wait {
                 try subscribe(connection, to: [name], events: "lifecycle")
             }
             var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
+            if let cycle { line = "START \(name) CYCLE \(cycle)" }
             // A countdown to a time of day always counts on: --count-on-suspend says nothing more.
             if let pauseOnSuspend, at == nil || pauseOnSuspend {
                 line += pauseOnSuspend ? " ON-SUSPEND pause" : " ON-SUSPEND count"
@@ -88,6 +89,8 @@ public struct Cdctl {
             return try mutation("CANCEL \(name)", on: connection, name: name)
         case .pause(let name):
             return try mutation("PAUSE \(name)", on: connection, name: name)
+        case .skip(let name):
+            return try mutation("SKIP \(name)", on: connection, name: name)
         case .resume(let name):
             return try mutation("RESUME \(name)", on: connection, name: name)
         case .extend(let name, let milliseconds):
@@ -294,7 +297,7 @@ public struct Cdctl {
                     remainingMilliseconds: event.remainingMilliseconds, totalMilliseconds: event.totalMilliseconds,
                     deadlineUnixMilliseconds: state == .running ? shown.deadline : nil,
                     owner: shown.owner, lateMilliseconds: event.lateMilliseconds, isPinned: shown.isPinned ?? false,
-                    pausesOnSuspend: shown.pausesOnSuspend ?? false
+                    pausesOnSuspend: shown.pausesOnSuspend ?? false, cycle: event.cycle
                 )
                 console.out(followLine(countdown, style: style))
             }
@@ -364,6 +367,13 @@ public struct Cdctl {
     /// `0:02:41 left of 0:03:00`, with its newline; `…, until 09:30` for one to a time of day.
     private func timeLeft(_ countdown: CountdownInfo) -> String {
         var text = "\(CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds)) left of \(CountdownDuration.clock(milliseconds: countdown.totalMilliseconds))"
+        if let cycle = countdown.cycle {
+            // `0:24:59 left of 0:25:00 in work, phase 1 of 8 (round 2 of 4)`
+            text += " in " + (cycle.label.map { "\($0), " } ?? "") + "phase \(cycle.phase) of \(cycle.phases)"
+            if let round = cycle.round {
+                text += " (round \(round)" + (cycle.rounds.map { " of \($0))" } ?? ")")
+            }
+        }
         if countdown.isPinned == true, let deadline = countdown.deadlineUnixMilliseconds {
             let shown = LocalTime.shown(deadline, SystemLocalZone(), withZone: false).dropLast(3)
             text += ", until \(countdown.remainingMilliseconds < 86_400_000 ? shown.suffix(5) : shown)"

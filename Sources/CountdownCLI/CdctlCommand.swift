@@ -22,14 +22,17 @@ public enum StatsFormat: Equatable, Sendable {
 
 /// What a `cdctl` command line asks for, validated.
 public enum CdctlCommand: Equatable, Sendable {
-    /// `start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND]
-    /// [--pause-on-suspend | --count-on-suspend]`;
+    /// `start NAME [DURATION | --at TIME | --cycle PHASES | --pomodoro] [--repeat N|forever]
+    /// [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend | --count-on-suspend]`;
     /// `atUnixMilliseconds` for a countdown to a wall-clock time; `pauseOnSuspend` `nil` keeps
-    /// what the name had (a new one counts on).
+    /// what the name had (a new one counts on); `cycle` the words after `CYCLE` in the protocol
+    /// (`25m:work,5m:break REPEAT 4`).
     case start(
         name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil,
-        pauseOnSuspend: Bool? = nil
+        pauseOnSuspend: Bool? = nil, cycle: String? = nil
     )
+    /// `skip NAME`: end a cycle's running phase now and start the next.
+    case skip(name: String)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
     /// `list [--json | --format T] [--state STATE] [--prefix PREFIX]`
@@ -96,12 +99,18 @@ public enum CdctlCommandLine {
         Usage: cdctl [--socket PATH] COMMAND [ARGS]
 
         Commands:
-          start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait]
+          start NAME [DURATION | --at TIME | --cycle PHASES | --pomodoro]
+                [--repeat N|forever] [--replace | --if-idle] [--wait]
                 [--then COMMAND] [--pause-on-suspend | --count-on-suspend]
                                  start a countdown (default 60s), or one until a time
                                  of day (--at 09:30, 'tomorrow 09:30', '2026-12-24
                                  18:00', 'now + 3 min'; it follows the wall clock if
-                                 that is set); --replace restarts a running one;
+                                 that is set), or a cycle of phases that run one
+                                 after the other (--cycle 25m:work,5m:break; each
+                                 DURATION[:LABEL]), --pomodoro for four 25m work
+                                 phases with 5m breaks and a 15m long break;
+                                 --repeat runs the cycle N times, or forever;
+                                 --replace restarts a running one;
                                  --if-idle leaves a running one alone and succeeds;
                                  --wait blocks until it finishes; --then runs COMMAND
                                  (a shell line) when it is done, from your user
@@ -123,6 +132,7 @@ public enum CdctlCommandLine {
           resume NAME            resume a paused countdown
           extend NAME DURATION   add time to a running or paused countdown
           toggle NAME            pause a running countdown, resume a paused one
+          skip NAME              end a cycle's phase now and start the next
           rm NAME                forget a finished countdown now (it frees the name's
                                  slot; finished ones are otherwise kept 10 minutes)
           watch [NAME...] [--json] [--since SEQ] [--events KINDS]
@@ -151,7 +161,8 @@ public enum CdctlCommandLine {
           --json                 machine-readable output (status, list, watch)
           --format TEMPLATE      one line per countdown (status, list), with {name}
                                  {state} {remaining} {remaining_s} {total} {progress}
-                                 {percent} {bar}; {{ and }} for braces
+                                 {percent} {bar} {on_suspend}, and for a cycle {phase}
+                                 {phases} {label} {round}; {{ and }} for braces
           --no-color             no colour (also when NO_COLOR is set)
           -h, --help             show this help
           -V, --version          show the version
@@ -174,6 +185,9 @@ public enum CdctlCommandLine {
         .init(["--then"], takesValue: true),
         .init(["--at"], takesValue: true),
         .init(["--pause-on-suspend"]),
+        .init(["--cycle"], takesValue: true),
+        .init(["--pomodoro"]),
+        .init(["--repeat"], takesValue: true),
         .init(["--count-on-suspend"]),
         .init(["--since"], takesValue: true),
         .init(["--state"], takesValue: true),
@@ -248,8 +262,8 @@ public enum CdctlCommandLine {
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait", "if-idle", "then", "at", "pause-on-suspend", "count-on-suspend"]
-            let startUsage = "start NAME [DURATION | --at TIME] [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend | --count-on-suspend]"
+            allowedFlags = ["replace", "wait", "if-idle", "then", "at", "pause-on-suspend", "count-on-suspend", "cycle", "pomodoro", "repeat"]
+            let startUsage = "start NAME [DURATION | --at TIME | --cycle PHASES | --pomodoro] [--repeat N|forever] [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend | --count-on-suspend]"
             guard !operands.isEmpty else {
                 throw UsageError("start needs a NAME, as in cdctl start tea 3m or cdctl start standup --at 09:30; usage: cdctl \(startUsage)")
             }
@@ -283,6 +297,7 @@ public enum CdctlCommandLine {
             guard !(parsed.has("replace") && parsed.has("if-idle")) else {
                 throw UsageError("--replace and --if-idle exclude each other: one restarts a running countdown, the other leaves it alone")
             }
+            let cycle = try cycleWords(parsed, operands: operands, at: at)
             command = .start(
                 name: try name(operands[0]),
                 milliseconds: try operands.count > 1 ? duration(operands[1]) : nil,
@@ -291,7 +306,8 @@ public enum CdctlCommandLine {
                 wait: parsed.has("wait"),
                 then: parsed.value("then"),
                 atUnixMilliseconds: at,
-                pauseOnSuspend: parsed.has("pause-on-suspend") ? true : parsed.has("count-on-suspend") ? false : nil
+                pauseOnSuspend: parsed.has("pause-on-suspend") ? true : parsed.has("count-on-suspend") ? false : nil,
+                cycle: cycle
             )
         case "status":
             allowedFlags = ["json", "format", "follow"]
@@ -325,6 +341,10 @@ public enum CdctlCommandLine {
             allowedFlags = []
             try expect(operands, 2...2, usage: "extend NAME DURATION")
             command = .extend(name: try name(operands[0]), milliseconds: try duration(operands[1]))
+        case "skip":
+            allowedFlags = []
+            try expect(operands, 1...1, usage: "skip NAME")
+            command = .skip(name: try name(operands[0]))
         case "toggle":
             allowedFlags = []
             try expect(operands, 1...1, usage: "toggle NAME")
@@ -373,7 +393,7 @@ public enum CdctlCommandLine {
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at", "pause-on-suspend", "count-on-suspend"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at", "pause-on-suspend", "count-on-suspend", "cycle", "pomodoro", "repeat"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)
@@ -404,7 +424,43 @@ public enum CdctlCommandLine {
     }
 
     /// The commands, for messages and completion.
-    public static let commands = ["start", "status", "list", "cancel", "pause", "resume", "extend", "toggle", "rm", "watch", "wait", "stats", "help"]
+    public static let commands = ["start", "status", "list", "cancel", "pause", "resume", "extend", "toggle", "skip", "rm", "watch", "wait", "stats", "help"]
+
+    /// The phases of `--pomodoro`: four 25-minute work phases, a 5-minute break after each of
+    /// the first three and a 15-minute long break after the fourth.
+    public static let pomodoroPhases = "25m:work,5m:break,25m:work,5m:break,25m:work,5m:break,25m:work,15m:long-break"
+
+    /// What follows `CYCLE` in the protocol for `--cycle`/`--pomodoro` and `--repeat`, checked
+    /// here so that a mistake is told in cdctl's words; `nil` for a plain countdown.
+    private static func cycleWords(_ parsed: ArgumentParser.Result, operands: [String], at: Int64?) throws(UsageError) -> String? {
+        let phases = parsed.has("pomodoro") ? pomodoroPhases : parsed.value("cycle")
+        guard let phases else {
+            if parsed.has("repeat") {
+                throw UsageError("--repeat repeats a cycle: give it --cycle PHASES or --pomodoro, as in cdctl start focus --pomodoro --repeat forever")
+            }
+            return nil
+        }
+        guard !(parsed.has("pomodoro") && parsed.has("cycle")) else {
+            throw UsageError("--pomodoro and --cycle exclude each other: --pomodoro is --cycle \(pomodoroPhases)")
+        }
+        guard at == nil else {
+            throw UsageError("a cycle's phases give its durations: --at does not go with \(parsed.has("pomodoro") ? "--pomodoro" : "--cycle"); drop one")
+        }
+        guard operands.count == 1 else {
+            throw UsageError("a cycle's phases give its durations: drop the DURATION '\(operands[1])', or drop \(parsed.has("pomodoro") ? "--pomodoro" : "--cycle")")
+        }
+        do {
+            _ = try CountdownCycle.parsePhases(bytes: Array(phases.utf8))
+        } catch {
+            throw UsageError("bad --cycle: \(error.message)")
+        }
+        guard let text = parsed.value("repeat") else { return phases }
+        if text == "forever" { return phases + " REPEAT" }
+        guard let rounds = UInt32(text), rounds >= 1, rounds <= CountdownCycle.maximumRounds else {
+            throw UsageError("--repeat '\(text)' is not a number of rounds from 1 to \(CountdownCycle.maximumRounds), nor 'forever'")
+        }
+        return phases + " REPEAT \(rounds)"
+    }
 
     /// `; did you mean 'start'?` for a mistyped command, or nothing: a command spelled in
     /// capitals (as in the protocol) is named in lower case, the start of some commands names

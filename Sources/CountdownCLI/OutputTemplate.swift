@@ -24,6 +24,14 @@ public struct OutputTemplate: Equatable, Sendable {
         case bar
         /// What it does while the machine sleeps: `pause` or `count`.
         case onSuspend = "on_suspend"
+        /// A cycle's running phase, from 1 (empty for a plain countdown).
+        case phase
+        /// How many phases a cycle's round has (empty for a plain countdown).
+        case phases
+        /// The running phase's label (empty without one).
+        case label
+        /// A repeating cycle's round, from 1 (empty otherwise).
+        case round
     }
 
     enum Part: Equatable, Sendable {
@@ -103,6 +111,10 @@ public struct OutputTemplate: Equatable, Sendable {
             let bar = Formatting.bar(remaining: remaining, total: total, width: 10, filled: "█", empty: "░")
             return String(bar.dropFirst().dropLast())
         case .onSuspend: return countdown.pausesOnSuspend == true ? SuspendPolicy.pause.rawValue : SuspendPolicy.count.rawValue
+        case .phase: return countdown.cycle.map { "\($0.phase)" } ?? ""
+        case .phases: return countdown.cycle.map { "\($0.phases)" } ?? ""
+        case .label: return countdown.cycle?.label ?? ""
+        case .round: return countdown.cycle?.round.map { "\($0)" } ?? ""
         }
     }
 }

@@ -20,13 +20,17 @@ public struct CountdownInfo: Sendable, Equatable, Codable {
     /// `true` for a countdown that stands still while the machine sleeps (`START … ON-SUSPEND
     /// pause`); absent otherwise. In JSON: `"pause_on_suspend": true`.
     public var pausesOnSuspend: Bool?
+    /// For a cycle of phases (`START … CYCLE`): where it is; absent otherwise. In JSON:
+    /// `"phase"`, `"phases"`, `"label"`, `"round"`, `"rounds"`.
+    public var cycle: CyclePosition?
 
     /// Creates a countdown description.
     public init(
         name: String, state: CountdownState, remainingMilliseconds: Int64, totalMilliseconds: Int64,
         deadlineUnixMilliseconds: Int64? = nil, owner: UInt32? = nil, lateMilliseconds: Int64? = nil,
-        isPinned: Bool = false, pausesOnSuspend: Bool = false
+        isPinned: Bool = false, pausesOnSuspend: Bool = false, cycle: CyclePosition? = nil
     ) {
+        self.cycle = cycle
         self.isPinned = isPinned ? true : nil
         self.pausesOnSuspend = pausesOnSuspend ? true : nil
         self.name = name
@@ -47,6 +51,109 @@ public struct CountdownInfo: Sendable, Equatable, Codable {
         case lateMilliseconds = "late_ms"
         case isPinned = "at"
         case pausesOnSuspend = "pause_on_suspend"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decode(String.self, forKey: .name)
+        state = try container.decode(CountdownState.self, forKey: .state)
+        remainingMilliseconds = try container.decode(Int64.self, forKey: .remainingMilliseconds)
+        totalMilliseconds = try container.decode(Int64.self, forKey: .totalMilliseconds)
+        deadlineUnixMilliseconds = try container.decodeIfPresent(Int64.self, forKey: .deadlineUnixMilliseconds)
+        owner = try container.decodeIfPresent(UInt32.self, forKey: .owner)
+        lateMilliseconds = try container.decodeIfPresent(Int64.self, forKey: .lateMilliseconds)
+        isPinned = try container.decodeIfPresent(Bool.self, forKey: .isPinned)
+        pausesOnSuspend = try container.decodeIfPresent(Bool.self, forKey: .pausesOnSuspend)
+        cycle = try CyclePosition.decodeFlat(from: decoder)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(name, forKey: .name)
+        try container.encode(state, forKey: .state)
+        try container.encode(remainingMilliseconds, forKey: .remainingMilliseconds)
+        try container.encode(totalMilliseconds, forKey: .totalMilliseconds)
+        try container.encodeIfPresent(deadlineUnixMilliseconds, forKey: .deadlineUnixMilliseconds)
+        try container.encodeIfPresent(owner, forKey: .owner)
+        try container.encodeIfPresent(lateMilliseconds, forKey: .lateMilliseconds)
+        try container.encodeIfPresent(isPinned, forKey: .isPinned)
+        try container.encodeIfPresent(pausesOnSuspend, forKey: .pausesOnSuspend)
+        try cycle?.encodeFlat(to: encoder)
+    }
+}
+
+/// Where a cycle of phases is, as a client reads it from the `phase=`, `label=` and `round=`
+/// fields at the end of a countdown or event line.
+public struct CyclePosition: Sendable, Equatable {
+    /// The running phase, from 1.
+    public var phase: Int
+    /// How many phases a round has.
+    public var phases: Int
+    /// The running phase's label, if it has one.
+    public var label: String?
+    /// The running round, from 1, when the cycle repeats.
+    public var round: Int?
+    /// How many rounds, when it repeats a number of times (`nil` with `round`: for ever).
+    public var rounds: Int?
+
+    /// Creates a position.
+    public init(phase: Int, phases: Int, label: String? = nil, round: Int? = nil, rounds: Int? = nil) {
+        self.phase = phase
+        self.phases = phases
+        self.label = label
+        self.round = round
+        self.rounds = rounds
+    }
+
+    /// Reads the `phase=<n>/<count>`, `label=<label>` and `round=<n>[/<rounds>]` fields among
+    /// `fields`; `nil` without `phase=`.
+    public static func parse(_ fields: some Sequence<String>) -> CyclePosition? {
+        var position: CyclePosition?
+        var label: String?
+        var round: (Int, Int?)?
+        for field in fields {
+            if field.hasPrefix("phase=") {
+                let parts = field.dropFirst(6).split(separator: "/")
+                guard parts.count == 2, let phase = Int(parts[0]), let phases = Int(parts[1]) else { continue }
+                position = CyclePosition(phase: phase, phases: phases)
+            } else if field.hasPrefix("label=") {
+                label = String(field.dropFirst(6))
+            } else if field.hasPrefix("round=") {
+                let parts = field.dropFirst(6).split(separator: "/")
+                guard let first = parts.first, let current = Int(first) else { continue }
+                round = (current, parts.count > 1 ? Int(parts[1]) : nil)
+            }
+        }
+        position?.label = label
+        position?.round = round?.0
+        position?.rounds = round?.1
+        return position
+    }
+
+    /// Decodes from the keys of the object it is part of (`nil` without `phase`).
+    static func decodeFlat(from decoder: any Decoder) throws -> CyclePosition? {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        guard let phase = try container.decodeIfPresent(Int.self, forKey: .phase) else { return nil }
+        return CyclePosition(
+            phase: phase, phases: try container.decode(Int.self, forKey: .phases),
+            label: try container.decodeIfPresent(String.self, forKey: .label),
+            round: try container.decodeIfPresent(Int.self, forKey: .round),
+            rounds: try container.decodeIfPresent(Int.self, forKey: .rounds)
+        )
+    }
+
+    /// Encodes into the object it is part of: flat keys beside the countdown's own.
+    func encodeFlat(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(phase, forKey: .phase)
+        try container.encode(phases, forKey: .phases)
+        try container.encodeIfPresent(label, forKey: .label)
+        try container.encodeIfPresent(round, forKey: .round)
+        try container.encodeIfPresent(rounds, forKey: .rounds)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case phase, phases, label, round, rounds
     }
 }
 
@@ -78,6 +185,8 @@ public struct EventInfo: Sendable, Equatable, Codable {
     /// For `paused` and `resumed`: `true` when the machine's sleep caused it, not a request. In
     /// JSON: `"suspend": true`.
     public var causedBySuspend: Bool?
+    /// For a cycle's countdown: where it is (for `phase`: the phase that began).
+    public var cycle: CyclePosition?
 
     /// Creates an event description.
     public init(
@@ -104,6 +213,38 @@ public struct EventInfo: Sendable, Equatable, Codable {
         case isPinned = "at"
         case pausesOnSuspend = "pause_on_suspend"
         case causedBySuspend = "suspend"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        sequence = try container.decode(UInt64.self, forKey: .sequence)
+        kind = try container.decode(EventKind.self, forKey: .kind)
+        name = try container.decode(String.self, forKey: .name)
+        remainingMilliseconds = try container.decode(Int64.self, forKey: .remainingMilliseconds)
+        totalMilliseconds = try container.decode(Int64.self, forKey: .totalMilliseconds)
+        lateMilliseconds = try container.decodeIfPresent(Int64.self, forKey: .lateMilliseconds)
+        state = try container.decodeIfPresent(CountdownState.self, forKey: .state)
+        deadlineUnixMilliseconds = try container.decodeIfPresent(Int64.self, forKey: .deadlineUnixMilliseconds)
+        isPinned = try container.decodeIfPresent(Bool.self, forKey: .isPinned)
+        pausesOnSuspend = try container.decodeIfPresent(Bool.self, forKey: .pausesOnSuspend)
+        causedBySuspend = try container.decodeIfPresent(Bool.self, forKey: .causedBySuspend)
+        cycle = try CyclePosition.decodeFlat(from: decoder)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(sequence, forKey: .sequence)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(name, forKey: .name)
+        try container.encode(remainingMilliseconds, forKey: .remainingMilliseconds)
+        try container.encode(totalMilliseconds, forKey: .totalMilliseconds)
+        try container.encodeIfPresent(lateMilliseconds, forKey: .lateMilliseconds)
+        try container.encodeIfPresent(state, forKey: .state)
+        try container.encodeIfPresent(deadlineUnixMilliseconds, forKey: .deadlineUnixMilliseconds)
+        try container.encodeIfPresent(isPinned, forKey: .isPinned)
+        try container.encodeIfPresent(pausesOnSuspend, forKey: .pausesOnSuspend)
+        try container.encodeIfPresent(causedBySuspend, forKey: .causedBySuspend)
+        try cycle?.encodeFlat(to: encoder)
     }
 }
 
@@ -174,7 +315,8 @@ public enum WireLine: Sendable, Equatable {
             owner: f.count > 5 ? UInt32(f[5]) : nil,
             lateMilliseconds: f.count > 6 ? Int64(f[6]) : nil,
             isPinned: f.count > 7 && f[7] == "at",
-            pausesOnSuspend: f.count > 7 && f[7] == "pause-on-suspend"
+            pausesOnSuspend: f.count > 7 && f[7] == "pause-on-suspend",
+            cycle: f.count > 8 ? CyclePosition.parse(f[8...]) : nil
         )
     }
 
@@ -189,11 +331,14 @@ public enum WireLine: Sendable, Equatable {
             event.deadlineUnixMilliseconds = f.count > 6 ? Int64(f[6]) : nil
             event.isPinned = f.count > 8 && f[8] == "at" ? true : nil
             event.pausesOnSuspend = f.count > 8 && f[8] == "pause-on-suspend" ? true : nil
-        } else if kind == .done, f.count > 5 {
+            event.cycle = f.count > 9 ? CyclePosition.parse(f[9...]) : nil
+            return event
+        } else if kind == .done || kind == .phase, f.count > 5 {
             event.lateMilliseconds = Int64(f[5])
         } else if kind == .paused || kind == .resumed {
             event.causedBySuspend = f.count > 5 && f[5] == "suspend" ? true : nil
         }
+        event.cycle = f.count > 6 ? CyclePosition.parse(f[6...]) : nil
         return event
     }
 }

@@ -38,6 +38,12 @@ struct CommandLineTests {
         #expect(try cdctl(["start", "--replace", "tea", "--wait"]).command == .start(name: "tea", milliseconds: nil, replace: true, ifIdle: false, wait: true))
         #expect(try cdctl(["start", "otp:1", "60", "--if-idle"]).command == .start(name: "otp:1", milliseconds: 60_000, replace: false, ifIdle: true, wait: false))
         #expect(try cdctl(["start", "pomodoro", "25m", "--pause-on-suspend"]).command == .start(name: "pomodoro", milliseconds: 1_500_000, replace: false, ifIdle: false, wait: false, pauseOnSuspend: true))
+        #expect(try cdctl(["start", "focus", "--pomodoro"]).command == .start(name: "focus", milliseconds: nil, replace: false, ifIdle: false, wait: false, cycle: CdctlCommandLine.pomodoroPhases))
+        #expect(try cdctl(["start", "focus", "--cycle", "50m:work,10m:break", "--repeat", "forever", "--pause-on-suspend"]).command
+            == .start(name: "focus", milliseconds: nil, replace: false, ifIdle: false, wait: false, pauseOnSuspend: true, cycle: "50m:work,10m:break REPEAT"))
+        #expect(try cdctl(["start", "focus", "--pomodoro", "--repeat", "2", "--replace"]).command
+            == .start(name: "focus", milliseconds: nil, replace: true, ifIdle: false, wait: false, cycle: CdctlCommandLine.pomodoroPhases + " REPEAT 2"))
+        #expect(try cdctl(["skip", "focus"]).command == .skip(name: "focus"))
         #expect(try cdctl(["status"]).command == .status(name: nil, style: .table, follow: false))
         #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", style: .json, follow: false))
         #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
@@ -106,6 +112,11 @@ struct CommandLineTests {
         (["start", "a", "-367d"], "cannot be negative"), (["cancel", "-5s"], "goes after '--': cdctl cancel -- -5s"),
         (["--h"], "did you mean '--help'?"), (["list", "--st", "running"], "did you mean '--state'?"),
         (["start", "a", "--pause-on-suspend", "--count-on-suspend"], "exclude each other"),
+        (["start", "a", "5m", "--pomodoro"], "drop the DURATION"), (["start", "a", "--at", "09:30", "--cycle", "1m"], "--at does not go with --cycle"),
+        (["start", "a", "--pomodoro", "--cycle", "1m"], "exclude each other"), (["start", "a", "--repeat", "2"], "--repeat repeats a cycle"),
+        (["start", "a", "--cycle", "1m:w,,2m"], "bad --cycle: phase 2 of the cycle is empty"), (["start", "a", "--cycle", "1x"], "bad --cycle: phase 1"),
+        (["start", "a", "--pomodoro", "--repeat", "0"], "not a number of rounds"), (["start", "a", "--pomodoro", "--repeat", "always"], "nor 'forever'"),
+        (["skip"], "usage: cdctl skip NAME"), (["pause", "a", "--pomodoro"], "does not apply"),
     ] as [([String], String)])
     func cdctlUsageErrors(arguments: [String], fragment: String) {
         do {
@@ -208,6 +219,15 @@ struct TemplateTests {
     func placeholders() throws {
         let template = try OutputTemplate(parsing: "{name}|{state}|{remaining}|{remaining_s}|{total}|{progress}|{percent}|{bar}")
         #expect(template.render(tea) == "tea|running|2:41|161|3:00|10|90|█████████░")  // 89.4 % left rounds up, like the bar
+    }
+
+    @Test("a cycle's placeholders: phase, phases, label, round; empty for a plain countdown")
+    func cyclePlaceholders() throws {
+        let template = try OutputTemplate(parsing: "{label} {phase}/{phases} r{round} {remaining}")
+        var pomodoro = tea
+        pomodoro.cycle = CyclePosition(phase: 3, phases: 8, label: "work", round: 2)
+        #expect(template.render(pomodoro) == "work 3/8 r2 2:41")
+        #expect(template.render(tea) == " / r 2:41")
     }
 
     @Test("literal text and escaped braces pass through")

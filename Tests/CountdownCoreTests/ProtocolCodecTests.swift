@@ -16,6 +16,10 @@ struct ProtocolCodecTests {
         ("start p 25m on-suspend PAUSE replace", .start(name: "p", milliseconds: 1_500_000, replace: true, onSuspend: .pause)),
         ("START p REPLACE ON-SUSPEND count", .start(name: "p", milliseconds: 60_000, replace: true, onSuspend: .count)),
         ("START p ON-SUSPEND pause", .start(name: "p", milliseconds: 60_000, replace: false, onSuspend: .pause)),
+        ("START p CYCLE 25m:work,5m:break", .start(name: "p", milliseconds: 1_500_000, replace: false, cycle: CountdownCycle(phases: [.init(milliseconds: 1_500_000, label: "work"), .init(milliseconds: 300_000, label: "break")]))),
+        ("start p cycle 1s,2s:b REPEAT replace on-suspend pause", .start(name: "p", milliseconds: 1000, replace: true, onSuspend: .pause, cycle: CountdownCycle(phases: [.init(milliseconds: 1000), .init(milliseconds: 2000, label: "b")], rounds: 0))),
+        ("START p CYCLE 1s REPEAT 4 REPLACE", .start(name: "p", milliseconds: 1000, replace: true, cycle: CountdownCycle(phases: [.init(milliseconds: 1000)], rounds: 4))),
+        ("SKIP p", .skip(name: "p")),
         ("Status tea", .status(name: "tea")),
         ("LIST", .list(states: [], prefix: "")),
         ("list state running,paused prefix otp:", .list(states: [.running, .paused], prefix: "otp:")),
@@ -58,6 +62,10 @@ struct ProtocolCodecTests {
         ("START a/b 5", .badName), ("STATUS é", .badName), ("SUBSCRIBE ok bad\u{1}", .badName), ("START \u{7F} 5", .badName),
         ("START a 5 ON-SUSPEND", .badRequest), ("START a 5 ON-SUSPEND sleep", .badRequest), ("START a 5 ON-SUSPEND pause ON-SUSPEND count", .badRequest),
         ("START a 5 REPLACE REPLACE", .badRequest), ("START a AT 1800000000000 ON-SUSPEND pause", .badRequest), ("START a ON-SUSPEND pause 5", .badRequest),
+        ("START a CYCLE", .badRequest), ("START a CYCLE 1s,", .badRequest), ("START a CYCLE 1s:ö", .badRequest), ("START a CYCLE 1s:\(String(repeating: "x", count: 33))", .badRequest),
+        ("START a CYCLE \(Array(repeating: "1s", count: 65).joined(separator: ","))", .badRequest), ("START a CYCLE 1s REPEAT 0", .badRequest),
+        ("START a CYCLE 1s REPEAT 1000001", .badRequest), ("START a 5 REPEAT", .badRequest), ("START a CYCLE 1s 5", .badRequest), ("START a 5 CYCLE 1s", .badRequest),
+        ("START a CYCLE 0s,1s", .badDuration), ("START a CYCLE 1s,367d", .badDuration), ("SKIP", .badRequest), ("SKIP a b", .badRequest),
         ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),
         ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration), ("START a 999999999999999w", .badDuration),
     ] as [(String, ErrorCode)])
@@ -267,6 +275,50 @@ struct ProtocolCodecTests {
         let snapshot = CountdownSnapshot(name: "a", state: .paused, remainingMilliseconds: 1, totalMilliseconds: 2, deadline: nil, owner: 0)
         WireEncoder.appendSnapshotEvent(sequence: .max, snapshot, clock: WallClockMapping(monotonic: .zero, unixMilliseconds: 0), to: &out)
         #expect(String(decoding: out, as: UTF8.self) == "RESYNC 18446744073709551615\nEVENT 18446744073709551615 snapshot a 1 2 paused - 0\n")
+    }
+
+    @Test("a cycle's fields come after the optional ones' places (a - where empty), and read back; a plain line is unchanged")
+    func cycleFields() {
+        let clock = WallClockMapping(monotonic: .seconds(100), unixMilliseconds: 1_700_000_000_000)
+        var cycle = CountdownCycle(phases: [.init(milliseconds: 3000, label: "work"), .init(milliseconds: 1000)], rounds: 4)
+        let snapshot = CountdownSnapshot(
+            name: "p", state: .running, remainingMilliseconds: 2500, totalMilliseconds: 3000, deadline: .milliseconds(102_500), owner: 1000,
+            cycle: cycle
+        )
+        var out: [UInt8] = []
+        WireEncoder.appendOK(snapshot, clock: clock, to: &out)
+        WireEncoder.appendSnapshotEvent(sequence: 8, snapshot, clock: clock, to: &out)
+        var tick = CountdownEvent(sequence: 8, kind: .tick, name: "p", remainingMilliseconds: 2000, totalMilliseconds: 3000)
+        tick.cycle = cycle
+        WireEncoder.appendEvent(tick, to: &out)
+        cycle = cycle.next
+        cycle.rounds = 0
+        var phase = CountdownEvent(sequence: 9, kind: .phase, name: "p", remainingMilliseconds: 1000, totalMilliseconds: 1000, lateMilliseconds: 1500)
+        phase.cycle = cycle
+        WireEncoder.appendEvent(phase, to: &out)
+        var suspended = CountdownSnapshot(name: "q", state: .paused, remainingMilliseconds: 1, totalMilliseconds: 2, deadline: nil, owner: 0, pausesOnSuspend: true)
+        suspended.cycle = CountdownCycle(phases: [.init(milliseconds: 2)])
+        WireEncoder.appendCountdown(suspended, clock: clock, to: &out)
+        let text = String(decoding: out, as: UTF8.self)
+        #expect(text == """
+            OK p running 2500 3000 1700000002500 1000 - - phase=1/2 label=work round=1/4
+            EVENT 8 snapshot p 2500 3000 running 1700000002500 1000 - phase=1/2 label=work round=1/4
+            EVENT 8 tick p 2000 3000 - phase=1/2 label=work round=1/4
+            EVENT 9 phase p 1000 1000 1500 phase=2/2 round=1
+            COUNTDOWN q paused 1 2 - 0 - pause-on-suspend phase=1/1
+
+            """)
+        let lines = text.split(separator: "\n").map { WireLine.parse(String($0)) }
+        let work = CyclePosition(phase: 1, phases: 2, label: "work", round: 1, rounds: 4)
+        #expect(WireLine.countdownInfo("p running 2500 3000 1700000002500 1000 - - phase=1/2 label=work round=1/4".split(separator: " ").map(String.init))?.cycle == work)
+        guard case .event(let snapshotEvent) = lines[1], case .event(let tickEvent) = lines[2], case .event(let phaseEvent) = lines[3],
+              case .countdown(let paused) = lines[4] else {
+            Issue.record("\(lines)")
+            return
+        }
+        #expect(snapshotEvent.cycle == work && tickEvent.cycle == work && tickEvent.lateMilliseconds == nil)
+        #expect(phaseEvent.kind == .phase && phaseEvent.lateMilliseconds == 1500 && phaseEvent.cycle == CyclePosition(phase: 2, phases: 2, round: 1))
+        #expect(paused.pausesOnSuspend == true && paused.lateMilliseconds == nil && paused.cycle == CyclePosition(phase: 1, phases: 1))
     }
 
     @Test("clients ignore trailing fields they do not know")
