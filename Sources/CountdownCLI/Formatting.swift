@@ -33,6 +33,19 @@ public enum Formatting {
         return full.hasPrefix("0:") ? String(full.dropFirst(2)).replacingFirstZero() : full
     }
 
+    /// `running`, with what else matters in brackets: a cycle's phase (`running (break 2/8)`),
+    /// and whether it stands still while the machine sleeps.
+    static func stateCell(_ countdown: CountdownInfo) -> String {
+        var notes: [String] = []
+        if let cycle = countdown.cycle {
+            notes.append((cycle.label.map { "\($0) " } ?? "phase ") + "\(cycle.phase)/\(cycle.phases)")
+        }
+        if countdown.pausesOnSuspend == true && countdown.state.isActive {
+            notes.append("pauses on suspend")
+        }
+        return countdown.state.rawValue + (notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")
+    }
+
     /// An aligned table of countdowns, with a header, for `status` and `list`. The last column is
     /// the time left, as the same bar `watch` draws and the same percent as `{percent}`.
     public static func table(_ countdowns: [CountdownInfo]) -> String {
@@ -41,7 +54,7 @@ public enum Formatting {
         for countdown in countdowns {
             rows.append([
                 countdown.name,
-                countdown.state.rawValue + (countdown.pausesOnSuspend == true && countdown.state.isActive ? " (pauses on suspend)" : ""),
+                stateCell(countdown),
                 CountdownDuration.clock(milliseconds: countdown.remainingMilliseconds),
                 CountdownDuration.clock(milliseconds: countdown.totalMilliseconds),
                 bar(remaining: countdown.remainingMilliseconds, total: countdown.totalMilliseconds, width: 20, filled: "█", empty: "░")
