@@ -56,7 +56,8 @@ public struct Cdctl {
             if wait {
                 try subscribe(connection, to: [name], events: "lifecycle")
             }
-            var line = at.map { "START \(name) AT \($0)" } ?? "START \(name) \(milliseconds ?? CountdownDuration.defaultMilliseconds)ms"
+            // Without a DURATION none is sent: the daemon's default, or a cycle's phases again.
+            var line = at.map { "START \(name) AT \($0)" } ?? milliseconds.map { "START \(name) \($0)ms" } ?? "START \(name)"
             if let cycle { line = "START \(name) CYCLE \(cycle)" }
             // A countdown to a time of day always counts on: --count-on-suspend says nothing more.
             if let pauseOnSuspend, at == nil || pauseOnSuspend {

@@ -463,8 +463,11 @@ public struct CountdownEngine {
     /// a countdown to a wall-clock time (`pinnedTo`) cannot: the time of day comes regardless.
     /// Without `onSuspend`, a name started again (replaced, or after it finished) keeps the
     /// setting it had, so a status bar's restart click does not drop it; a new name counts on.
-    /// - Throws: `bad-duration`, `bad-request` (`.pause` with `pinnedTo`), `busy`, `forbidden`
-    ///   (replacing someone else's), `limit`.
+    /// With `cycle`, a cycle of phases (`milliseconds` is then ignored). With `keepsCycle` (no
+    /// duration was given), a name that was a cycle runs its phases again from the first, so
+    /// the restart click does not drop those either.
+    /// - Throws: `bad-duration`, `bad-request` (`.pause` with `pinnedTo`, a cycle against its
+    ///   rules), `busy`, `forbidden` (replacing someone else's), `limit`.
     @discardableResult
     public mutating func start(
         _ name: String,
@@ -474,15 +477,15 @@ public struct CountdownEngine {
         pinnedTo pinnedUnixMilliseconds: Int64? = nil,
         onSuspend: SuspendPolicy? = nil,
         cycle: CountdownCycle? = nil,
+        keepsCycle: Bool = false,
         now: Instant,
         events: inout [CountdownEvent]
     ) throws(ProtocolError) -> CountdownSnapshot {
         advance(to: now, events: &events)
         var milliseconds = milliseconds
-        if var cycle {
+        var cycle = cycle.map { CountdownCycle(phases: $0.phases, rounds: $0.rounds) }  // From its first phase.
+        if let cycle {
             try checkCycle(cycle, pinned: pinnedUnixMilliseconds != nil)
-            cycle.phaseIndex = 0
-            cycle.round = 0
             milliseconds = cycle.phase.milliseconds
         }
         guard milliseconds > 0, milliseconds <= CountdownDuration.maximumMilliseconds else {
@@ -502,6 +505,10 @@ public struct CountdownEngine {
            let old = records[Int(existing)] {
             if onSuspend == nil && pinnedUnixMilliseconds == nil {
                 pausesOnSuspend = old.pausesOnSuspend
+            }
+            if cycle == nil && keepsCycle && pinnedUnixMilliseconds == nil, let kept = self.cycle(of: old) {
+                cycle = CountdownCycle(phases: kept.phases, rounds: kept.rounds)
+                milliseconds = kept.phases[0].milliseconds
             }
             if old.state.isActive {
                 guard replace else {
@@ -543,7 +550,7 @@ public struct CountdownEngine {
             pinned: pinnedUnixMilliseconds ?? Self.notPinned,
             pausesOnSuspend: pausesOnSuspend
         )
-        setCycle(cycle.map { CountdownCycle(phases: $0.phases, rounds: $0.rounds) }, of: &record)
+        setCycle(cycle, of: &record)
         records[Int(slot)] = record
         countState(.running, of: record.owner, 1)
         emit(in: slot, .started, record, remaining: milliseconds, into: &events)

@@ -4,7 +4,9 @@ public enum Request: Equatable, Sendable {
     /// 60 s. Without `ON-SUSPEND` (`nil`), a name started again keeps its setting; a new one
     /// counts on while the machine sleeps. With `CYCLE <phases> [REPEAT [<rounds>]]` in place of
     /// the duration, a cycle of phases (`cycle`; `milliseconds` is its first phase's).
-    case start(name: String, milliseconds: Int64, replace: Bool, onSuspend: SuspendPolicy? = nil, cycle: CountdownCycle? = nil)
+    /// `milliseconds` is `nil` when none was given: 60 s, or a cycle started again runs its
+    /// phases again.
+    case start(name: String, milliseconds: Int64?, replace: Bool, onSuspend: SuspendPolicy? = nil, cycle: CountdownCycle? = nil)
     /// `START <name> AT <time> [REPLACE]`: until a wall-clock time (Unix ms), and pinned to it.
     case startAt(name: String, unixMilliseconds: Int64, replace: Bool)
     /// `STATUS <name>`
@@ -133,7 +135,7 @@ public enum RequestParser {
                 }
                 return .startAt(name: name, unixMilliseconds: time, replace: rest.count == 3)
             }
-            var milliseconds = CountdownDuration.defaultMilliseconds
+            var milliseconds: Int64?
             var replace = false
             var onSuspend: SuspendPolicy?
             var cycle: CountdownCycle?

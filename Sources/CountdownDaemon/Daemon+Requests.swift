@@ -223,7 +223,8 @@ extension Daemon: RequestServer {
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             try change(key) { engine, events throws(ProtocolError) in
                 try engine.start(
-                    key, milliseconds: milliseconds, replace: replace, requester: owner, onSuspend: onSuspend, cycle: cycle, now: now, events: &events
+                    key, milliseconds: milliseconds ?? CountdownDuration.defaultMilliseconds, replace: replace, requester: owner,
+                    onSuspend: onSuspend, cycle: cycle, keepsCycle: milliseconds == nil, now: now, events: &events
                 )
             }
         case .startAt(let address, let unixMilliseconds, let replace):

@@ -227,6 +227,30 @@ struct EngineCycleTests {
         #expect(Set(changes.map(\.sequence)).count == changes.count, "no number given twice")
     }
 
+    @Test("started again without a duration (a bar's restart click), replacing or after it finished, a cycle runs its phases again from the first; with a duration it is plain")
+    func restartKeepsTheCycle() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        try Self.start(&clock, "c", Self.cycle([10, 5], rounds: 2), onSuspend: .pause)
+        clock.advance(to: .seconds(12))
+        func restart(replace: Bool, keepsCycle: Bool = true) throws(ProtocolError) -> CountdownSnapshot {
+            try clock.perform { engine, now, events throws(ProtocolError) in
+                try engine.start("c", milliseconds: 60_000, replace: replace, requester: 1000, keepsCycle: keepsCycle, now: now, events: &events)
+            }
+        }
+        #expect(throws: ProtocolError.self) { try restart(replace: false) }
+        let again = try restart(replace: true)
+        #expect(again.cycle == Self.cycle([10, 5], rounds: 2) && again.totalMilliseconds == 10_000 && again.pausesOnSuspend)
+        clock.advance(to: .seconds(100))
+        #expect(try clock.engine.status(of: "c", now: clock.now).state == .done)
+        let afterDone = try restart(replace: false)
+        #expect(afterDone.cycle?.phaseIndex == 0 && afterDone.cycle?.round == 0 && afterDone.remainingMilliseconds == 10_000)
+        let plain = try restart(replace: true, keepsCycle: false)
+        #expect(plain.cycle == nil && plain.totalMilliseconds == 60_000)
+        let stillPlain = try restart(replace: true)
+        #expect(stillPlain.cycle == nil, "once plain, plain")
+    }
+
     @Test("the rules: no cycle in cluster mode or to a time of day; REPLACE with a plain duration leaves no cycle behind; the durable state carries the phases")
     func rules() throws {
         var replica = ManualClock(configuration: EngineConfiguration(decidesLocally: false))

@@ -9,13 +9,13 @@ struct ProtocolCodecTests {
 
     @Test("well-formed requests", arguments: [
         ("START tea 3m", Request.start(name: "tea", milliseconds: 180_000, replace: false)),
-        ("start tea", .start(name: "tea", milliseconds: 60_000, replace: false)),
+        ("start tea", .start(name: "tea", milliseconds: nil, replace: false)),
         ("START tea 5 replace", .start(name: "tea", milliseconds: 5000, replace: true)),
-        ("START tea REPLACE", .start(name: "tea", milliseconds: 60_000, replace: true)),
+        ("START tea REPLACE", .start(name: "tea", milliseconds: nil, replace: true)),
         ("START pomodoro 25m ON-SUSPEND pause", .start(name: "pomodoro", milliseconds: 1_500_000, replace: false, onSuspend: .pause)),
         ("start p 25m on-suspend PAUSE replace", .start(name: "p", milliseconds: 1_500_000, replace: true, onSuspend: .pause)),
-        ("START p REPLACE ON-SUSPEND count", .start(name: "p", milliseconds: 60_000, replace: true, onSuspend: .count)),
-        ("START p ON-SUSPEND pause", .start(name: "p", milliseconds: 60_000, replace: false, onSuspend: .pause)),
+        ("START p REPLACE ON-SUSPEND count", .start(name: "p", milliseconds: nil, replace: true, onSuspend: .count)),
+        ("START p ON-SUSPEND pause", .start(name: "p", milliseconds: nil, replace: false, onSuspend: .pause)),
         ("START p CYCLE 25m:work,5m:break", .start(name: "p", milliseconds: 1_500_000, replace: false, cycle: CountdownCycle(phases: [.init(milliseconds: 1_500_000, label: "work"), .init(milliseconds: 300_000, label: "break")]))),
         ("start p cycle 1s,2s:b REPEAT replace on-suspend pause", .start(name: "p", milliseconds: 1000, replace: true, onSuspend: .pause, cycle: CountdownCycle(phases: [.init(milliseconds: 1000), .init(milliseconds: 2000, label: "b")], rounds: 0))),
         ("START p CYCLE 1s REPEAT 4 REPLACE", .start(name: "p", milliseconds: 1000, replace: true, cycle: CountdownCycle(phases: [.init(milliseconds: 1000)], rounds: 4))),

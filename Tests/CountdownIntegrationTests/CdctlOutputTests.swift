@@ -157,7 +157,10 @@ extension Integration {
             #expect(try complete("cdctl start tea ") == "10m\n1h\n1m\n25m\n30s\n5m\n")
             #expect(try complete("cdctl cancel tea ") == "\n", "cancel takes one name")
             #expect(try complete("cdctl start tea --").contains("--at\n") && complete("cdctl start tea --").contains("--then\n"))
-            #expect(try complete("cdctl start tea --p") == "--pause-on-suspend\n")
+            #expect(try complete("cdctl start tea --p") == "--pause-on-suspend\n--pomodoro\n")
+            #expect(try complete("cdctl start focus --cycle ") == "25m:work,5m:break\n50m:work,10m:break\n52m:work,17m:break\n")
+            #expect(try complete("cdctl start focus --pomodoro --repeat ") == "2\n4\nforever\n")
+            #expect(try complete("cdctl sk") == "skip\n")
             #expect(try complete("cdctl start standup --at ") == "09:30\n17:00\nnow+1h\nnow+25min\n", "whole one-word times")
             // From COMP_WORDS alone (a wrapper that sets no COMP_LINE): the same answers.
             #expect(try complete("cdctl st", withLine: false) == "start\nstats\nstatus\n")

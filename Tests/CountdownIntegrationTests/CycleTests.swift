@@ -70,6 +70,11 @@ extension Integration {
             #expect(object["round"] as? Int == 1 && object["rounds"] as? Int == 2)
             let list = try cdctl(["list", "--format", "{name} {label} {phase}/{phases} {round}"], socket: daemon.socketPath)
             #expect(list.stdout == "focus break 2/8 1\ntea  / \n", "\(list.stdout)")
+            // A bar's restart click: no duration, so the same phases from the first.
+            let restarted = try cdctl(["start", "focus", "--replace"], socket: daemon.socketPath)
+            #expect(restarted.stdout.hasPrefix("focus: restarted (the running one") && restarted.stdout.hasSuffix("in work, phase 1 of 8 (round 1 of 2)\n"), "\(restarted.stdout)\(restarted.stderr)")
+            let plainAgain = try cdctl(["start", "focus", "10m", "--replace"], socket: daemon.socketPath)
+            #expect(plainAgain.stdout.hasSuffix("0:10:00 left of 0:10:00\n"), "with a duration, a plain countdown: \(plainAgain.stdout)")
         }
 
         @Test("the README's waybar module, run as waybar runs it: the phase's label and time left, a click pauses, a right click skips")
