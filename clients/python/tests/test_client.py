@@ -98,6 +98,33 @@ class AgainstTheDaemon(unittest.TestCase):
         self.assertIsInstance(stats["running"], int)
         self.assertEqual(stats["running"], 2)
 
+    def test_cycles(self):
+        focus = self.client.start("focus", cycle=[("25m", "work"), (300, "break")], repeat=2, pause_on_suspend=True)
+        self.assertEqual((focus.phase, focus.phases, focus.label, focus.round, focus.rounds, focus.total_ms),
+                         (1, 2, "work", 1, 2, 1_500_000))
+        skipped = self.client.skip("focus")
+        self.assertEqual((skipped.phase, skipped.label, skipped.total_ms, skipped.pauses_on_suspend), (2, "break", 300_000, True))
+        self.assertEqual(self.client.status("focus").label, "break")
+        forever = self.client.start("deep", cycle="50m:work,10m:break", repeat=True)
+        self.assertEqual((forever.round, forever.rounds), (1, None))
+        # Started again with no duration: the same phases from the first.
+        self.assertEqual(self.client.start("focus", replace=True).phase, 1)
+        self.client.start("tea", 60)
+        with self.assertRaises(countdownd.protocol.BadRequest):
+            self.client.skip("tea")
+        self.assertIsNone(self.client.status("tea").phase)
+        with self.assertRaises(ValueError):
+            self.client.start("x", "5m", cycle="1m")
+        with self.assertRaises(ValueError):
+            self.client.start("x", repeat=2)
+        self.client.start("quick", cycle=[0.2, 0.2])
+        events = []
+        for event in self.client.subscribe(["quick"], kinds=["lifecycle"], since=0, timeout=DEADLINE):
+            events.append(event)
+            if event.kind == "done":
+                break
+        self.assertEqual([(e.kind, e.phase) for e in events], [("started", 1), ("phase", 2), ("done", 2)])
+
     def test_errors(self):
         self.client.start("otp:+4915112345678", 60)
         with self.assertRaises(Busy) as raised:
@@ -343,6 +370,16 @@ class Parsing(unittest.TestCase):
         pomodoro = parse_line("COUNTDOWN pomodoro running 1440000 1500000 1700000002500 1000 - pause-on-suspend")
         self.assertEqual((pomodoro.pauses_on_suspend, pomodoro.pinned), (True, False))
         self.assertTrue(parse_line("EVENT 8 snapshot p 5 6 running 17 1000 pause-on-suspend").pauses_on_suspend)
+        cycle = parse_line("COUNTDOWN p running 2500 3000 1700000002500 1000 - - phase=1/2 label=work round=1/4")
+        self.assertEqual((cycle.phase, cycle.phases, cycle.label, cycle.round, cycle.rounds, cycle.late_ms), (1, 2, "work", 1, 4, None))
+        phase = parse_line("EVENT 9 phase p 1000 1000 1500 phase=2/2 round=3")
+        self.assertEqual((phase.kind, phase.late_ms, phase.phase, phase.label, phase.round, phase.rounds, phase.is_lifecycle),
+                         ("phase", 1500, 2, None, 3, None, True))
+        tick = parse_line("EVENT 8 tick p 2000 3000 - phase=1/2 label=work")
+        self.assertEqual((tick.phase, tick.label, tick.late_ms), (1, "work", None))
+        snapshot = parse_line("EVENT 8 snapshot p 2500 3000 running 17 1000 - phase=1/2 label=work")
+        self.assertEqual((snapshot.phase, snapshot.label, snapshot.pinned), (1, "work", False))
+        self.assertIsNone(parse_line("COUNTDOWN tea paused 5000 6000 - 1000").phase)
 
     def test_retry_after_never_raises(self):
         """The README's Retry-After: whole seconds rounded up, at least 1, also when a daemon gave no

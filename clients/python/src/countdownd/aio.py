@@ -360,9 +360,10 @@ class AsyncClient:
     # Requests
 
     async def start(self, name: str, duration: Union[int, float, str, None] = None, *, at: Any = None,
-                    replace: bool = False, pause_on_suspend: Optional[bool] = None, timeout: Any = _DEFAULT) -> Countdown:
+                    replace: bool = False, pause_on_suspend: Optional[bool] = None, cycle: Any = None,
+                    repeat: Union[int, bool, None] = None, timeout: Any = _DEFAULT) -> Countdown:
         """As `Client.start`."""
-        return await self._change(start_line(name, duration, at, replace, pause_on_suspend), timeout)
+        return await self._change(start_line(name, duration, at, replace, pause_on_suspend, cycle, repeat), timeout)
 
     async def status(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """As `Client.status`."""
@@ -388,6 +389,10 @@ class AsyncClient:
 
     async def extend(self, name: str, duration: Union[int, float, str], *, timeout: Any = _DEFAULT) -> Countdown:
         return await self._change("EXTEND %s %s" % (check_name(name), duration_text(duration)), timeout)
+
+    async def skip(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
+        """As `Client.skip`."""
+        return await self._change("SKIP " + check_name(name), timeout)
 
     async def remove(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         return await self._change("REMOVE " + check_name(name), timeout)

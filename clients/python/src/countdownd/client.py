@@ -182,13 +182,18 @@ class Client:
     # Requests
 
     def start(self, name: str, duration: Union[int, float, str, None] = None, *, at: Any = None, replace: bool = False,
-              pause_on_suspend: Optional[bool] = None, timeout: Any = _DEFAULT) -> Countdown:
+              pause_on_suspend: Optional[bool] = None, cycle: Any = None, repeat: Union[int, bool, None] = None,
+              timeout: Any = _DEFAULT) -> Countdown:
         """Starts a countdown: `duration` in seconds (int or float) or as text ('5m', '1500ms');
         60 s when neither it nor `at` (Unix ms, or an aware datetime) is given. Raises `Busy`
         (with `remaining_ms` and `retry_after_s`) while one of that name runs, unless `replace`.
         `pause_on_suspend=True`: it stands still while the machine sleeps (a pomodoro); False: it
-        counts on; None (the default): a name started again keeps its setting, a new one counts on."""
-        return self._change(start_line(name, duration, at, replace, pause_on_suspend), timeout)
+        counts on; None (the default): a name started again keeps its setting, a new one counts on.
+        `cycle`: a cycle of phases run one after the other (a pomodoro), as a list of durations or
+        `(duration, label)` pairs, or as text ('25m:work,5m:break'); `repeat` runs it that many
+        rounds, or for ever with True. The countdown returned is its first phase's, with `phase`,
+        `phases`, `label`, `round` and `rounds` set."""
+        return self._change(start_line(name, duration, at, replace, pause_on_suspend, cycle, repeat), timeout)
 
     def status(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """The countdown's state now; `NotFound` when there is none of that name."""
@@ -218,6 +223,11 @@ class Client:
     def extend(self, name: str, duration: Union[int, float, str], *, timeout: Any = _DEFAULT) -> Countdown:
         """Adds time to a running or paused countdown."""
         return self._change("EXTEND %s %s" % (check_name(name), duration_text(duration)), timeout)
+
+    def skip(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
+        """Ends a cycle's running phase now and starts the next (`BadRequest` for a plain
+        countdown); after the last phase the cycle is done."""
+        return self._change("SKIP " + check_name(name), timeout)
 
     def remove(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """Forgets a finished countdown now (its name and its place under the limits are free)."""

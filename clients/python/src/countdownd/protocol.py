@@ -37,6 +37,13 @@ class Countdown:
     late_ms: Optional[int] = None  # a done delivered more than a second late
     pinned: bool = False  # counts down to a wall-clock time (START … AT)
     pauses_on_suspend: bool = False  # stands still while the machine sleeps (ON-SUSPEND pause)
+    # A cycle of phases (START … CYCLE): the running phase from 1 of `phases`, its label, and
+    # the round from 1 (of `rounds`, None for ever) when it repeats. None for a plain countdown.
+    phase: Optional[int] = None
+    phases: Optional[int] = None
+    label: Optional[str] = None
+    round: Optional[int] = None
+    rounds: Optional[int] = None
 
     @property
     def is_finished(self) -> bool:
@@ -47,17 +54,23 @@ class Countdown:
 class Event:
     """`EVENT <seq> <kind> <name> <remaining_ms> <total_ms> …`: something that happened."""
     seq: int
-    kind: str  # started, paused, resumed, extended, done, cancelled, removed, tick, snapshot
+    kind: str  # started, paused, resumed, extended, done, cancelled, removed, phase, tick, snapshot
     name: str
     remaining_ms: int
     total_ms: int
-    late_ms: Optional[int] = None  # done only
+    late_ms: Optional[int] = None  # done and phase only
     state: Optional[str] = None  # snapshot only
     deadline_unix_ms: Optional[int] = None  # snapshot of a running countdown
     owner_uid: Optional[int] = None  # snapshot only
     pinned: bool = False  # snapshot only
     pauses_on_suspend: bool = False  # snapshot only
     suspend: bool = False  # paused or resumed because the machine slept, not by a request
+    # A cycle's countdown, on every event (for `phase`: the phase that began); as on Countdown.
+    phase: Optional[int] = None
+    phases: Optional[int] = None
+    label: Optional[str] = None
+    round: Optional[int] = None
+    rounds: Optional[int] = None
 
     @property
     def is_lifecycle(self) -> bool:
@@ -250,9 +263,29 @@ def _int(text: str) -> Optional[int]:
         return None
 
 
+def _cycle(words: list) -> dict:
+    """A cycle's `phase=<n>/<count>`, `label=` and `round=<n>[/<rounds>]` fields among `words`,
+    as keyword arguments for Countdown and Event (none without `phase=`)."""
+    fields = {}
+    for word in words:
+        key, _, value = word.partition("=")
+        if key == "phase":
+            current, _, count = value.partition("/")
+            if _int(current) is not None and _int(count) is not None:
+                fields["phase"], fields["phases"] = int(current), int(count)
+        elif key == "label" and value:
+            fields["label"] = value
+        elif key == "round":
+            current, _, count = value.partition("/")
+            if _int(current) is not None:
+                fields["round"] = int(current)
+                fields["rounds"] = _int(count) if count else None
+    return fields if "phase" in fields else {}
+
+
 def countdown_fields(words: list) -> Optional[Countdown]:
     """`<name> <state> <remaining_ms> <total_ms> <deadline_unix_ms|-> [<owner_uid> [<late_ms>|-]
-    [at|pause-on-suspend]]`."""
+    [at|pause-on-suspend|-] [phase=… label=… round=…]]`."""
     if len(words) < 5 or _int(words[2]) is None or _int(words[3]) is None:
         return None
     return Countdown(
@@ -262,6 +295,7 @@ def countdown_fields(words: list) -> Optional[Countdown]:
         late_ms=_int(words[6]) if len(words) > 6 else None,
         pinned=len(words) > 7 and words[7] == "at",
         pauses_on_suspend=len(words) > 7 and words[7] == "pause-on-suspend",
+        **_cycle(words[8:]),
     )
 
 
@@ -275,10 +309,11 @@ def _event(words: list) -> Optional[Event]:
                      deadline_unix_ms=_int(words[6]) if len(words) > 6 else None,
                      owner_uid=_int(words[7]) if len(words) > 7 else None,
                      pinned=len(words) > 8 and words[8] == "at",
-                     pauses_on_suspend=len(words) > 8 and words[8] == "pause-on-suspend")
-    late = _int(words[5]) if kind == "done" and len(words) > 5 else None
+                     pauses_on_suspend=len(words) > 8 and words[8] == "pause-on-suspend",
+                     **_cycle(words[9:]))
+    late = _int(words[5]) if kind in ("done", "phase") and len(words) > 5 else None
     suspend = kind in ("paused", "resumed") and len(words) > 5 and words[5] == "suspend"
-    return Event(seq, kind, name, remaining, total, late_ms=late, suspend=suspend)
+    return Event(seq, kind, name, remaining, total, late_ms=late, suspend=suspend, **_cycle(words[6:]))
 
 
 def parse_line(line: str) -> Line:
@@ -393,16 +428,52 @@ def at_text(at) -> str:
     raise TypeError("at must be Unix milliseconds (int) or a timezone-aware datetime (naive ones are ambiguous)")
 
 
-def start_line(name: str, duration=None, at=None, replace: bool = False, pause_on_suspend: Optional[bool] = None) -> str:
-    """`START <name> [<duration>] [REPLACE] [ON-SUSPEND pause|count]`, or `START <name> AT <time> [REPLACE]`.
-    `pause_on_suspend` None sends no ON-SUSPEND: a name started again keeps its setting."""
+def cycle_text(cycle) -> str:
+    """A cycle's phases for `START … CYCLE`: a list of durations or `(duration, label)` pairs, or
+    the protocol's own text ('25m:work,5m:break')."""
+    if isinstance(cycle, str):
+        if not cycle or any(c.isspace() for c in cycle):
+            raise ValueError("a cycle is one word of <duration>[:<label>] phases separated by commas, such as 25m:work,5m:break: %r" % (cycle,))
+        return cycle
+    parts = []
+    for phase in cycle:
+        if isinstance(phase, tuple):
+            duration, label = phase
+            if not isinstance(label, str) or any(c.isspace() or c in ",:" for c in label):
+                raise ValueError("a phase's label is one word without ',' or ':': %r" % (label,))
+            parts.append(duration_text(duration) + (":" + label if label else ""))
+        else:
+            parts.append(duration_text(phase))
+    if not parts:
+        raise ValueError("a cycle has at least one phase")
+    return ",".join(parts)
+
+
+def start_line(name: str, duration=None, at=None, replace: bool = False, pause_on_suspend: Optional[bool] = None,
+               cycle=None, repeat: Union[int, bool, None] = None) -> str:
+    """`START <name> [<duration>] [REPLACE] [ON-SUSPEND pause|count]`, `START <name> AT <time> [REPLACE]`,
+    or `START <name> CYCLE <phases> [REPEAT [<rounds>]] …`. `pause_on_suspend` None sends no
+    ON-SUSPEND: a name started again keeps its setting. `repeat`: a number of rounds, or True
+    for ever."""
     if duration is not None and at is not None:
         raise ValueError("give a duration or at, not both")
+    if cycle is not None and (duration is not None or at is not None):
+        raise ValueError("a cycle's phases give its durations: give cycle alone, without duration or at")
+    if repeat is not None and repeat is not False and cycle is None:
+        raise ValueError("repeat repeats a cycle: give cycle too")
     if at is not None and pause_on_suspend:
         raise ValueError("a countdown to a time of day (at) cannot pause while the machine sleeps; give a duration")
     words = ["START", check_name(name)]
     if at is not None:
         words += ["AT", at_text(at)]
+    elif cycle is not None:
+        words += ["CYCLE", cycle_text(cycle)]
+        if repeat is True:
+            words.append("REPEAT")
+        elif repeat is not None and repeat is not False:
+            if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+                raise ValueError("repeat is a number of rounds (1 or more), or True for ever: %r" % (repeat,))
+            words += ["REPEAT", str(repeat)]
     elif duration is not None:
         words.append(duration_text(duration))
     if replace:
