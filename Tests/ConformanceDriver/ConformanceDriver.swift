@@ -12,14 +12,14 @@ import Foundation
 /// are skipped and say so.
 @main
 struct ConformanceDriver {
-    static let changes: Set<String> = ["start", "cancel", "pause", "resume", "extend", "remove"]
+    static let changes: Set<String> = ["start", "cancel", "pause", "resume", "extend", "remove", "skip"]
 
     var socketPath = ""
     var connection: CountdownConnection?
 
     static func main() {
         var driver = ConformanceDriver()
-        write(["hello": "swift-countdownclient", "capabilities": ["requests", "timeouts"]])
+        write(["hello": "swift-countdownclient", "capabilities": ["requests", "timeouts", "cycles"]])
         while let line = readLine(strippingNewline: true) {
             guard let data = line.data(using: .utf8),
                   let command = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
@@ -62,6 +62,12 @@ struct ConformanceDriver {
         var words = [method.uppercased()]
         if method != "ping" && method != "list" { words.append(name) }
         if let duration = command["duration"] as? String { words.append(duration) }
+        if method == "start", let cycle = command["cycle"] as? String {
+            words += ["CYCLE", cycle]
+            // A number of rounds (the cases give no `true`: Foundation reads JSON's true and 1 alike).
+            if let rounds = command["repeat"] as? Int { words += ["REPEAT", "\(rounds)"] }
+        }
+        if method == "start", command["replace"] as? Bool == true { words.append("REPLACE") }
         if method == "list", let prefix = command["prefix"] as? String { words += ["PREFIX", prefix] }
         var sent = false
         do throws(ClientError) {
@@ -97,7 +103,16 @@ struct ConformanceDriver {
     }
 
     static func describe(_ countdown: CountdownInfo) -> [String: Any] {
-        ["name": countdown.name, "state": countdown.state.rawValue,
-         "remaining_ms": countdown.remainingMilliseconds, "total_ms": countdown.totalMilliseconds]
+        var described: [String: Any] = [
+            "name": countdown.name, "state": countdown.state.rawValue,
+            "remaining_ms": countdown.remainingMilliseconds, "total_ms": countdown.totalMilliseconds,
+        ]
+        if let cycle = countdown.cycle {
+            described["phase"] = cycle.phase
+            described["phases"] = cycle.phases
+            described["label"] = cycle.label ?? NSNull()
+            described["round"] = cycle.round ?? NSNull()
+        }
+        return described
     }
 }

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // Options configure a Client; the zero value is the default.
@@ -212,6 +213,11 @@ type StartOptions struct {
 	Replace        bool          // cancel a running or paused one of that name instead of ErrBusy
 	PauseOnSuspend bool          // stand still while the machine sleeps (a pomodoro)
 	CountOnSuspend bool          // count on while it sleeps; with neither, a name started again keeps its setting
+	// Cycle runs phases one after the other in the daemon (a pomodoro), instead of Duration:
+	// each `<duration>[:<label>]`, such as "25m:work,5m:break".
+	Cycle         string
+	Repeat        int  // with Cycle: run it this many rounds
+	RepeatForever bool // with Cycle: run it until it is cancelled
 }
 
 // Start starts a countdown of duration d (0: 60 s). While one of that name runs it fails with
@@ -229,6 +235,23 @@ func (c *Client) StartWith(ctx context.Context, name string, options StartOption
 	switch {
 	case !options.At.IsZero() && options.Duration != 0:
 		return Countdown{}, &Error{Code: "bad-request", Message: "give a duration or a time (At), not both"}
+	case options.Cycle != "" && (options.Duration != 0 || !options.At.IsZero()):
+		return Countdown{}, &Error{Code: "bad-request", Message: "a cycle's phases give its durations: give Cycle alone, without Duration or At"}
+	case options.Cycle == "" && (options.Repeat != 0 || options.RepeatForever):
+		return Countdown{}, &Error{Code: "bad-request", Message: "Repeat and RepeatForever repeat a cycle: give Cycle too"}
+	case options.Cycle != "":
+		if strings.IndexFunc(options.Cycle, unicode.IsSpace) >= 0 {
+			return Countdown{}, &Error{Code: "bad-request", Message: fmt.Sprintf("a cycle is one word of <duration>[:<label>] phases separated by commas: %q", options.Cycle)}
+		}
+		words = append(words, "CYCLE", options.Cycle)
+		switch {
+		case options.RepeatForever:
+			words = append(words, "REPEAT")
+		case options.Repeat < 0:
+			return Countdown{}, &Error{Code: "bad-request", Message: "Repeat is a number of rounds, 1 or more"}
+		case options.Repeat > 0:
+			words = append(words, "REPEAT", strconv.Itoa(options.Repeat))
+		}
 	case !options.At.IsZero():
 		words = append(words, "AT", strconv.FormatInt(options.At.UnixMilli(), 10))
 	case options.Duration != 0:
@@ -303,6 +326,12 @@ func (c *Client) Pause(ctx context.Context, name string) (Countdown, error) {
 // Resume resumes a paused countdown (ErrBusy if it is running).
 func (c *Client) Resume(ctx context.Context, name string) (Countdown, error) {
 	return c.named(ctx, "RESUME", name)
+}
+
+// Skip ends a cycle's running phase now and starts the next (a bad-request *Error for a plain
+// countdown); after the last phase the cycle is done.
+func (c *Client) Skip(ctx context.Context, name string) (Countdown, error) {
+	return c.named(ctx, "SKIP", name)
 }
 
 // Remove forgets a finished countdown now.

@@ -15,11 +15,21 @@ type Countdown struct {
 	State           string // running, paused, done or cancelled
 	RemainingMS     int64
 	TotalMS         int64
-	DeadlineUnixMS  int64 // 0 unless running
-	OwnerUID        int64 // -1 when not given
-	LateMS          int64 // a done delivered more than a second late; 0 otherwise
-	Pinned          bool  // counts down to a wall-clock time (START … AT)
-	PausesOnSuspend bool  // stands still while the machine sleeps
+	DeadlineUnixMS  int64          // 0 unless running
+	OwnerUID        int64          // -1 when not given
+	LateMS          int64          // a done delivered more than a second late; 0 otherwise
+	Pinned          bool           // counts down to a wall-clock time (START … AT)
+	PausesOnSuspend bool           // stands still while the machine sleeps
+	Cycle           *CyclePosition // a cycle of phases (START … CYCLE); nil for a plain countdown
+}
+
+// CyclePosition is where a cycle of phases is: its `phase=`, `label=` and `round=` fields.
+type CyclePosition struct {
+	Phase  int    // the running phase, from 1
+	Phases int    // how many phases a round has
+	Label  string // the running phase's label, if it has one
+	Round  int    // the running round, from 1, when it repeats; 0 otherwise
+	Rounds int    // how many rounds, when it repeats a number of times; 0 otherwise (for ever, or once)
 }
 
 // Finished reports whether the countdown is done or cancelled.
@@ -28,13 +38,14 @@ func (c Countdown) Finished() bool { return c.State == "done" || c.State == "can
 // Event is `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> …`: something that happened.
 type Event struct {
 	Seq         int64
-	Kind        string // started, paused, resumed, extended, done, cancelled, removed, tick, snapshot
+	Kind        string // started, paused, resumed, extended, done, cancelled, removed, phase, tick, snapshot
 	Name        string
 	RemainingMS int64
 	TotalMS     int64
-	LateMS      int64  // done only
-	State       string // snapshot only
-	Suspend     bool   // paused or resumed because the machine slept
+	LateMS      int64          // done and phase only
+	State       string         // snapshot only
+	Suspend     bool           // paused or resumed because the machine slept
+	Cycle       *CyclePosition // a cycle's countdown (for phase: the phase that began); nil otherwise
 }
 
 // Lifecycle reports whether the event is numbered by its own Seq (ticks and snapshots carry
@@ -149,7 +160,41 @@ func parseCountdown(words []string) (Countdown, bool) {
 		countdown.Pinned = words[7] == "at"
 		countdown.PausesOnSuspend = words[7] == "pause-on-suspend"
 	}
+	if len(words) > 8 {
+		countdown.Cycle = parseCycle(words[8:])
+	}
 	return countdown, true
+}
+
+// parseCycle reads a cycle's `phase=<n>/<count>`, `label=` and `round=<n>[/<rounds>]` fields
+// among words; nil without `phase=`.
+func parseCycle(words []string) *CyclePosition {
+	var position CyclePosition
+	found := false
+	for _, word := range words {
+		key, value, _ := strings.Cut(word, "=")
+		current, count, _ := strings.Cut(value, "/")
+		switch key {
+		case "phase":
+			phase, ok1 := number(current)
+			phases, ok2 := number(count)
+			if ok1 && ok2 {
+				position.Phase, position.Phases, found = int(phase), int(phases), true
+			}
+		case "label":
+			position.Label = value
+		case "round":
+			if round, ok := number(current); ok {
+				position.Round = int(round)
+				rounds, _ := number(count)
+				position.Rounds = int(rounds)
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	return &position
 }
 
 func parseEvent(words []string) (Event, bool) {
@@ -167,11 +212,18 @@ func parseEvent(words []string) (Event, bool) {
 		switch event.Kind {
 		case "snapshot":
 			event.State = words[5]
-		case "done":
+		case "done", "phase":
 			event.LateMS, _ = number(words[5])
 		case "paused", "resumed":
 			event.Suspend = words[5] == "suspend"
 		}
+	}
+	// A snapshot's cycle fields follow its state, deadline, owner and marker; others' the
+	// optional field's place.
+	if event.Kind == "snapshot" && len(words) > 9 {
+		event.Cycle = parseCycle(words[9:])
+	} else if event.Kind != "snapshot" && len(words) > 6 {
+		event.Cycle = parseCycle(words[6:])
 	}
 	return event, true
 }

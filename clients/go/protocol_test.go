@@ -86,3 +86,24 @@ func TestNoArgumentSmugglesASecondRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestCycleFieldsAreRead(t *testing.T) {
+	line := parseLine("COUNTDOWN p running 2500 3000 1700000002500 1000 - - phase=1/2 label=work round=1/4")
+	if line.kind != lineCountdown || line.countdown.Cycle == nil {
+		t.Fatalf("no cycle: %+v", line)
+	}
+	if got := *line.countdown.Cycle; got != (CyclePosition{Phase: 1, Phases: 2, Label: "work", Round: 1, Rounds: 4}) || line.countdown.LateMS != 0 {
+		t.Fatalf("cycle %+v, late %d", got, line.countdown.LateMS)
+	}
+	phase := parseLine("EVENT 9 phase p 1000 1000 1500 phase=2/2 round=3")
+	if phase.kind != lineEvent || phase.event.LateMS != 1500 || phase.event.Cycle == nil || *phase.event.Cycle != (CyclePosition{Phase: 2, Phases: 2, Round: 3}) || !phase.event.Lifecycle() {
+		t.Fatalf("phase event %+v", phase.event)
+	}
+	snapshot := parseLine("EVENT 8 snapshot p 2500 3000 running 17 1000 - phase=1/2 label=work")
+	if snapshot.event.Cycle == nil || snapshot.event.Cycle.Label != "work" || snapshot.event.State != "running" {
+		t.Fatalf("snapshot %+v", snapshot.event)
+	}
+	if plain := parseLine("COUNTDOWN tea paused 5000 6000 - 1000"); plain.countdown.Cycle != nil {
+		t.Fatal("a plain countdown has no cycle")
+	}
+}

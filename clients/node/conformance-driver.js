@@ -6,9 +6,12 @@
 import readline from 'node:readline';
 import { Client, CountdowndError } from './index.js';
 
-const capabilities = ['requests', 'timeouts', 'shared', 'reconnect', 'wait', 'subscribe'];
+const capabilities = ['requests', 'timeouts', 'shared', 'reconnect', 'wait', 'subscribe', 'cycles'];
 const write = (body) => process.stdout.write(`${JSON.stringify(body)}\n`);
-const describe = (c) => ({ name: c.name, state: c.state, remaining_ms: c.remainingMs, total_ms: c.totalMs });
+const describe = (c) => ({
+  name: c.name, state: c.state, remaining_ms: c.remainingMs, total_ms: c.totalMs,
+  ...(c.cycle ? { phase: c.cycle.phase, phases: c.cycle.phases, label: c.cycle.label, round: c.cycle.round } : {}),
+});
 
 function errorJSON(error) {
   if (error instanceof CountdowndError) {
@@ -34,7 +37,7 @@ async function call(command) {
   const options = bound(command);
   const { method, name } = command;
   switch (method) {
-    case 'start': return describe(await client.start(name, command.duration, { replace: command.replace ?? false, ...options }));
+    case 'start': return describe(await client.start(name, command.duration, { replace: command.replace ?? false, cycle: command.cycle, repeat: command.repeat, ...options }));
     case 'extend': return describe(await client.extend(name, command.duration, options));
     case 'list': return (await client.list({ prefix: command.prefix, ...options })).map(describe);
     case 'ping': await client.ping(options); return null;

@@ -10,17 +10,30 @@ export interface Countdown {
   lateMs: number | null;
   pinned: boolean;
   pausesOnSuspend: boolean;
+  /** A cycle of phases (`START … CYCLE`): where it is; null for a plain countdown. */
+  cycle: CyclePosition | null;
+}
+
+/** Where a cycle of phases is: the running phase from 1 of `phases`, its label, and the round from 1 (of `rounds`; null for ever) when it repeats. */
+export interface CyclePosition {
+  phase: number;
+  phases: number;
+  label: string | null;
+  round: number | null;
+  rounds: number | null;
 }
 
 export interface CountdownEvent {
   seq: number;
-  kind: 'started' | 'paused' | 'resumed' | 'extended' | 'done' | 'cancelled' | 'removed' | 'tick' | 'snapshot' | string;
+  kind: 'started' | 'paused' | 'resumed' | 'extended' | 'done' | 'cancelled' | 'removed' | 'phase' | 'tick' | 'snapshot' | string;
   name: string;
   remainingMs: number;
   totalMs: number;
   lateMs?: number | null;
   state?: string | null;
   suspend?: boolean;
+  /** A cycle's countdown (for `phase`: the phase that began); null otherwise. */
+  cycle?: CyclePosition | null;
 }
 
 /** Every call's bound: `timeout` in ms (the client's by default; null for none), and a signal. */
@@ -55,13 +68,14 @@ export class Client {
   readonly socketPath: string;
   daemonVersion: string | null;
   close(): void;
-  start(name: string, duration?: Duration | null, options?: CallOptions & { replace?: boolean; pauseOnSuspend?: boolean; at?: Date | number }): Promise<Countdown>;
+  start(name: string, duration?: Duration | null, options?: CallOptions & { replace?: boolean; pauseOnSuspend?: boolean; at?: Date | number; cycle?: string | Array<Duration | [Duration, string]>; repeat?: number | boolean }): Promise<Countdown>;
   status(name: string, options?: CallOptions): Promise<Countdown>;
   list(options?: CallOptions & { states?: string[]; prefix?: string }): Promise<Countdown[]>;
   cancel(name: string, options?: CallOptions): Promise<Countdown>;
   pause(name: string, options?: CallOptions): Promise<Countdown>;
   resume(name: string, options?: CallOptions): Promise<Countdown>;
   remove(name: string, options?: CallOptions): Promise<Countdown>;
+  skip(name: string, options?: CallOptions): Promise<Countdown>;
   extend(name: string, duration: Duration, options?: CallOptions): Promise<Countdown>;
   ping(options?: CallOptions): Promise<void>;
   stats(options?: CallOptions): Promise<Record<string, string>>;

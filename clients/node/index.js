@@ -7,7 +7,7 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   Aborted, Busy, ConnectionLost, CountdowndError, OutcomeUnknown, ProtocolViolation, checkName,
-  countdownFrom, defaultSocketPath, durationText, isLifecycle, parseLine, subscribeLine, subscribedSeq,
+  countdownFrom, cycleText, defaultSocketPath, durationText, isLifecycle, parseLine, subscribeLine, subscribedSeq,
 } from './lib/protocol.js';
 
 export {
@@ -348,11 +348,26 @@ export class Client {
    * Rejects with `Busy` (with `remainingMs` and `retryAfterS`) while one of that name runs,
    * unless `replace`. `pauseOnSuspend: true`: it stands still while the machine sleeps; false:
    * it counts on; left out: a name started again keeps its setting, a new one counts on.
+   * `cycle`: phases run one after the other in the daemon (a pomodoro), as text
+   * ('25m:work,5m:break') or a list of durations or `[duration, label]` pairs; `repeat`: that
+   * many rounds, or `true` for ever.
    */
-  async start(name, duration, { replace = false, pauseOnSuspend, at, ...options } = {}) {
+  async start(name, duration, { replace = false, pauseOnSuspend, at, cycle, repeat, ...options } = {}) {
     const words = ['START', checkName(name)];
+    const hasDuration = duration !== undefined && duration !== null;
+    if (cycle !== undefined && (hasDuration || at !== undefined)) {
+      throw new CountdowndError("a cycle's phases give its durations: give cycle alone, without a duration or at", { code: 'bad-request' });
+    }
+    if (cycle === undefined && repeat !== undefined && repeat !== false) throw new CountdowndError('repeat repeats a cycle: give cycle too', { code: 'bad-request' });
     if (at !== undefined) words.push('AT', String(at instanceof Date ? at.getTime() : at));
-    else if (duration !== undefined && duration !== null) words.push(durationText(duration));
+    else if (cycle !== undefined) {
+      words.push('CYCLE', cycleText(cycle));
+      if (repeat === true) words.push('REPEAT');
+      else if (repeat !== undefined && repeat !== false) {
+        if (!Number.isInteger(repeat) || repeat < 1) throw new CountdowndError(`repeat is a number of rounds (1 or more), or true for ever: ${repeat}`, { code: 'bad-request' });
+        words.push('REPEAT', String(repeat));
+      }
+    } else if (hasDuration) words.push(durationText(duration));
     if (replace) words.push('REPLACE');
     if (pauseOnSuspend === true) words.push('ON-SUSPEND', 'pause');
     else if (pauseOnSuspend === false && at === undefined) words.push('ON-SUSPEND', 'count');
@@ -381,6 +396,9 @@ export class Client {
   async resume(name, options) { return this.change(`RESUME ${checkName(name)}`, options); }
 
   async remove(name, options) { return this.change(`REMOVE ${checkName(name)}`, options); }
+
+  /** Ends a cycle's running phase now and starts the next (`bad-request` for a plain countdown). */
+  async skip(name, options) { return this.change(`SKIP ${checkName(name)}`, options); }
 
   async extend(name, duration, options) { return this.change(`EXTEND ${checkName(name)} ${durationText(duration)}`, options); }
 

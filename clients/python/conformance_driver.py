@@ -26,8 +26,11 @@ from countdownd import AsyncClient, Busy, Client, Countdown, CountdowndError, Ev
 
 
 def countdown_json(countdown: Countdown) -> Dict[str, Any]:
-    return {"name": countdown.name, "state": countdown.state, "remaining_ms": countdown.remaining_ms,
-            "total_ms": countdown.total_ms}
+    described = {"name": countdown.name, "state": countdown.state, "remaining_ms": countdown.remaining_ms,
+                 "total_ms": countdown.total_ms}
+    if countdown.phase is not None:
+        described.update(phase=countdown.phase, phases=countdown.phases, label=countdown.label, round=countdown.round)
+    return described
 
 
 def event_json(event: Event) -> Dict[str, Any]:
@@ -52,7 +55,7 @@ def seconds(command: Dict[str, Any]) -> Optional[float]:
 
 
 class Blocking:
-    capabilities = ["requests", "timeouts", "shared", "reconnect", "wait", "subscribe"]
+    capabilities = ["requests", "timeouts", "shared", "reconnect", "wait", "subscribe", "cycles"]
 
     def __init__(self) -> None:
         self.client: Optional[Client] = None
@@ -65,7 +68,8 @@ class Blocking:
         if "timeout_ms" in command:
             kwargs["timeout"] = seconds(command)
         if method == "start":
-            return self.client.start(name, command.get("duration"), replace=command.get("replace", False), **kwargs)
+            return self.client.start(name, command.get("duration"), replace=command.get("replace", False),
+                                     cycle=command.get("cycle"), repeat=command.get("repeat"), **kwargs)
         if method == "extend":
             return self.client.extend(name, command["duration"], **kwargs)
         if method == "list":
@@ -138,7 +142,7 @@ class Blocking:
 
 
 class Async:
-    capabilities = ["requests", "timeouts", "shared", "reconnect", "wait", "subscribe"]
+    capabilities = ["requests", "timeouts", "shared", "reconnect", "wait", "subscribe", "cycles"]
 
     def __init__(self) -> None:
         self.client: Optional[AsyncClient] = None
@@ -161,7 +165,8 @@ class Async:
 
         def make(kwargs: Dict[str, Any]) -> Any:
             if method == "start":
-                return client.start(name, command.get("duration"), replace=command.get("replace", False), **kwargs)
+                return client.start(name, command.get("duration"), replace=command.get("replace", False),
+                                    cycle=command.get("cycle"), repeat=command.get("repeat"), **kwargs)
             if method == "extend":
                 return client.extend(name, command["duration"], **kwargs)
             if method == "list":

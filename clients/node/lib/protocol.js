@@ -96,7 +96,26 @@ function int(word) {
   return word !== undefined && /^-?\d+$/.test(word) ? Number(word) : null;
 }
 
-/** `<name> <state> <remaining_ms> <total_ms> <deadline|-> [<owner_uid> [<late_ms>|-] [at|pause-on-suspend]]` */
+/**
+ * A cycle's `phase=<n>/<count>`, `label=` and `round=<n>[/<rounds>]` fields among `words`:
+ * `{phase, phases, label, round, rounds}`, or null without `phase=`.
+ */
+export function cycleFrom(words) {
+  let cycle = null;
+  let label = null;
+  let round = null;
+  let rounds = null;
+  for (const word of words) {
+    const [key, value = ''] = word.split(/=(.*)/s);
+    const [current, count] = value.split('/');
+    if (key === 'phase' && int(current) !== null && int(count) !== null) cycle = { phase: int(current), phases: int(count) };
+    else if (key === 'label' && value) label = value;
+    else if (key === 'round' && int(current) !== null) { round = int(current); rounds = int(count); }
+  }
+  return cycle && { ...cycle, label, round, rounds };
+}
+
+/** `<name> <state> <remaining_ms> <total_ms> <deadline|-> [<owner_uid> [<late_ms>|-] [at|pause-on-suspend|-] [phase=… label=… round=…]]` */
 export function countdownFrom(words) {
   if (words.length < 5 || int(words[2]) === null || int(words[3]) === null) return null;
   return {
@@ -109,6 +128,7 @@ export function countdownFrom(words) {
     lateMs: int(words[6]),
     pinned: words[7] === 'at',
     pausesOnSuspend: words[7] === 'pause-on-suspend',
+    cycle: cycleFrom(words.slice(8)),
   };
 }
 
@@ -116,8 +136,9 @@ function eventFrom(words) {
   if (words.length < 5 || int(words[0]) === null || int(words[3]) === null || int(words[4]) === null) return null;
   const event = { seq: int(words[0]), kind: words[1], name: words[2], remainingMs: int(words[3]), totalMs: int(words[4]) };
   if (event.kind === 'snapshot') event.state = words[5] ?? null;
-  if (event.kind === 'done') event.lateMs = int(words[5]);
+  if (event.kind === 'done' || event.kind === 'phase') event.lateMs = int(words[5]);
   if (event.kind === 'paused' || event.kind === 'resumed') event.suspend = words[5] === 'suspend';
+  event.cycle = cycleFrom(words.slice(event.kind === 'snapshot' ? 9 : 6));
   return event;
 }
 
@@ -175,6 +196,27 @@ export function checkName(name) {
 }
 
 /** A duration as the protocol takes it: milliseconds (a number of seconds), or text such as '5m'. */
+/** A cycle's phases for `START … CYCLE`: text ('25m:work,5m:break'), or a list of durations or `[duration, label]` pairs. */
+export function cycleText(cycle) {
+  if (typeof cycle === 'string') {
+    if (cycle === '' || /\s/.test(cycle)) {
+      throw new CountdowndError(`a cycle is one word of <duration>[:<label>] phases separated by commas, such as 25m:work,5m:break: ${JSON.stringify(cycle)}`, { code: 'bad-request' });
+    }
+    return cycle;
+  }
+  if (!Array.isArray(cycle) || cycle.length === 0) {
+    throw new CountdowndError('a cycle is a list of phases: durations or [duration, label] pairs', { code: 'bad-request' });
+  }
+  return cycle.map((phase) => {
+    if (!Array.isArray(phase)) return durationText(phase);
+    const [duration, label] = phase;
+    if (typeof label !== 'string' || /[\s,:]/.test(label)) {
+      throw new CountdowndError(`a phase's label is one word without ',' or ':': ${JSON.stringify(label)}`, { code: 'bad-request' });
+    }
+    return durationText(duration) + (label ? `:${label}` : '');
+  }).join(',');
+}
+
 export function durationText(duration) {
   if (typeof duration === 'string') {
     if (duration === '' || /\s/.test(duration)) {

@@ -36,6 +36,25 @@ test('pauseOnSuspend: true pauses, false counts on, left out keeps what the name
   assert.deepEqual(sent, ['START p 25m ON-SUSPEND pause', 'START p 25m REPLACE', 'START p 25m REPLACE ON-SUSPEND count', 'START q AT 1798135200000']);
 });
 
+test('cycles: the START line, skip, and the phase fields read back', async () => {
+  const sent = [];
+  const client = new Client({ socket: '/nonexistent' });
+  client.change = async (line) => { sent.push(line); return {}; };
+  await client.start('focus', null, { cycle: [['25m', 'work'], [300, 'break']], repeat: 2, pauseOnSuspend: true });
+  await client.start('deep', undefined, { cycle: '50m:work,10m:break', repeat: true });
+  await client.skip('focus');
+  assert.deepEqual(sent, ['START focus CYCLE 25m:work,300000ms:break REPEAT 2 ON-SUSPEND pause', 'START deep CYCLE 50m:work,10m:break REPEAT', 'SKIP focus']);
+  await assert.rejects(client.start('x', '5m', { cycle: '1m' }), (error) => error.code === 'bad-request');
+  await assert.rejects(client.start('x', null, { repeat: 2 }), (error) => error.code === 'bad-request');
+  const { countdown } = parseLine('COUNTDOWN p running 2500 3000 1700000002500 1000 - - phase=1/2 label=work round=1/4');
+  assert.deepEqual(countdown.cycle, { phase: 1, phases: 2, label: 'work', round: 1, rounds: 4 });
+  assert.equal(countdown.lateMs, null);
+  const { event } = parseLine('EVENT 9 phase p 1000 1000 1500 phase=2/2 round=3');
+  assert.deepEqual([event.kind, event.lateMs, event.cycle], ['phase', 1500, { phase: 2, phases: 2, label: null, round: 3, rounds: null }]);
+  assert.equal(parseLine('EVENT 8 snapshot p 2500 3000 running 17 1000 - phase=1/2 label=work').event.cycle.label, 'work');
+  assert.equal(parseLine('COUNTDOWN tea paused 5000 6000 - 1000').countdown.cycle, null);
+});
+
 test('what would break the line protocol is refused before it is sent', () => {
   assert.throws(() => checkName('two words'), (error) => error.code === 'bad-name');
   assert.throws(() => durationText('5 m'), (error) => error.code === 'bad-duration');

@@ -25,6 +25,8 @@ type command struct {
 	Name      string    `json:"name"`
 	Duration  *string   `json:"duration"`
 	Replace   bool      `json:"replace"`
+	Cycle     string    `json:"cycle"`
+	Repeat    any       `json:"repeat"`
 	Prefix    string    `json:"prefix"`
 	TimeoutMS *int64    `json:"timeout_ms"`
 	Workers   int       `json:"workers"`
@@ -36,14 +38,28 @@ type command struct {
 }
 
 type countdownJSON struct {
-	Name        string `json:"name"`
-	State       string `json:"state"`
-	RemainingMS int64  `json:"remaining_ms"`
-	TotalMS     int64  `json:"total_ms"`
+	Name        string  `json:"name"`
+	State       string  `json:"state"`
+	RemainingMS int64   `json:"remaining_ms"`
+	TotalMS     int64   `json:"total_ms"`
+	Phase       int     `json:"phase,omitempty"`
+	Phases      int     `json:"phases,omitempty"`
+	Label       *string `json:"label,omitempty"`
+	Round       *int    `json:"round,omitempty"`
 }
 
 func describe(c countdownd.Countdown) countdownJSON {
-	return countdownJSON{c.Name, c.State, c.RemainingMS, c.TotalMS}
+	described := countdownJSON{Name: c.Name, State: c.State, RemainingMS: c.RemainingMS, TotalMS: c.TotalMS}
+	if c.Cycle != nil {
+		described.Phase, described.Phases = c.Cycle.Phase, c.Cycle.Phases
+		if c.Cycle.Label != "" {
+			described.Label = &c.Cycle.Label
+		}
+		if c.Cycle.Round != 0 {
+			described.Round = &c.Cycle.Round
+		}
+	}
+	return described
 }
 
 func errorJSON(err error) map[string]any {
@@ -108,7 +124,16 @@ func (d *driver) call(c command) (any, error) {
 	var err error
 	switch c.Method {
 	case "start":
-		countdown, err = d.client.StartWith(ctx, c.Name, countdownd.StartOptions{Duration: duration, Replace: c.Replace})
+		options := countdownd.StartOptions{Duration: duration, Replace: c.Replace, Cycle: c.Cycle}
+		switch repeat := c.Repeat.(type) {
+		case bool:
+			options.RepeatForever = repeat
+		case float64:
+			options.Repeat = int(repeat)
+		}
+		countdown, err = d.client.StartWith(ctx, c.Name, options)
+	case "skip":
+		countdown, err = d.client.Skip(ctx, c.Name)
 	case "status":
 		countdown, err = d.client.Status(ctx, c.Name)
 	case "cancel":
@@ -222,7 +247,7 @@ func main() {
 			os.Exit(1) // The harness is gone.
 		}
 	}
-	reply(0, map[string]any{"hello": "go", "capabilities": []string{"requests", "timeouts", "shared", "reconnect", "wait", "subscribe"}})
+	reply(0, map[string]any{"hello": "go", "capabilities": []string{"requests", "timeouts", "shared", "reconnect", "wait", "subscribe", "cycles"}})
 	d := &driver{subscriptions: map[string]*subscription{}}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<26) // A storm's calls come as one line.
