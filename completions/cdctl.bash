@@ -34,7 +34,7 @@ _cdctl() {
         case $word in
             --socket) socket=${words[i+1]}; ((i++)) ;;
             --socket=*) socket=${word#--socket=} ;;
-            --format|--since|--state|--prefix|--events|--at|--then|--cycle|--repeat) ((i++)) ;;
+            --format|--since|--state|--prefix|--events|--at|--then|--then-each|--cycle|--repeat) ((i++)) ;;
             -*) ;;
             *) if [[ -z $command ]]; then command=$word; else ((operands++)); fi ;;
         esac
@@ -46,7 +46,7 @@ _cdctl() {
         --since|--prefix) return ;;
         # One-word forms only: compgen's words are split at blanks.
         --at) COMPREPLY=($(compgen -W "09:30 17:00 now+25min now+1h" -- "$cur")); return ;;
-        --then) COMPREPLY=($(compgen -c -- "$cur")); return ;;
+        --then|--then-each) COMPREPLY=($(compgen -c -- "$cur")); return ;;
         --cycle) COMPREPLY=($(compgen -W "25m:work,5m:break 50m:work,10m:break 52m:work,17m:break" -- "$cur")); return ;;
         --repeat) COMPREPLY=($(compgen -W "forever 2 4" -- "$cur")); return ;;
         --events) COMPREPLY=($(compgen -W "lifecycle all started tick paused resumed extended done cancelled snapshot removed phase" -- "$cur")); return ;;
@@ -65,7 +65,7 @@ _cdctl() {
 
     local options=""
     case $command in
-        start) options="--at --cycle --pomodoro --repeat --replace --if-idle --wait --then --pause-on-suspend --count-on-suspend" ;;
+        start) options="--at --cycle --pomodoro --repeat --replace --if-idle --wait --then --then-each --pause-on-suspend --count-on-suspend" ;;
         status) options="--json --format --follow" ;;
         list) options="--json --format --state --prefix" ;;
         watch) options="--json --since --events" ;;

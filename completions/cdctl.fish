@@ -52,7 +52,7 @@ function __cdctl_wants_name
             continue
         end
         switch $token
-            case --socket --format --since --state --prefix --events --at --then --cycle --repeat
+            case --socket --format --since --state --prefix --events --at --then --then-each --cycle --repeat
                 set skip 1
             case '-*'
             case '*'
@@ -93,3 +93,4 @@ complete -c cdctl -n "__fish_seen_subcommand_from status" -l follow -d 'print on
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l cycle -x -a '25m:work,5m:break' -d 'phases: DURATION[:LABEL],...'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l pomodoro -d 'work 25m, break 5m, x4, long break 15m'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l repeat -x -a 'forever 2 4' -d 'repeat the cycle'
+complete -c cdctl -n "__fish_seen_subcommand_from start" -l then-each -x -a '(__fish_complete_command)' -d 'run a command at each phase'

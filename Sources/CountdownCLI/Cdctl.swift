@@ -52,9 +52,11 @@ public struct Cdctl {
 
     private func execute(on connection: CountdownConnection) throws(ClientError) -> ExitCode {
         switch invocation.command {
-        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at, let pauseOnSuspend, let cycle):
-            if wait {
-                try subscribe(connection, to: [name], events: "lifecycle")
+        case .start(let name, let milliseconds, let replace, let ifIdle, let wait, let then, let at, let pauseOnSuspend, let cycle, let thenEach):
+            // Subscribed before the START, so that no phase or done of it can come first.
+            var since: UInt64?
+            if wait || thenEach != nil {
+                since = try subscribe(connection, to: [name], events: "lifecycle")
             }
             // Without a DURATION none is sent: the daemon's default, or a cycle's phases again.
             var line = at.map { "START \(name) AT \($0)" } ?? milliseconds.map { "START \(name) \($0)ms" } ?? "START \(name)"
@@ -81,6 +83,9 @@ public struct Cdctl {
                 }
                 code = .success
             }
+            if code == .success, let thenEach {
+                code = launchThen(thenEach, name: name, when: .eachPhase(since: since ?? 0))
+            }
             if code == .success, let then {
                 code = launchThen(then, name: name)
             }
@@ -92,6 +97,8 @@ public struct Cdctl {
             return try mutation("PAUSE \(name)", on: connection, name: name)
         case .skip(let name):
             return try mutation("SKIP \(name)", on: connection, name: name)
+        case .eachPhase(let name, let since, let command):
+            return try runEachPhase(name, since: since, command: command, on: connection)
         case .resume(let name):
             return try mutation("RESUME \(name)", on: connection, name: name)
         case .extend(let name, let milliseconds):
@@ -181,17 +188,58 @@ public struct Cdctl {
     }
 
     /// Sets up `--then`, and says where it waits and where its output goes.
-    private func launchThen(_ command: String, name: String) -> ExitCode {
-        switch ThenAction.launch(command: command, name: name, socket: invocation.socketPath, environment: ProcessEnvironment.current()) {
+    private func launchThen(_ command: String, name: String, when: ThenAction.When = .done) -> ExitCode {
+        let moment = when == .done ? "when done" : "at each phase"
+        switch ThenAction.launch(command: command, name: name, when: when, socket: invocation.socketPath, environment: ProcessEnvironment.current()) {
         case .success(.unit(let unit)):
-            console.out("\(name): then runs '\(command)' when done, from \(unit) (journalctl --user -u \(unit); systemctl --user stop \(unit) to drop it)\n")
+            console.out("\(name): then runs '\(command)' \(moment), from \(unit) (journalctl --user -u \(unit); systemctl --user stop \(unit) to drop it)\n")
             return .success
         case .success(.detached(let pid)):
-            console.out("\(name): then runs '\(command)' when done, from process \(pid) (no user manager: it survives this terminal, not a logout; its output is discarded)\n")
+            console.out("\(name): then runs '\(command)' \(moment), from process \(pid) (no user manager: it survives this terminal, not a logout; its output is discarded)\n")
             return .success
         case .failure(let error):
-            console.error("cdctl: the countdown runs, but --then could not be set up: \(error); run it yourself: cdctl wait \(name) && \(command)\n")
+            let option = when == .done ? "--then" : "--then-each"
+            let yourself = when == .done ? "cdctl wait \(name) && \(command)" : "cdctl watch \(name) --events phase"
+            console.error("cdctl: the countdown runs, but \(option) could not be set up: \(error); run it yourself: \(yourself)\n")
             return .refused
+        }
+    }
+
+    /// `__each-phase`: runs `command` at each `phase` event of `name` after event `since`, with
+    /// where the cycle is in its environment, one at a time, until the cycle is done, cancelled
+    /// or forgotten; across daemon restarts, as `wait` does (a phase while it was away is
+    /// replayed, never run twice).
+    private func runEachPhase(_ name: String, since: UInt64, command: String, on first: CountdownConnection) throws(ClientError) -> ExitCode {
+        var connection = first
+        var last = since
+        while true {
+            guard try subscribe(connection, to: [name], since: last, events: "lifecycle") != nil else {
+                console.error("cdctl: the daemon no longer keeps the events of '\(name)' since \(last); --then-each stops\n")
+                return .unavailable
+            }
+            while let event = try connection.nextEvent() {
+                last = max(last, event.sequence)
+                guard event.name == name else { continue }
+                switch event.kind {
+                case .phase:
+                    var environment = ProcessEnvironment.current()
+                    environment["COUNTDOWN_NAME"] = name
+                    environment["COUNTDOWN_PHASE"] = event.cycle.map { "\($0.phase)" } ?? ""
+                    environment["COUNTDOWN_PHASES"] = event.cycle.map { "\($0.phases)" } ?? ""
+                    environment["COUNTDOWN_LABEL"] = event.cycle?.label ?? ""
+                    environment["COUNTDOWN_ROUND"] = event.cycle?.round.map { "\($0)" } ?? ""
+                    ThenAction.run(command, environment: environment)
+                case .done, .cancelled, .removed:
+                    return .success
+                default:
+                    continue
+                }
+            }
+            guard let next = reconnect(reason: connection.shutdownReason, purpose: "follow the phases of \(name)") else {
+                console.error("cdctl: countdownd closed the connection and did not come back within \(Int(Self.reconnectWindow)) s; --then-each stops\n")
+                return .unavailable
+            }
+            connection = next
         }
     }
 

@@ -29,8 +29,11 @@ public enum CdctlCommand: Equatable, Sendable {
     /// (`25m:work,5m:break REPEAT 4`).
     case start(
         name: String, milliseconds: Int64?, replace: Bool, ifIdle: Bool, wait: Bool, then: String? = nil, atUnixMilliseconds: Int64? = nil,
-        pauseOnSuspend: Bool? = nil, cycle: String? = nil
+        pauseOnSuspend: Bool? = nil, cycle: String? = nil, thenEach: String? = nil
     )
+    /// `__each-phase NAME SEQ COMMAND` (hidden): what `--then-each` leaves running: `COMMAND`
+    /// at each phase of the cycle `NAME` that begins after event `SEQ`, until it finishes.
+    case eachPhase(name: String, since: UInt64, command: String)
     /// `skip NAME`: end a cycle's running phase now and start the next.
     case skip(name: String)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
@@ -101,7 +104,8 @@ public enum CdctlCommandLine {
         Commands:
           start NAME [DURATION | --at TIME | --cycle PHASES | --pomodoro]
                 [--repeat N|forever] [--replace | --if-idle] [--wait]
-                [--then COMMAND] [--pause-on-suspend | --count-on-suspend]
+                [--then COMMAND] [--then-each COMMAND]
+                [--pause-on-suspend | --count-on-suspend]
                                  start a countdown (default 60s), or one until a time
                                  of day (--at 09:30, 'tomorrow 09:30', '2026-12-24
                                  18:00', 'now + 3 min'; it follows the wall clock if
@@ -110,6 +114,8 @@ public enum CdctlCommandLine {
                                  DURATION[:LABEL]), --pomodoro for four 25m work
                                  phases with 5m breaks and a 15m long break;
                                  --repeat runs the cycle N times, or forever;
+                                 --then-each runs COMMAND at each new phase (with
+                                 COUNTDOWN_LABEL, COUNTDOWN_PHASE set);
                                  --replace restarts a running one;
                                  --if-idle leaves a running one alone and succeeds;
                                  --wait blocks until it finishes; --then runs COMMAND
@@ -183,6 +189,7 @@ public enum CdctlCommandLine {
         .init(["--replace"]),
         .init(["--wait"]),
         .init(["--then"], takesValue: true),
+        .init(["--then-each"], takesValue: true),
         .init(["--at"], takesValue: true),
         .init(["--pause-on-suspend"]),
         .init(["--cycle"], takesValue: true),
@@ -262,7 +269,7 @@ public enum CdctlCommandLine {
         let command: CdctlCommand
         switch verb {
         case "start":
-            allowedFlags = ["replace", "wait", "if-idle", "then", "at", "pause-on-suspend", "count-on-suspend", "cycle", "pomodoro", "repeat"]
+            allowedFlags = ["replace", "wait", "if-idle", "then", "then-each", "at", "pause-on-suspend", "count-on-suspend", "cycle", "pomodoro", "repeat"]
             let startUsage = "start NAME [DURATION | --at TIME | --cycle PHASES | --pomodoro] [--repeat N|forever] [--replace | --if-idle] [--wait] [--then COMMAND] [--pause-on-suspend | --count-on-suspend]"
             guard !operands.isEmpty else {
                 throw UsageError("start needs a NAME, as in cdctl start tea 3m or cdctl start standup --at 09:30; usage: cdctl \(startUsage)")
@@ -298,6 +305,14 @@ public enum CdctlCommandLine {
                 throw UsageError("--replace and --if-idle exclude each other: one restarts a running countdown, the other leaves it alone")
             }
             let cycle = try cycleWords(parsed, operands: operands, at: at)
+            if let each = parsed.value("then-each") {
+                guard !each.allSatisfy({ $0 == " " }) else {
+                    throw UsageError("--then-each needs a command, such as --then-each 'notify-send \"$COUNTDOWN_LABEL\"'")
+                }
+                guard operands.count == 1, at == nil else {
+                    throw UsageError("--then-each runs at each phase of a cycle (--cycle or --pomodoro); for a plain countdown use --then, which runs when it is done")
+                }
+            }
             command = .start(
                 name: try name(operands[0]),
                 milliseconds: try operands.count > 1 ? duration(operands[1]) : nil,
@@ -307,7 +322,8 @@ public enum CdctlCommandLine {
                 then: parsed.value("then"),
                 atUnixMilliseconds: at,
                 pauseOnSuspend: parsed.has("pause-on-suspend") ? true : parsed.has("count-on-suspend") ? false : nil,
-                cycle: cycle
+                cycle: cycle,
+                thenEach: parsed.value("then-each")
             )
         case "status":
             allowedFlags = ["json", "format", "follow"]
@@ -387,13 +403,19 @@ public enum CdctlCommandLine {
                 throw UsageError("no help for '\(topic)'\(suggestion(for: topic)); commands: \(commands.joined(separator: " "))")
             }
             return invocation(.helpTopic(topic))
+        case "__each-phase":
+            // Hidden: what --then-each leaves running (ThenAction).
+            guard operands.count == 3, let since = UInt64(operands[1]) else {
+                throw UsageError("usage: cdctl __each-phase NAME SEQ COMMAND (what --then-each runs)")
+            }
+            return invocation(.eachPhase(name: try name(operands[0]), since: since, command: operands[2]))
         case "__complete":
             // Hidden: used by the shell completions to offer live countdown names.
             return invocation(.completeNames)
         default:
             throw UsageError("unknown command '\(verb)'\(suggestion(for: verb)); commands: \(commands.joined(separator: " "))")
         }
-        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "at", "pause-on-suspend", "count-on-suspend", "cycle", "pomodoro", "repeat"] where parsed.has(flag) && !allowedFlags.contains(flag) {
+        for flag in ["json", "format", "follow", "if-idle", "replace", "wait", "since", "state", "prefix", "events", "prometheus", "then", "then-each", "at", "pause-on-suspend", "count-on-suspend", "cycle", "pomodoro", "repeat"] where parsed.has(flag) && !allowedFlags.contains(flag) {
             throw UsageError("option '--\(flag)' does not apply to '\(verb)'; see cdctl --help")
         }
         return invocation(command)

@@ -33,14 +33,31 @@ enum ThenAction {
     /// The shell script the unit runs: `$0` is cdctl, `$1` the socket, `$2` the name, `$3` the command.
     static let script = #""$0" --socket "$1" wait "$2" >/dev/null && exec /bin/sh -c "$3""#
 
-    /// Starts waiting for `name` to be done, then running `command`.
+    /// The same for `--then-each`: `$4` is the event number to follow the cycle from.
+    static let eachPhaseScript = #"exec "$0" --socket "$1" __each-phase "$2" "$4" "$3""#
+
+    /// When the command runs.
+    enum When: Equatable {
+        /// Once, when the countdown is done.
+        case done
+        /// At each phase of a cycle that begins after event `since` (`--then-each`).
+        case eachPhase(since: UInt64)
+    }
+
+    /// Starts waiting for `name` to be done (or for each of its phases), then running `command`.
     /// - Returns: where it waits, or a message saying why it could not.
-    static func launch(command: String, name: String, socket: String, environment: [String: String]) -> Result<Launched, ThenError> {
-        let arguments = [executablePath(), socket, name, command]
-        if case .success(let unit) = viaUserManager(arguments, name: name, command: command, environment: environment) {
+    static func launch(command: String, name: String, when: When = .done, socket: String, environment: [String: String]) -> Result<Launched, ThenError> {
+        var arguments = [executablePath(), socket, name, command]
+        var script = Self.script
+        if case .eachPhase(let since) = when {
+            arguments.append("\(since)")
+            script = eachPhaseScript
+        }
+        let what = when == .done ? "when '\(name)' is done" : "at each phase of '\(name)'"
+        if case .success(let unit) = viaUserManager(arguments, script: script, what: what, command: command, environment: environment) {
             return .success(.unit(unit))
         }
-        return detached(arguments).map(Launched.detached)
+        return detached(arguments, script: script).map(Launched.detached)
     }
 
     /// Why `--then` could not be set up.
@@ -65,8 +82,10 @@ enum ThenAction {
     }
 
     /// `systemd-run --user …`: the unit's name, or systemd-run's own words on why not.
-    private static func viaUserManager(_ arguments: [String], name: String, command: String, environment: [String: String]) -> Result<String, ThenError> {
-        var options = ["--user", "--collect", "--description=cdctl: when '\(name)' is done: \(command.prefix(200))",
+    private static func viaUserManager(
+        _ arguments: [String], script: String, what: String, command: String, environment: [String: String]
+    ) -> Result<String, ThenError> {
+        var options = ["--user", "--collect", "--description=cdctl: \(what): \(command.prefix(200))",
                        "--working-directory=\(workingDirectory())"]
         for variable in passedVariables where environment[variable] != nil {
             options.append("--setenv=\(variable)")
@@ -127,11 +146,34 @@ enum ThenAction {
         return .success(String(unit))
     }
 
+    /// Runs `command` through `/bin/sh -c` with `environment`, and waits for it (`--then-each`:
+    /// one phase's command at a time). Its exit status is its own business: a failed
+    /// notification must not stop the next phase's.
+    static func run(_ command: String, environment: [String: String]) {
+        var actions = posix_spawn_file_actions_t()
+        defer {
+            // Ignored on purpose: destroying what init set up frees memory and cannot fail.
+            _ = posix_spawn_file_actions_destroy(&actions)
+        }
+        guard posix_spawn_file_actions_init(&actions) == 0, countdownd_spawn_close_from(&actions, STDERR_FILENO + 1) == 0 else { return }
+        let argv = ["/bin/sh", "-c", command]
+        var cArguments = argv.map { strdup($0) } + [nil]
+        var cEnvironment = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            cArguments.forEach { free($0) }
+            cEnvironment.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, "/bin/sh", &actions, nil, &cArguments, &cEnvironment) == 0 else { return }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+
     /// glibc's `POSIX_SPAWN_SETSID` (2.26 and later), which Swift's Glibc module does not export.
     private static let spawnNewSession: Int16 = 0x80
 
     /// Runs the waiter in a new session, with no terminal: closing the terminal does not end it.
-    private static func detached(_ arguments: [String]) -> Result<pid_t, ThenError> {
+    private static func detached(_ arguments: [String], script: String) -> Result<pid_t, ThenError> {
         var attributes = posix_spawnattr_t()
         var actions = posix_spawn_file_actions_t()
         defer {

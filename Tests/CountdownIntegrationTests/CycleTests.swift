@@ -77,6 +77,36 @@ extension Integration {
             #expect(plainAgain.stdout.hasSuffix("0:10:00 left of 0:10:00\n"), "with a duration, a plain countdown: \(plainAgain.stdout)")
         }
 
+        @Test(
+            "--then-each (no user manager): the command runs once at each phase, with the phase in its environment, in order, and the waiter ends with the cycle",
+            .enabled(if: toolExists("/bin/sh"), "no /bin/sh")
+        )
+        func thenEach() throws {
+            let daemon = try DaemonProcess()
+            let noManager = daemon.directory.file("no-manager")
+            try FileManager.default.createDirectory(atPath: noManager, withIntermediateDirectories: true)
+            let environment = ["XDG_RUNTIME_DIR": noManager, "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(noManager)/none"]
+            let log = daemon.directory.file("phases.log")
+            let started = try runCommand(
+                TestBinaries.cdctl,
+                ["--socket", daemon.socketPath, "start", "quick", "--cycle", "300ms:a,300ms:b,300ms:c", "--repeat", "2",
+                 "--then-each", "echo \"$COUNTDOWN_NAME $COUNTDOWN_PHASE/$COUNTDOWN_PHASES $COUNTDOWN_LABEL $COUNTDOWN_ROUND\" >> '\(log)'",
+                 "--then", "echo done >> '\(log)'"],
+                environment: environment
+            )
+            #expect(started.status == 0 && started.stdout.contains("at each phase, from process"), "\(started.stdout)\(started.stderr)")
+            let pid = try #require(started.stdout.firstMatch(of: #/at each phase, from process (\d+)/#).flatMap { pid_t($0.1) })
+            func lines() -> [String] {
+                ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+            }
+            try waitUntil(timeout: 60) { lines().contains("done") }
+            try waitUntil(timeout: 60) { kill(pid, 0) != 0 }
+            let phases = lines().filter { $0 != "done" }
+            #expect(phases == ["quick 2/3 b 1", "quick 3/3 c 1", "quick 1/3 a 2", "quick 2/3 b 2", "quick 3/3 c 2"], "\(lines())")
+            let refused = try runCommand(TestBinaries.cdctl, ["--socket", daemon.socketPath, "start", "tea", "3m", "--then-each", "true"])
+            #expect(refused.status == 2 && refused.stderr.contains("for a plain countdown use --then"), "\(refused.stderr)")
+        }
+
         @Test("the README's waybar module, run as waybar runs it: the phase's label and time left, a click pauses, a right click skips")
         func readmeWaybarModule() throws {
             let readme = try String(contentsOfFile: "\(packageRoot)/README.md", encoding: .utf8)
