@@ -24,7 +24,8 @@ extension CountdownEngine {
     ///   while the shared store has not yet decided it: time changes it first, and a change
     ///   made over it would hide that (a `START` would restart it, and its `done` would be lost);
     ///   `bad-request` for a countdown that would pause while the machine sleeps (`ON-SUSPEND
-    ///   pause`): a fleet's countdowns do not follow one machine's sleep.
+    ///   pause`): a fleet's countdowns do not follow one machine's sleep; and for a cycle of
+    ///   phases, which the shared store does not keep (yet).
     public func proposal(
         for key: String, now: Instant, pending: PendingCreations = PendingCreations(),
         _ change: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
@@ -47,6 +48,13 @@ extension CountdownEngine {
             throw ProtocolError(
                 .badRequest,
                 "ON-SUSPEND pause is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep; start it without ON-SUSPEND"
+            )
+        }
+        guard scratch.persistentState(of: key)?.cycle == nil else {
+            // The scratch engine decides locally, so its own rule (`checkCycle`) let it pass.
+            throw ProtocolError(
+                .badRequest,
+                "cycles are not available in cluster mode yet; start each phase as a countdown of its own, or run the cycle on a daemon that is not in a cluster"
             )
         }
         if record(named: key) == nil, let created = scratch.persistentState(of: key) {

@@ -255,6 +255,16 @@ struct EngineCycleTests {
     func rules() throws {
         var replica = ManualClock(configuration: EngineConfiguration(decidesLocally: false))
         #expect(throws: ProtocolError.self) { try Self.start(&replica, "c", Self.cycle([1])) }
+        // The path a cluster-mode change takes: a proposal, run on a scratch engine that decides
+        // locally, is refused all the same.
+        do {
+            _ = try replica.engine.proposal(for: "c", now: replica.now) { engine, events throws(ProtocolError) in
+                try engine.start("c", milliseconds: 1, requester: 1000, cycle: Self.cycle([1]), now: replica.now, events: &events)
+            }
+            Issue.record("a cycle was proposed to the shared store")
+        } catch {
+            #expect(error.code == .badRequest && error.message.contains("cluster mode"), "\(error)")
+        }
         var clock = ManualClock()
         #expect(throws: ProtocolError.self) {
             try clock.perform { engine, now, events throws(ProtocolError) in
