@@ -58,7 +58,7 @@ _cdctl() {
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "$common" -- "$cur"))
         else
-            COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle skip rm watch wait stats help" -- "$cur"))
+            COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle skip set rm watch wait stats help" -- "$cur"))
         fi
         return
     fi
@@ -66,6 +66,7 @@ _cdctl() {
     local options=""
     case $command in
         start) options="--at --cycle --pomodoro --repeat --replace --if-idle --wait --then --then-each --pause-on-suspend --count-on-suspend" ;;
+        set) options="--pause-on-suspend --count-on-suspend" ;;
         status) options="--json --format --follow" ;;
         list) options="--json --format --state --prefix" ;;
         watch) options="--json --since --events" ;;
@@ -83,12 +84,12 @@ _cdctl() {
             else
                 COMPREPLY=($(compgen -W "30s 1m 5m 10m 25m 1h" -- "$cur"))
             fi ;;
-        status|cancel|pause|resume|toggle|skip|rm)
+        status|cancel|pause|resume|toggle|skip|set|rm)
             ((operands == 0)) && COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
         watch|wait)
             COMPREPLY=($(compgen -W "$(_cdctl_names "$socket")" -- "$cur")) ;;
         help)
-            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle skip rm watch wait stats" -- "$cur")) ;;
+            ((operands == 0)) && COMPREPLY=($(compgen -W "start status list cancel pause resume extend toggle skip set rm watch wait stats" -- "$cur")) ;;
     esac
     # Bash replaces only what follows the last ':' of the word: offer only that part.
     if [[ $cur == *:* && $COMP_WORDBREAKS == *:* ]]; then

@@ -18,7 +18,7 @@ function __cdctl_names
     end
 end
 
-set -l commands start status list cancel pause resume extend toggle skip rm watch wait stats help
+set -l commands start status list cancel pause resume extend toggle skip set rm watch wait stats help
 complete -c cdctl -f
 complete -c cdctl -l socket -r -F -d 'the daemon socket'
 complete -c cdctl -l no-color -d 'no colour'
@@ -36,6 +36,7 @@ complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a watch -d 'fo
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a wait -d 'wait for countdowns'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a toggle -d 'pause or resume'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a skip -d "end a cycle's phase now"
+complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a set -d 'change what it does while the machine sleeps'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a rm -d 'forget a finished countdown'
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a stats -d "the daemon's counters"
 complete -c cdctl -n "not __fish_seen_subcommand_from $commands" -a help -d 'help on a command'
@@ -66,14 +67,14 @@ function __cdctl_wants_name
     switch "$command"
         case watch wait
             return 0
-        case start extend status cancel pause resume toggle skip rm
+        case start extend status cancel pause resume toggle skip set rm
             test $operands -eq 0
             return
     end
     return 1
 end
 
-complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend toggle skip rm watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
+complete -c cdctl -n "__fish_seen_subcommand_from status cancel pause resume extend toggle skip set rm watch wait start; and __cdctl_wants_name" -a '(__cdctl_names)'
 complete -c cdctl -n "__fish_seen_subcommand_from list" -l state -x -a 'running paused done cancelled' -d 'only this state'
 complete -c cdctl -n "__fish_seen_subcommand_from list" -l prefix -x -d 'only names starting with'
 complete -c cdctl -n "__fish_seen_subcommand_from stats" -l json -d 'JSON output'
@@ -94,3 +95,5 @@ complete -c cdctl -n "__fish_seen_subcommand_from start" -l cycle -x -a '25m:wor
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l pomodoro -d 'work 25m, break 5m, x4, long break 15m'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l repeat -x -a 'forever 2 4' -d 'repeat the cycle'
 complete -c cdctl -n "__fish_seen_subcommand_from start" -l then-each -x -a '(__fish_complete_command)' -d 'run a command at each phase'
+complete -c cdctl -n "__fish_seen_subcommand_from set" -l pause-on-suspend -d 'stand still while the machine sleeps'
+complete -c cdctl -n "__fish_seen_subcommand_from set" -l count-on-suspend -d 'count on while the machine sleeps'

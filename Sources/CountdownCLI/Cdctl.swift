@@ -97,6 +97,8 @@ public struct Cdctl {
             return try mutation("PAUSE \(name)", on: connection, name: name)
         case .skip(let name):
             return try mutation("SKIP \(name)", on: connection, name: name)
+        case .set(let name, let pauseOnSuspend):
+            return try mutation("SET \(name) ON-SUSPEND \(pauseOnSuspend ? "pause" : "count")", on: connection, name: name)
         case .eachPhase(let name, let since, let command):
             return try runEachPhase(name, since: since, command: command, on: connection)
         case .resume(let name):
@@ -310,6 +312,7 @@ public struct Cdctl {
                 case .done: state = .done
                 case .cancelled: state = .cancelled
                 case .started, .tick, .resumed, .extended, .phase: state = .running
+                case .changed: state = known[event.name]?.state ?? .running  // A setting: the state it had.
                 case .removed:
                     console.out(goneLine(event.name, style: style))
                     continue
@@ -339,7 +342,10 @@ public struct Cdctl {
                     if shown.deadline.map({ abs($0 - estimate) >= 1000 }) ?? true { shown.deadline = estimate }
                 case .paused, .done, .cancelled, .removed:
                     shown.deadline = nil
+                case .changed:
+                    shown.pausesOnSuspend = event.pausesOnSuspend
                 }
+                shown.state = state
                 known[event.name] = shown
                 let countdown = CountdownInfo(
                     name: event.name, state: state,
@@ -360,6 +366,7 @@ public struct Cdctl {
 
     /// What `status --follow` remembers of a countdown between its events.
     private struct KnownCountdown {
+        var state: CountdownState?
         var deadline: Int64?
         var owner: UInt32?
         var isPinned: Bool?

@@ -36,6 +36,9 @@ public enum CdctlCommand: Equatable, Sendable {
     case eachPhase(name: String, since: UInt64, command: String)
     /// `skip NAME`: end a cycle's running phase now and start the next.
     case skip(name: String)
+    /// `set NAME --pause-on-suspend | --count-on-suspend`: change what a running or paused
+    /// countdown does while the machine sleeps.
+    case set(name: String, pauseOnSuspend: Bool)
     /// `status [NAME] [--json | --format T] [--follow]`; no name shows all.
     case status(name: String?, style: OutputStyle, follow: Bool)
     /// `list [--json | --format T] [--state STATE] [--prefix PREFIX]`
@@ -139,6 +142,9 @@ public enum CdctlCommandLine {
           extend NAME DURATION   add time to a running or paused countdown
           toggle NAME            pause a running countdown, resume a paused one
           skip NAME              end a cycle's phase now and start the next
+          set NAME --pause-on-suspend | --count-on-suspend
+                                 change what a running or paused countdown does
+                                 while the machine sleeps, without restarting it
           rm NAME                forget a finished countdown now (it frees the name's
                                  slot; finished ones are otherwise kept 10 minutes)
           watch [NAME...] [--json] [--since SEQ] [--events KINDS]
@@ -357,6 +363,13 @@ public enum CdctlCommandLine {
             allowedFlags = []
             try expect(operands, 2...2, usage: "extend NAME DURATION")
             command = .extend(name: try name(operands[0]), milliseconds: try duration(operands[1]))
+        case "set":
+            allowedFlags = ["pause-on-suspend", "count-on-suspend"]
+            try expect(operands, 1...1, usage: "set NAME --pause-on-suspend | --count-on-suspend")
+            guard parsed.has("pause-on-suspend") != parsed.has("count-on-suspend") else {
+                throw UsageError("set needs one of --pause-on-suspend (stand still while the machine sleeps) or --count-on-suspend (count on through it)")
+            }
+            command = .set(name: try name(operands[0]), pauseOnSuspend: parsed.has("pause-on-suspend"))
         case "skip":
             allowedFlags = []
             try expect(operands, 1...1, usage: "skip NAME")
@@ -446,7 +459,7 @@ public enum CdctlCommandLine {
     }
 
     /// The commands, for messages and completion.
-    public static let commands = ["start", "status", "list", "cancel", "pause", "resume", "extend", "toggle", "skip", "rm", "watch", "wait", "stats", "help"]
+    public static let commands = ["start", "status", "list", "cancel", "pause", "resume", "extend", "toggle", "skip", "set", "rm", "watch", "wait", "stats", "help"]
 
     /// The phases of `--pomodoro`: four 25-minute work phases, a 5-minute break after each of
     /// the first three and a 15-minute long break after the fourth.

@@ -90,6 +90,7 @@ struct LiveWatch {
             row.eventTime = arrived
             switch event.kind {
             case .started, .tick, .resumed, .extended, .phase: row.state = .running
+            case .changed: break  // A setting: its state and time are as they were.
             case .paused: row.state = .paused
             case .done: row.state = .done
             case .cancelled: row.state = .cancelled

@@ -61,6 +61,14 @@ extension CountdownEngine {
             try checkRoom(forNewCountdownOf: created.owner, pending: pending)
         }
         let lifecycle = events.filter(\.kind.isLifecycle)
+        guard let last = lifecycle.last?.kind, last != .changed else {
+            // `SET … ON-SUSPEND`: a fleet's countdowns do not follow one machine's sleep, so
+            // there is nothing for the shared store to keep (and no event to announce).
+            throw ProtocolError(
+                .badRequest,
+                "SET ON-SUSPEND is not available in cluster mode: a countdown shared by the fleet does not follow one machine's sleep"
+            )
+        }
         let replaced = lifecycle.count >= 2 && lifecycle[lifecycle.count - 2].kind == .cancelled ? lifecycle[lifecycle.count - 2] : nil
         return CountdownProposal(state: scratch.persistentState(of: key), event: lifecycle.last, replaced: replaced, reply: reply)
     }

@@ -790,6 +790,35 @@ public struct CountdownEngine {
         return snapshot(of: record, now: now)
     }
 
+    /// Changes what a running or paused countdown does while the machine sleeps, keeping its
+    /// state, deadline and time left, with a `changed` event; setting what it already has
+    /// changes nothing and announces nothing.
+    /// - Throws: `not-found` (also for a finished one: its setting is given with the `START`
+    ///   that starts it again), `bad-request` (`pause` for a countdown to a time of day),
+    ///   `forbidden`.
+    @discardableResult
+    public mutating func setSuspendPolicy(
+        _ name: String, to policy: SuspendPolicy, requester: UInt32, now: Instant, events: inout [CountdownEvent]
+    ) throws(ProtocolError) -> CountdownSnapshot {
+        advance(to: now, events: &events)
+        let (slot, old) = try activeRecord(name, verb: "set")
+        try authorize(requester, toChange: old, verb: "change")
+        guard policy != .pause || old.pinned == Self.notPinned else {
+            throw ProtocolError(
+                .badRequest,
+                "'\(name)' counts down to a time of day (AT), which comes whether the machine sleeps or not, so it cannot pause while it sleeps; START it again with a duration for that"
+            )
+        }
+        guard old.pausesOnSuspend != (policy == .pause) else { return snapshot(of: old, now: now) }
+        var record = old
+        record.pausesOnSuspend = policy == .pause
+        records[Int(slot)] = record
+        let result = snapshot(of: record, now: now)
+        emit(in: slot, .changed, record, remaining: result.remainingMilliseconds, into: &events)
+        events[events.count - 1].suspendPolicy = policy
+        return result
+    }
+
     // MARK: - Wall clock
 
     /// The wall clock was set (NTP, `date -s`): countdowns to a time of day (`START … AT`) move

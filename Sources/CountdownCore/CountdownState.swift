@@ -98,6 +98,9 @@ public enum EventKind: String, Sendable, CaseIterable, Equatable {
     /// A cycle's next phase began (the phase before it ended, or `SKIP`): `remaining_ms` is the
     /// new phase's duration, and the event names the phase (`CountdownEvent.cycle`).
     case phase
+    /// A setting of a running or paused countdown changed (`SET … ON-SUSPEND`); it keeps its
+    /// state and time. The event says the new setting (`CountdownEvent.suspendPolicy`).
+    case changed
 
     /// Whether losing this event would lose a state change. Ticks are not: a newer tick supersedes
     /// an older one, so a slow subscriber may skip ticks but never lifecycle events.
@@ -140,6 +143,9 @@ public struct CountdownEvent: Sendable, Equatable {
     /// For a cycle's countdown: its phases and the running one, as of the event (on the wire as
     /// `phase=<n>/<count>`, `label=` and `round=` fields).
     public var cycle: CountdownCycle?
+    /// For a `changed`: what the countdown now does while the machine sleeps (on the wire as
+    /// `pause-on-suspend` or `count-on-suspend`).
+    public var suspendPolicy: SuspendPolicy?
 
     /// Creates an event.
     public init(
@@ -240,6 +246,6 @@ extension CountdownEvent {
         left.sequence == right.sequence && left.ownerSequence == right.ownerSequence && left.kind == right.kind && left.name == right.name
             && left.remainingMilliseconds == right.remainingMilliseconds && left.totalMilliseconds == right.totalMilliseconds
             && left.lateMilliseconds == right.lateMilliseconds && left.due == right.due && left.owner == right.owner
-            && left.causedBySuspend == right.causedBySuspend && left.cycle == right.cycle
+            && left.causedBySuspend == right.causedBySuspend && left.cycle == right.cycle && left.suspendPolicy == right.suspendPolicy
     }
 }

@@ -25,6 +25,9 @@ public enum Request: Equatable, Sendable {
     case remove(name: String)
     /// `SKIP <name>`: end a cycle's running phase now and start the next.
     case skip(name: String)
+    /// `SET <name> ON-SUSPEND pause|count`: change what a running or paused countdown does while
+    /// the machine sleeps, without restarting it.
+    case set(name: String, onSuspend: SuspendPolicy)
     /// `SUBSCRIBE [<name> … | PREFIX <prefix>] [EVENTS <kinds>] [SINCE <seq>]`; no names means
     /// every countdown, present and future; a prefix, every countdown whose name starts with it,
     /// present and future; no `EVENTS` means every kind.
@@ -41,7 +44,7 @@ public enum Request: Equatable, Sendable {
     /// Whether the request changes countdowns, and so must be durable before its reply is sent.
     public var isMutation: Bool {
         switch self {
-        case .start, .startAt, .cancel, .pause, .resume, .extend, .remove, .skip: return true
+        case .start, .startAt, .cancel, .pause, .resume, .extend, .remove, .skip, .set: return true
         case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return false
         }
     }
@@ -50,7 +53,7 @@ public enum Request: Equatable, Sendable {
     public var changedName: String? {
         switch self {
         case .start(let name, _, _, _, _), .startAt(let name, _, _), .cancel(let name), .pause(let name), .resume(let name),
-             .extend(let name, _), .remove(let name), .skip(let name):
+             .extend(let name, _), .remove(let name), .skip(let name), .set(let name, _):
             return name
         case .status, .list, .subscribe, .unsubscribe, .ping, .stats, .quit: return nil
         }
@@ -65,8 +68,8 @@ public enum Request: Equatable, Sendable {
 public enum RequestParser {
     /// The verbs, for `unknown-command` messages and completion.
     public static let verbs = [
-        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "REMOVE", "SKIP", "SUBSCRIBE", "UNSUBSCRIBE", "PING",
-        "STATS", "QUIT",
+        "START", "STATUS", "LIST", "CANCEL", "PAUSE", "RESUME", "EXTEND", "REMOVE", "SKIP", "SET", "SUBSCRIBE", "UNSUBSCRIBE",
+        "PING", "STATS", "QUIT",
     ]
 
     /// Parses one line, without its line terminator (a trailing CR is ignored).
@@ -201,6 +204,22 @@ public enum RequestParser {
         }
         if keyword(verb, is: "PAUSE") {
             return .pause(name: try oneName(arguments, usage: "PAUSE <name>"))
+        }
+        if keyword(verb, is: "SET") {
+            let usage = "SET <name> ON-SUSPEND pause|count"
+            guard arguments.count == 3 else { throw Self.usage(usage, got: arguments.count) }
+            let name = try CountdownAddress.validate(bytes: arguments[arguments.startIndex])
+            let setting = arguments[arguments.startIndex + 1], value = arguments[arguments.startIndex + 2]
+            guard keyword(setting, is: "ON-SUSPEND") else {
+                throw ProtocolError(.badRequest, "unknown setting '\(ProtocolText.sanitized(setting))'; SET changes ON-SUSPEND only; usage: \(usage)")
+            }
+            guard let policy = SuspendPolicy(rawValue: String(decoding: value, as: UTF8.self).lowercased()) else {
+                throw ProtocolError(
+                    .badRequest,
+                    "unknown ON-SUSPEND policy '\(ProtocolText.sanitized(value))'; it is pause (stand still while the machine sleeps) or count (count on through it)"
+                )
+            }
+            return .set(name: name, onSuspend: policy)
         }
         if keyword(verb, is: "SKIP") {
             return .skip(name: try oneName(arguments, usage: "SKIP <name>"))

@@ -82,18 +82,22 @@ public enum WireEncoder {
         let total = event.totalMilliseconds
         let late = event.lateMilliseconds
         let suspend = event.causedBySuspend
-        // A cycle's fields (rare): ` - phase=2/8 label=break`, after the optional field's place.
-        var cycleFields: [UInt8] = []
+        // Rare fields: a `changed`'s setting in the optional field's place, and a cycle's
+        // (` - phase=2/8 label=break`) after it.
+        var rareFields: [UInt8] = []
+        if let policy = event.suspendPolicy {
+            rareFields.append(contentsOf: (policy == .pause ? " pause-on-suspend" : " count-on-suspend").utf8)
+        }
         if let cycle = event.cycle {
-            if late == nil && !suspend { cycleFields.append(contentsOf: " -".utf8) }
-            appendCycleFields(cycle, to: &cycleFields)
+            if late == nil && !suspend && event.suspendPolicy == nil { rareFields.append(contentsOf: " -".utf8) }
+            appendCycleFields(cycle, to: &rareFields)
         }
         var name = name
         name.withUTF8 { nameBytes in
             // "EVENT " + seq + " " + kind + " " + name + 3 × (" " + number) + " suspend" + "\n"
             // (a line has `late_ms` or ` suspend`, never both: both are counted, to be simple).
             let capacity = 6 + LineWriter.maximumDecimalLength + 1 + kind.utf8CodeUnitCount + 1 + nameBytes.count
-                + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + cycleFields.count + 1
+                + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + rareFields.count + 1
             LineWriter.appendLine(capacity: capacity, to: &out) { line in
                 line.write("EVENT ")
                 line.writeDecimal(sequence)
@@ -111,8 +115,8 @@ public enum WireEncoder {
                 } else if suspend {
                     line.write(" suspend")
                 }
-                if !cycleFields.isEmpty {
-                    cycleFields.withUnsafeBufferPointer { line.write($0) }
+                if !rareFields.isEmpty {
+                    rareFields.withUnsafeBufferPointer { line.write($0) }
                 }
                 line.write(UInt8(ascii: "\n"))
             }
@@ -132,6 +136,7 @@ public enum WireEncoder {
         case .snapshot: "snapshot"
         case .removed: "removed"
         case .phase: "phase"
+        case .changed: "changed"
         }
     }
 

@@ -180,7 +180,8 @@ public struct EventInfo: Sendable, Equatable, Codable {
     public var deadlineUnixMilliseconds: Int64?
     /// For `snapshot`: `true` when it counts down to a wall-clock time.
     public var isPinned: Bool?
-    /// For `snapshot`: `true` when it stands still while the machine sleeps.
+    /// For `snapshot`: `true` when it stands still while the machine sleeps; for `changed`,
+    /// whether it now does (`false`: it now counts on).
     public var pausesOnSuspend: Bool?
     /// For `paused` and `resumed`: `true` when the machine's sleep caused it, not a request. In
     /// JSON: `"suspend": true`.
@@ -337,6 +338,8 @@ public enum WireLine: Sendable, Equatable {
             event.lateMilliseconds = Int64(f[5])
         } else if kind == .paused || kind == .resumed {
             event.causedBySuspend = f.count > 5 && f[5] == "suspend" ? true : nil
+        } else if kind == .changed, f.count > 5 {
+            event.pausesOnSuspend = f[5] == "pause-on-suspend" ? true : f[5] == "count-on-suspend" ? false : nil
         }
         event.cycle = f.count > 6 ? CyclePosition.parse(f[6...]) : nil
         return event

@@ -266,6 +266,11 @@ extension Daemon: RequestServer {
             try change(key) { engine, events throws(ProtocolError) in
                 try engine.extend(key, by: milliseconds, requester: owner, now: now, events: &events)
             }
+        case .set(let address, let policy):
+            let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
+            try change(key) { engine, events throws(ProtocolError) in
+                try engine.setSuspendPolicy(key, to: policy, requester: owner, now: now, events: &events)
+            }
         case .skip(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             try change(key) { engine, events throws(ProtocolError) in try engine.skip(key, requester: owner, now: now, events: &events) }

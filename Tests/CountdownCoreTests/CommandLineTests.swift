@@ -44,6 +44,8 @@ struct CommandLineTests {
         #expect(try cdctl(["start", "focus", "--pomodoro", "--repeat", "2", "--replace"]).command
             == .start(name: "focus", milliseconds: nil, replace: true, ifIdle: false, wait: false, cycle: CdctlCommandLine.pomodoroPhases + " REPEAT 2"))
         #expect(try cdctl(["skip", "focus"]).command == .skip(name: "focus"))
+        #expect(try cdctl(["set", "focus", "--pause-on-suspend"]).command == .set(name: "focus", pauseOnSuspend: true))
+        #expect(try cdctl(["set", "--count-on-suspend", "focus"]).command == .set(name: "focus", pauseOnSuspend: false))
         #expect(try cdctl(["status"]).command == .status(name: nil, style: .table, follow: false))
         #expect(try cdctl(["status", "tea", "--json"]).command == .status(name: "tea", style: .json, follow: false))
         #expect(try cdctl(["status", "tea", "-f", "--format", "{name}"]).command == .status(name: "tea", style: .template(try OutputTemplate(parsing: "{name}")), follow: true))
@@ -116,7 +118,8 @@ struct CommandLineTests {
         (["start", "a", "--pomodoro", "--cycle", "1m"], "exclude each other"), (["start", "a", "--repeat", "2"], "--repeat repeats a cycle"),
         (["start", "a", "--cycle", "1m:w,,2m"], "bad --cycle: phase 2 of the cycle is empty"), (["start", "a", "--cycle", "1x"], "bad --cycle: phase 1"),
         (["start", "a", "--pomodoro", "--repeat", "0"], "not a number of rounds"), (["start", "a", "--pomodoro", "--repeat", "always"], "nor 'forever'"),
-        (["skip"], "usage: cdctl skip NAME"), (["pause", "a", "--pomodoro"], "does not apply"),
+        (["skip"], "usage: cdctl skip NAME"), (["set", "a"], "set needs one of --pause-on-suspend"),
+        (["set", "a", "--pause-on-suspend", "--count-on-suspend"], "set needs one of"), (["set", "a", "--replace", "--pause-on-suspend"], "does not apply"), (["pause", "a", "--pomodoro"], "does not apply"),
     ] as [([String], String)])
     func cdctlUsageErrors(arguments: [String], fragment: String) {
         do {

@@ -31,6 +31,55 @@ struct EngineSuspendTests {
         #expect(done.map(\.at) == [.milliseconds(2_100_000)] && done.first?.event.lateMilliseconds == nil)
     }
 
+    @Test("SET ON-SUSPEND changes a running or paused countdown's policy without restarting it, with one changed event; the same again changes nothing; a finished one, AT and another uid are refused; cluster mode refuses it")
+    func setOnAnExistingCountdown() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        try clock.start("pomodoro", 1_500_000)
+        clock.advance(to: .seconds(60))
+        func set(_ name: String, _ policy: SuspendPolicy, uid: UInt32 = 1000) throws(ProtocolError) -> CountdownSnapshot {
+            try clock.perform { engine, now, events throws(ProtocolError) in
+                try engine.setSuspendPolicy(name, to: policy, requester: uid, now: now, events: &events)
+            }
+        }
+        clock.clearLog()
+        let changed = try set("pomodoro", .pause)
+        #expect(changed.pausesOnSuspend && changed.state == .running && changed.deadline == .seconds(1500), "its deadline is kept")
+        #expect(clock.log.map(\.event.kind) == [.changed] && clock.log.first?.event.suspendPolicy == .pause)
+        #expect(clock.log.first?.event.remainingMilliseconds == 1_440_000)
+        #expect(try clock.engine.persistentState(of: "pomodoro")?.pausesOnSuspend == true)
+        _ = try set("pomodoro", .pause)
+        #expect(clock.log.count == 1, "the same again changes nothing and announces nothing")
+        clock.sleep(forMilliseconds: 100_000)
+        #expect(try clock.engine.status(of: "pomodoro", now: clock.now).deadline == .seconds(1600), "it stood still through the sleep")
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("pomodoro", requester: 1000, now: now, events: &events) }
+        let counting = try set("pomodoro", .count)
+        #expect(!counting.pausesOnSuspend && counting.state == .paused)
+        #expect(throws: ProtocolError.self) { try set("pomodoro", .pause, uid: 1001) }
+        #expect(throws: ProtocolError.self) { try set("nothing", .pause) }
+        try clock.start("tea", 1000)
+        clock.advance(to: clock.now.advanced(byMilliseconds: 2000))
+        #expect(throws: ProtocolError.self) { try set("tea", .pause) }
+        try clock.perform { engine, now, events throws(ProtocolError) in
+            try engine.start("standup", milliseconds: 60_000, requester: 1000, pinnedTo: 1_800_000_000_000, now: now, events: &events)
+        }
+        #expect(throws: ProtocolError.self) { try set("standup", .pause) }
+        #expect(try set("standup", .count).pausesOnSuspend == false)
+        // Cluster mode: the proposal a replica would send is refused.
+        var replica = ManualClock(configuration: EngineConfiguration(decidesLocally: false))
+        replica.engine.revert("pomodoro", to: clock.engine.persistentState(of: "pomodoro"), now: replica.now)
+        for policy in [SuspendPolicy.pause, .count] {
+            do {
+                _ = try replica.engine.proposal(for: "pomodoro", now: replica.now) { engine, events throws(ProtocolError) in
+                    try engine.setSuspendPolicy("pomodoro", to: policy, requester: 1000, now: replica.now, events: &events)
+                }
+                Issue.record("SET ON-SUSPEND \(policy) was proposed to the shared store")
+            } catch {
+                #expect(error.code == .badRequest, "\(error)")
+            }
+        }
+    }
+
     @Test("after the sleep, ticks align to the moved deadline")
     func ticksAfterWaking() throws {
         var clock = ManualClock()

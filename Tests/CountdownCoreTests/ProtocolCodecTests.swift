@@ -20,6 +20,8 @@ struct ProtocolCodecTests {
         ("start p cycle 1s,2s:b REPEAT replace on-suspend pause", .start(name: "p", milliseconds: 1000, replace: true, onSuspend: .pause, cycle: CountdownCycle(phases: [.init(milliseconds: 1000), .init(milliseconds: 2000, label: "b")], rounds: 0))),
         ("START p CYCLE 1s REPEAT 4 REPLACE", .start(name: "p", milliseconds: 1000, replace: true, cycle: CountdownCycle(phases: [.init(milliseconds: 1000)], rounds: 4))),
         ("SKIP p", .skip(name: "p")),
+        ("SET p ON-SUSPEND pause", .set(name: "p", onSuspend: .pause)),
+        ("set p on-suspend Count", .set(name: "p", onSuspend: .count)),
         ("Status tea", .status(name: "tea")),
         ("LIST", .list(states: [], prefix: "")),
         ("list state running,paused prefix otp:", .list(states: [.running, .paused], prefix: "otp:")),
@@ -66,6 +68,8 @@ struct ProtocolCodecTests {
         ("START a CYCLE \(Array(repeating: "1s", count: 65).joined(separator: ","))", .badRequest), ("START a CYCLE 1s REPEAT 0", .badRequest),
         ("START a CYCLE 1s REPEAT 1000001", .badRequest), ("START a 5 REPEAT", .badRequest), ("START a CYCLE 1s 5", .badRequest), ("START a 5 CYCLE 1s", .badRequest),
         ("START a CYCLE 0s,1s", .badDuration), ("START a CYCLE 1s,367d", .badDuration), ("SKIP", .badRequest), ("SKIP a b", .badRequest),
+        ("SET a", .badRequest), ("SET a ON-SUSPEND", .badRequest), ("SET a ON-SUSPEND sleep", .badRequest), ("SET a COLOR red", .badRequest),
+        ("SET a/b ON-SUSPEND pause", .badName), ("SET a ON-SUSPEND pause x", .badRequest),
         ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),
         ("EXTEND a 1y", .badDuration), ("START a 367d", .badDuration), ("START a 999999999999999w", .badDuration),
     ] as [(String, ErrorCode)])
@@ -296,6 +300,13 @@ struct ProtocolCodecTests {
         var phase = CountdownEvent(sequence: 9, kind: .phase, name: "p", remainingMilliseconds: 1000, totalMilliseconds: 1000, lateMilliseconds: 1500)
         phase.cycle = cycle
         WireEncoder.appendEvent(phase, to: &out)
+        var changed = CountdownEvent(sequence: 10, kind: .changed, name: "p", remainingMilliseconds: 1000, totalMilliseconds: 1000)
+        changed.suspendPolicy = .pause
+        changed.cycle = cycle
+        WireEncoder.appendEvent(changed, to: &out)
+        changed.cycle = nil
+        changed.suspendPolicy = .count
+        WireEncoder.appendEvent(changed, to: &out)
         var suspended = CountdownSnapshot(name: "q", state: .paused, remainingMilliseconds: 1, totalMilliseconds: 2, deadline: nil, owner: 0, pausesOnSuspend: true)
         suspended.cycle = CountdownCycle(phases: [.init(milliseconds: 2)])
         WireEncoder.appendCountdown(suspended, clock: clock, to: &out)
@@ -305,6 +316,8 @@ struct ProtocolCodecTests {
             EVENT 8 snapshot p 2500 3000 running 1700000002500 1000 - phase=1/2 label=work round=1/4
             EVENT 8 tick p 2000 3000 - phase=1/2 label=work round=1/4
             EVENT 9 phase p 1000 1000 1500 phase=2/2 round=1
+            EVENT 10 changed p 1000 1000 pause-on-suspend phase=2/2 round=1
+            EVENT 10 changed p 1000 1000 count-on-suspend
             COUNTDOWN q paused 1 2 - 0 - pause-on-suspend phase=1/1
 
             """)
@@ -312,13 +325,15 @@ struct ProtocolCodecTests {
         let work = CyclePosition(phase: 1, phases: 2, label: "work", round: 1, rounds: 4)
         #expect(WireLine.countdownInfo("p running 2500 3000 1700000002500 1000 - - phase=1/2 label=work round=1/4".split(separator: " ").map(String.init))?.cycle == work)
         guard case .event(let snapshotEvent) = lines[1], case .event(let tickEvent) = lines[2], case .event(let phaseEvent) = lines[3],
-              case .countdown(let paused) = lines[4] else {
+              case .event(let toPause) = lines[4], case .event(let toCount) = lines[5], case .countdown(let paused) = lines[6] else {
             Issue.record("\(lines)")
             return
         }
         #expect(snapshotEvent.cycle == work && tickEvent.cycle == work && tickEvent.lateMilliseconds == nil)
         #expect(phaseEvent.kind == .phase && phaseEvent.lateMilliseconds == 1500 && phaseEvent.cycle == CyclePosition(phase: 2, phases: 2, round: 1))
         #expect(paused.pausesOnSuspend == true && paused.lateMilliseconds == nil && paused.cycle == CyclePosition(phase: 1, phases: 1))
+        #expect(toPause.kind == .changed && toPause.pausesOnSuspend == true && toPause.cycle?.phase == 2)
+        #expect(toCount.pausesOnSuspend == false && toCount.cycle == nil)
     }
 
     @Test("clients ignore trailing fields they do not know")

@@ -77,6 +77,25 @@ extension Integration {
             #expect(plainAgain.stdout.hasSuffix("0:10:00 left of 0:10:00\n"), "with a duration, a plain countdown: \(plainAgain.stdout)")
         }
 
+        @Test("cdctl set NAME --pause-on-suspend changes a running countdown without restarting it; a follower sees it; a finished one is refused with exit 3")
+        func setOnSuspend() throws {
+            let daemon = try DaemonProcess()
+            let started = try cdctl(["start", "pomodoro", "25m"], socket: daemon.socketPath)
+            #expect(started.status == 0)
+            let watcher = try daemon.connect()
+            _ = try watcher.request("SUBSCRIBE pomodoro EVENTS lifecycle")
+            let set = try cdctl(["set", "pomodoro", "--pause-on-suspend"], socket: daemon.socketPath)
+            #expect(set.status == 0 && set.stdout.hasSuffix("left of 0:25:00; stands still while the machine sleeps\n"), "\(set.stdout)\(set.stderr)")
+            let event = try watcher.waitForEvent(timeout: 30) { _ in true }
+            #expect(event.kind == .changed && event.pausesOnSuspend == true, "\(event)")
+            let format = try cdctl(["status", "pomodoro", "--format", "{state} {on_suspend} {total}"], socket: daemon.socketPath)
+            #expect(format.stdout == "running pause 25:00\n", "\(format.stdout)")
+            #expect(try cdctl(["set", "pomodoro", "--count-on-suspend"], socket: daemon.socketPath).stdout.hasSuffix("left of 0:25:00\n"))
+            _ = try cdctl(["cancel", "pomodoro"], socket: daemon.socketPath)
+            let finished = try cdctl(["set", "pomodoro", "--pause-on-suspend"], socket: daemon.socketPath)
+            #expect(finished.status == 3 && finished.stderr.contains("already finished"), "\(finished.status) \(finished.stderr)")
+        }
+
         @Test(
             "--then-each (no user manager): the command runs once at each phase, with the phase in its environment, in order, and the waiter ends with the cycle",
             .enabled(if: toolExists("/bin/sh"), "no /bin/sh")

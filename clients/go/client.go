@@ -328,6 +328,19 @@ func (c *Client) Resume(ctx context.Context, name string) (Countdown, error) {
 	return c.named(ctx, "RESUME", name)
 }
 
+// SetPauseOnSuspend changes whether a running or paused countdown stands still while the
+// machine sleeps (SET … ON-SUSPEND), without restarting it.
+func (c *Client) SetPauseOnSuspend(ctx context.Context, name string, pause bool) (Countdown, error) {
+	policy := "count"
+	if pause {
+		policy = "pause"
+	}
+	if err := checkName(name); err != nil {
+		return Countdown{}, err
+	}
+	return c.change(ctx, "SET "+name+" ON-SUSPEND "+policy)
+}
+
 // Skip ends a cycle's running phase now and starts the next (a bad-request *Error for a plain
 // countdown); after the last phase the cycle is done.
 func (c *Client) Skip(ctx context.Context, name string) (Countdown, error) {

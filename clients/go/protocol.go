@@ -38,14 +38,16 @@ func (c Countdown) Finished() bool { return c.State == "done" || c.State == "can
 // Event is `EVENT <seq> <kind> <name> <remaining_ms> <total_ms> …`: something that happened.
 type Event struct {
 	Seq         int64
-	Kind        string // started, paused, resumed, extended, done, cancelled, removed, phase, tick, snapshot
+	Kind        string // started, paused, resumed, extended, done, cancelled, removed, phase, changed, tick, snapshot
 	Name        string
 	RemainingMS int64
 	TotalMS     int64
-	LateMS      int64          // done and phase only
-	State       string         // snapshot only
-	Suspend     bool           // paused or resumed because the machine slept
-	Cycle       *CyclePosition // a cycle's countdown (for phase: the phase that began); nil otherwise
+	LateMS      int64  // done and phase only
+	State       string // snapshot only
+	Suspend     bool   // paused or resumed because the machine slept
+	// PausesOnSuspend is a changed event's new setting (SET … ON-SUSPEND): true for pause.
+	PausesOnSuspend bool
+	Cycle           *CyclePosition // a cycle's countdown (for phase: the phase that began); nil otherwise
 }
 
 // Lifecycle reports whether the event is numbered by its own Seq (ticks and snapshots carry
@@ -216,6 +218,8 @@ func parseEvent(words []string) (Event, bool) {
 			event.LateMS, _ = number(words[5])
 		case "paused", "resumed":
 			event.Suspend = words[5] == "suspend"
+		case "changed":
+			event.PausesOnSuspend = words[5] == "pause-on-suspend"
 		}
 	}
 	// A snapshot's cycle fields follow its state, deadline, owner and marker; others' the

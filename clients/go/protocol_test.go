@@ -103,6 +103,9 @@ func TestCycleFieldsAreRead(t *testing.T) {
 	if snapshot.event.Cycle == nil || snapshot.event.Cycle.Label != "work" || snapshot.event.State != "running" {
 		t.Fatalf("snapshot %+v", snapshot.event)
 	}
+	if changed := parseLine("EVENT 10 changed p 1000 1000 pause-on-suspend phase=2/2"); !changed.event.PausesOnSuspend || changed.event.Cycle == nil || changed.event.Cycle.Phase != 2 {
+		t.Fatalf("changed %+v", changed.event)
+	}
 	if plain := parseLine("COUNTDOWN tea paused 5000 6000 - 1000"); plain.countdown.Cycle != nil {
 		t.Fatal("a plain countdown has no cycle")
 	}

@@ -25,13 +25,15 @@ export interface CyclePosition {
 
 export interface CountdownEvent {
   seq: number;
-  kind: 'started' | 'paused' | 'resumed' | 'extended' | 'done' | 'cancelled' | 'removed' | 'phase' | 'tick' | 'snapshot' | string;
+  kind: 'started' | 'paused' | 'resumed' | 'extended' | 'done' | 'cancelled' | 'removed' | 'phase' | 'changed' | 'tick' | 'snapshot' | string;
   name: string;
   remainingMs: number;
   totalMs: number;
   lateMs?: number | null;
   state?: string | null;
   suspend?: boolean;
+  /** For `changed`: its new setting (true: it stands still while the machine sleeps). */
+  pausesOnSuspend?: boolean;
   /** A cycle's countdown (for `phase`: the phase that began); null otherwise. */
   cycle?: CyclePosition | null;
 }
@@ -76,6 +78,7 @@ export class Client {
   resume(name: string, options?: CallOptions): Promise<Countdown>;
   remove(name: string, options?: CallOptions): Promise<Countdown>;
   skip(name: string, options?: CallOptions): Promise<Countdown>;
+  setPauseOnSuspend(name: string, pause: boolean, options?: CallOptions): Promise<Countdown>;
   extend(name: string, duration: Duration, options?: CallOptions): Promise<Countdown>;
   ping(options?: CallOptions): Promise<void>;
   stats(options?: CallOptions): Promise<Record<string, string>>;

@@ -397,6 +397,9 @@ export class Client {
 
   async remove(name, options) { return this.change(`REMOVE ${checkName(name)}`, options); }
 
+  /** Whether a running or paused countdown stands still while the machine sleeps (`SET … ON-SUSPEND`), changed without restarting it. */
+  async setPauseOnSuspend(name, pause, options) { return this.change(`SET ${checkName(name)} ON-SUSPEND ${pause ? 'pause' : 'count'}`, options); }
+
   /** Ends a cycle's running phase now and starts the next (`bad-request` for a plain countdown). */
   async skip(name, options) { return this.change(`SKIP ${checkName(name)}`, options); }
 

@@ -34,6 +34,7 @@ import CountdownCore
 ///               -- flag was set
 ///               -- bit 3: the countdown's cycle follows (after owner_seq), a cycle block
 ///               -- bit 4: the event's own cycle follows (after the countdown's), a cycle block
+///               -- bit 5: a `changed` event's setting is ON-SUSPEND pause (clear: count)
 ///     cycle block: rounds u32 (0: for ever), phase index u16, round u32, phase count u8, then
 ///               per phase: duration_ms i64, label (u8 length + bytes)
 ///     5 removed, numbered: a removed record (type 3's fields) followed by owner_seq u64
@@ -78,12 +79,13 @@ enum JournalFormat {
         static let ownerSequence: UInt8 = 4
         static let stateCycle: UInt8 = 8
         static let eventCycle: UInt8 = 16
-        static let known: UInt8 = 31
+        static let changedToPause: UInt8 = 32
+        static let known: UInt8 = 63
     }
 
     /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
     /// cluster-mode host's copy as read from etcd.)
-    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed, .snapshot, .phase]
+    static let kinds: [EventKind] = [.started, .paused, .resumed, .extended, .done, .cancelled, .removed, .snapshot, .phase, .changed]
     static let states: [CountdownState] = [.running, .paused, .done, .cancelled]
 
     /// The header record of a journal file.
@@ -148,6 +150,7 @@ enum JournalFormat {
     static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
         let flags = (event.causedBySuspend ? EventFlag.causedBySuspend : 0) | (state.pausesOnSuspend ? EventFlag.pausesOnSuspend : 0)
             | EventFlag.ownerSequence | (state.cycle != nil ? EventFlag.stateCycle : 0) | (event.cycle != nil ? EventFlag.eventCycle : 0)
+            | (event.suspendPolicy == .pause ? EventFlag.changedToPause : 0)
         buffer.append(RecordType.flaggedEvent.rawValue)
         append(event.sequence, to: &buffer)
         buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
@@ -476,6 +479,9 @@ enum JournalFormat {
                 )
                 event.causedBySuspend = flags & EventFlag.causedBySuspend != 0
                 event.cycle = eventCycle
+                if event.kind == .changed {
+                    event.suspendPolicy = flags & EventFlag.changedToPause != 0 ? .pause : .count
+                }
                 visit(EventRecord(
                     event: event,
                     state: StoredCountdown(

@@ -17,7 +17,8 @@ import Glibc
 ///           20 owner      owner u32, last owner_seq u64 (`OwnerSequences`; version 2)
 ///           18 event      seq u64, kind u8, flags u8 (bit 0: caused by the machine's sleep;
 ///                         bit 1: owner_seq follows the name; bit 2: a cycle block follows
-///                         that), owner u32, remaining_ms i64, total_ms i64, late_ms i64, name,
+///                         that; bit 3: a `changed` to ON-SUSPEND pause), owner u32,
+///                         remaining_ms i64, total_ms i64, late_ms i64, name,
 ///                         [owner_seq u64], [cycle]
 ///           17 countdown  state u8, flags u8 (bit 0: stands still while the machine sleeps;
 ///                         bit 1: a cycle block follows the name), owner u32, total_ms i64,
@@ -63,6 +64,7 @@ enum SnapshotImage {
         static let causedBySuspend: UInt8 = 1
         static let ownerSequence: UInt8 = 2
         static let eventCycle: UInt8 = 4
+        static let changedToPause: UInt8 = 8
     }
 
     /// What the header frame says.
@@ -189,7 +191,10 @@ enum SnapshotImage {
             buffer.append(RecordType.event.rawValue)
             JournalFormat.append(event.sequence, to: &buffer)
             buffer.append(UInt8(JournalFormat.kinds.firstIndex(of: event.kind) ?? 0))
-            buffer.append((event.causedBySuspend ? Flag.causedBySuspend : 0) | Flag.ownerSequence | (event.cycle != nil ? Flag.eventCycle : 0))
+            buffer.append(
+                (event.causedBySuspend ? Flag.causedBySuspend : 0) | Flag.ownerSequence | (event.cycle != nil ? Flag.eventCycle : 0)
+                    | (event.suspendPolicy == .pause ? Flag.changedToPause : 0)
+            )
             JournalFormat.append(UInt64(event.owner), to: &buffer, width: 4)
             JournalFormat.append(event.remainingMilliseconds, to: &buffer)
             JournalFormat.append(event.totalMilliseconds, to: &buffer)
@@ -435,7 +440,7 @@ enum SnapshotImage {
                     guard !readingCountdowns else { throw JournalFormat.FormatError(reason: "an event after the countdowns") }
                     let sequence = try reader.u64()
                     let kindIndex = Int(try reader.byte()), flags = try reader.byte()
-                    guard kindIndex < JournalFormat.kinds.count, flags & ~(Flag.causedBySuspend | Flag.ownerSequence | Flag.eventCycle) == 0 else {
+                    guard kindIndex < JournalFormat.kinds.count, flags & ~(Flag.causedBySuspend | Flag.ownerSequence | Flag.eventCycle | Flag.changedToPause) == 0 else {
                         throw JournalFormat.FormatError(reason: "an event with an unknown kind or flags")
                     }
                     let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
@@ -458,6 +463,7 @@ enum SnapshotImage {
                     )
                     event.causedBySuspend = flags & Flag.causedBySuspend != 0
                     event.cycle = cycle
+                    if event.kind == .changed { event.suspendPolicy = flags & Flag.changedToPause != 0 ? .pause : .count }
                     contents.events.append(event)
                 case .end:
                     guard end == nil, reader.offset == frame.payload.lowerBound + 1 else {

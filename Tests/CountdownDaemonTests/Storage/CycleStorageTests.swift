@@ -21,7 +21,8 @@ extension StateJournalTests {
         try engine.start("1000/pomodoro", milliseconds: 1, requester: 1000, onSuspend: .pause, cycle: cycle, now: now, events: &events)
         try engine.start("1000/tea", milliseconds: 1_500_000, requester: 1000, now: now, events: &events)
         engine.advance(to: now.advanced(byMilliseconds: 1_000), events: &events)
-        #expect(events.map(\.kind) == [.started, .started, .phase])
+        try engine.setSuspendPolicy("1000/tea", to: .pause, requester: 1000, now: now.advanced(byMilliseconds: 1_000), events: &events)
+        #expect(events.map(\.kind) == [.started, .started, .phase, .changed])
         var first: StateJournal? = journal(in: directory)
         _ = try recover(try #require(first))
         let outcome = try queue.sync {
@@ -40,8 +41,9 @@ extension StateJournalTests {
             let byName = Dictionary(uniqueKeysWithValues: recovered.countdowns.map { ($0.name, $0) })
             #expect(byName["1000/pomodoro"]?.cycle == expected && byName["1000/pomodoro"]?.pausesOnSuspend == true, "\(from)")
             #expect(byName["1000/pomodoro"]?.totalMilliseconds == 300_000, "\(from): the running phase's")
-            #expect(byName["1000/tea"]?.cycle == nil, "\(from)")
-            #expect(recovered.ring.events.map { $0.cycle?.phaseIndex } == [0, nil, 1], "\(from): each event with its own phase")
+            #expect(byName["1000/tea"]?.cycle == nil && byName["1000/tea"]?.pausesOnSuspend == true, "\(from)")
+            #expect(recovered.ring.events.map { $0.cycle?.phaseIndex } == [0, nil, 1, nil], "\(from): each event with its own phase")
+            #expect(recovered.ring.events.last?.suspendPolicy == .pause, "\(from): the changed event's setting")
         }
         var second: StateJournal? = journal(in: directory)
         let fromJournal = try recover(try #require(second))
@@ -74,5 +76,27 @@ extension StateJournalTests {
             JournalFormat.sealFrame(in: &out, at: start, index: UInt64(index))
         }
         #expect(JournalFormat.scan(out).damage?.reason.contains("cycle of phases out of its limits") == true)
+
+        // A `changed` keeps its own setting, whatever the countdown's state says by the commit
+        // (two SETs in one batch), in the journal and in the snapshot's history.
+        var journal: [UInt8] = []
+        out = []
+        state.cycle = nil
+        state.pausesOnSuspend = false
+        var toPause = CountdownEvent(sequence: 2, kind: .changed, name: "1000/c", remainingMilliseconds: 900, totalMilliseconds: 1000, owner: 1000)
+        toPause.suspendPolicy = .pause
+        var toCount = toPause
+        toCount.sequence = 3
+        toCount.suspendPolicy = .count
+        JournalFormat.appendEvent(toPause, state: state, to: &journal)
+        JournalFormat.appendEvent(toCount, state: state, to: &journal)
+        for (index, payload) in [header, journal].enumerated() {
+            let start = out.count
+            JournalFormat.beginFrame(in: &out)
+            out += payload
+            JournalFormat.sealFrame(in: &out, at: start, index: UInt64(index))
+        }
+        let changes = JournalFormat.scan(out)
+        #expect(changes.damage == nil && changes.events.map(\.event) == [toPause, toCount], "\(changes.events.map(\.event))")
     }
 }

@@ -116,7 +116,7 @@ struct SnapshotImageTests {
         let cases: [(String, Int, (inout [UInt8]) -> Void, String)] = [
             ("version 3", 0, { $0[1] = 3 }, "image version 3"),
             ("a countdown of state 9", firstCountdowns, { $0[1] = 9 }, "unknown state or flags"),
-            ("an event with flag 8", firstEvents, { $0[10] = 8 }, "unknown kind or flags"),
+            ("an event with flag 16", firstEvents, { $0[10] = 16 }, "unknown kind or flags"),
             ("an event without its owner's number", firstEvents, { $0[10] = 0 }, "an event without its owner's number"),
             ("a user's number after the image's last", owners, { $0[5...12] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F] }, "after the image's last number"),
             ("a user's number among the events", firstEvents, { $0 += Array(bytes[frames[owners].payload.prefix(13)]) }, "a user's number after the history"),

@@ -138,6 +138,7 @@ function eventFrom(words) {
   if (event.kind === 'snapshot') event.state = words[5] ?? null;
   if (event.kind === 'done' || event.kind === 'phase') event.lateMs = int(words[5]);
   if (event.kind === 'paused' || event.kind === 'resumed') event.suspend = words[5] === 'suspend';
+  if (event.kind === 'changed') event.pausesOnSuspend = words[5] === 'pause-on-suspend';
   event.cycle = cycleFrom(words.slice(event.kind === 'snapshot' ? 9 : 6));
   return event;
 }

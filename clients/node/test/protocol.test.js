@@ -53,6 +53,10 @@ test('cycles: the START line, skip, and the phase fields read back', async () =>
   assert.deepEqual([event.kind, event.lateMs, event.cycle], ['phase', 1500, { phase: 2, phases: 2, label: null, round: 3, rounds: null }]);
   assert.equal(parseLine('EVENT 8 snapshot p 2500 3000 running 17 1000 - phase=1/2 label=work').event.cycle.label, 'work');
   assert.equal(parseLine('COUNTDOWN tea paused 5000 6000 - 1000').countdown.cycle, null);
+  const changed = parseLine('EVENT 10 changed p 1000 1000 pause-on-suspend phase=2/2').event;
+  assert.deepEqual([changed.kind, changed.pausesOnSuspend, changed.cycle.phase], ['changed', true, 2]);
+  await client.setPauseOnSuspend('focus', false);
+  assert.equal(sent.at(-1), 'SET focus ON-SUSPEND count');
 });
 
 test('what would break the line protocol is refused before it is sent', () => {

@@ -82,6 +82,13 @@ class AgainstTheDaemon(unittest.TestCase):
         # Started again: None keeps the setting, False clears it.
         self.assertTrue(self.client.start("pomodoro", "25m", replace=True).pauses_on_suspend)
         self.assertFalse(self.client.start("pomodoro", "25m", replace=True, pause_on_suspend=False).pauses_on_suspend)
+        # Set and cleared on the running countdown, which keeps its deadline.
+        deadline = self.client.status("pomodoro").deadline_unix_ms
+        self.assertTrue(self.client.set_pause_on_suspend("pomodoro", True).pauses_on_suspend)
+        cleared = self.client.set_pause_on_suspend("pomodoro", False)
+        self.assertEqual((cleared.pauses_on_suspend, cleared.state), (False, "running"))
+        # Shown on the wall clock, mapped afresh for each reply: equal but for that mapping.
+        self.assertLess(abs(cleared.deadline_unix_ms - deadline), 250)
         self.client.cancel("pomodoro")
         self.client.remove("pomodoro")
         self.assertEqual(self.client.pause("tea").state, "paused")
@@ -380,6 +387,9 @@ class Parsing(unittest.TestCase):
         snapshot = parse_line("EVENT 8 snapshot p 2500 3000 running 17 1000 - phase=1/2 label=work")
         self.assertEqual((snapshot.phase, snapshot.label, snapshot.pinned), (1, "work", False))
         self.assertIsNone(parse_line("COUNTDOWN tea paused 5000 6000 - 1000").phase)
+        changed = parse_line("EVENT 10 changed p 1000 1000 pause-on-suspend phase=2/2")
+        self.assertEqual((changed.kind, changed.pauses_on_suspend, changed.phase, changed.is_lifecycle), ("changed", True, 2, True))
+        self.assertFalse(parse_line("EVENT 11 changed p 1000 1000 count-on-suspend").pauses_on_suspend)
 
     def test_retry_after_never_raises(self):
         """The README's Retry-After: whole seconds rounded up, at least 1, also when a daemon gave no

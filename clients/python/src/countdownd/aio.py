@@ -390,6 +390,10 @@ class AsyncClient:
     async def extend(self, name: str, duration: Union[int, float, str], *, timeout: Any = _DEFAULT) -> Countdown:
         return await self._change("EXTEND %s %s" % (check_name(name), duration_text(duration)), timeout)
 
+    async def set_pause_on_suspend(self, name: str, pause: bool, *, timeout: Any = _DEFAULT) -> Countdown:
+        """As `Client.set_pause_on_suspend`."""
+        return await self._change("SET %s ON-SUSPEND %s" % (check_name(name), "pause" if pause else "count"), timeout)
+
     async def skip(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """As `Client.skip`."""
         return await self._change("SKIP " + check_name(name), timeout)

@@ -224,6 +224,11 @@ class Client:
         """Adds time to a running or paused countdown."""
         return self._change("EXTEND %s %s" % (check_name(name), duration_text(duration)), timeout)
 
+    def set_pause_on_suspend(self, name: str, pause: bool, *, timeout: Any = _DEFAULT) -> Countdown:
+        """`SET <name> ON-SUSPEND pause|count`: whether a running or paused countdown stands still
+        while the machine sleeps, changed without restarting it."""
+        return self._change("SET %s ON-SUSPEND %s" % (check_name(name), "pause" if pause else "count"), timeout)
+
     def skip(self, name: str, *, timeout: Any = _DEFAULT) -> Countdown:
         """Ends a cycle's running phase now and starts the next (`BadRequest` for a plain
         countdown); after the last phase the cycle is done."""

@@ -54,7 +54,7 @@ class Countdown:
 class Event:
     """`EVENT <seq> <kind> <name> <remaining_ms> <total_ms> …`: something that happened."""
     seq: int
-    kind: str  # started, paused, resumed, extended, done, cancelled, removed, phase, tick, snapshot
+    kind: str  # started, paused, resumed, extended, done, cancelled, removed, phase, changed, tick, snapshot
     name: str
     remaining_ms: int
     total_ms: int
@@ -63,7 +63,7 @@ class Event:
     deadline_unix_ms: Optional[int] = None  # snapshot of a running countdown
     owner_uid: Optional[int] = None  # snapshot only
     pinned: bool = False  # snapshot only
-    pauses_on_suspend: bool = False  # snapshot only
+    pauses_on_suspend: bool = False  # snapshot, and changed (its new setting)
     suspend: bool = False  # paused or resumed because the machine slept, not by a request
     # A cycle's countdown, on every event (for `phase`: the phase that began); as on Countdown.
     phase: Optional[int] = None
@@ -313,7 +313,9 @@ def _event(words: list) -> Optional[Event]:
                      **_cycle(words[9:]))
     late = _int(words[5]) if kind in ("done", "phase") and len(words) > 5 else None
     suspend = kind in ("paused", "resumed") and len(words) > 5 and words[5] == "suspend"
-    return Event(seq, kind, name, remaining, total, late_ms=late, suspend=suspend, **_cycle(words[6:]))
+    # A `changed` says the new setting where others have their optional field.
+    pauses = kind == "changed" and len(words) > 5 and words[5] == "pause-on-suspend"
+    return Event(seq, kind, name, remaining, total, late_ms=late, suspend=suspend, pauses_on_suspend=pauses, **_cycle(words[6:]))
 
 
 def parse_line(line: str) -> Line:
