@@ -544,10 +544,12 @@ enum JournalFormat {
         mutating func u64(width: Int = 8) throws(FormatError) -> UInt64 {
             guard end - offset >= width else { throw FormatError(reason: "a record cut short") }
             defer { offset += width }
-            if width == 8 {
-                return UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            switch width {
+            case 8: return UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+            case 4: return UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+            case 2: return UInt64(UInt16(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt16.self)))
+            default: preconditionFailure("a field of \(width) bytes")  // Callers name 2, 4 or 8.
             }
-            return UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
         }
 
         mutating func i64() throws(FormatError) -> Int64 {
@@ -570,7 +572,8 @@ enum JournalFormat {
 
         /// A cycle block, checked against a cycle's limits (`CountdownCycle.isValid`).
         mutating func cycle() throws(FormatError) -> CountdownCycle {
-            let rounds = UInt32(try u64(width: 4)), phaseIndex = UInt16(try u64(width: 2)), round = UInt32(try u64(width: 4))
+            let rounds = UInt32(truncatingIfNeeded: try u64(width: 4)), phaseIndex = UInt16(truncatingIfNeeded: try u64(width: 2))
+            let round = UInt32(truncatingIfNeeded: try u64(width: 4))
             let count = Int(try byte())
             var phases: [CountdownCycle.Phase] = []
             for _ in 0..<count {

@@ -99,4 +99,50 @@ extension StateJournalTests {
         let changes = JournalFormat.scan(out)
         #expect(changes.damage == nil && changes.events.map(\.event) == [toPause, toCount], "\(changes.events.map(\.event))")
     }
+
+    @Test("a cycle block read back at every position (phase, round, rounds up to their limits), and no byte of it, however altered and sealed again, crashes the reader")
+    func cycleBlocksAreReadSafely() {
+        func sealed(_ payloads: [[UInt8]]) -> [UInt8] {
+            var out: [UInt8] = []
+            for (index, payload) in payloads.enumerated() {
+                let start = out.count
+                JournalFormat.beginFrame(in: &out)
+                out += payload
+                JournalFormat.sealFrame(in: &out, at: start, index: UInt64(index))
+            }
+            return out
+        }
+        var header: [UInt8] = []
+        JournalFormat.appendHeader(JournalFormat.Header(generation: 1, createdUnixMilliseconds: 0, bootID: nil), to: &header)
+        let phases = (0..<64).map { CountdownCycle.Phase(milliseconds: 1000 + Int64($0), label: $0 % 2 == 0 ? "p\($0)" : "") }
+        var record: [UInt8] = []
+        var events: [CountdownEvent] = []
+        for (index, (phase, round)) in [(0, 0), (63, 0), (5, 999_998), (63, 999_999)].enumerated() {
+            let cycle = CountdownCycle(phases: phases, rounds: 1_000_000, phaseIndex: UInt16(phase), round: UInt32(round))
+            var state = StoredCountdown(
+                name: "c", state: .running, totalMilliseconds: 1000, deadlineUnixMilliseconds: 1, deadlineBootNanoseconds: 1,
+                remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 1000, lateMilliseconds: nil
+            )
+            state.cycle = cycle
+            var event = CountdownEvent(sequence: UInt64(index + 1), kind: .phase, name: "1000/c", remainingMilliseconds: 1000, totalMilliseconds: 1000, owner: 1000)
+            event.cycle = cycle
+            events.append(event)
+            JournalFormat.appendEvent(event, state: state, to: &record)
+        }
+        let whole = JournalFormat.scan(sealed([header, record]))
+        #expect(whole.damage == nil && whole.events.map(\.event) == events)
+        #expect(whole.events.map { $0.state?.cycle?.round } == [0, 0, 999_998, 999_999])
+        // Every byte, altered two ways, the frame sealed again so that its checksum holds: the
+        // reader names damage or reads cycles within their limits, and never traps.
+        var random = SplitMix64(state: 7)
+        let first = record.count / 4  // The records are alike: the first one's bytes.
+        for offset in 0..<first {
+            for _ in 0..<2 {
+                var altered = Array(record[..<first])
+                altered[offset] = UInt8(truncatingIfNeeded: random.next())
+                let scan = JournalFormat.scan(sealed([header, altered]))
+                #expect(scan.events.allSatisfy { ($0.state?.cycle?.isValid ?? true) && ($0.event.cycle?.isValid ?? true) })
+            }
+        }
+    }
 }
