@@ -40,8 +40,9 @@ public struct ListFilter: Sendable, Equatable {
 public struct CountdownListing: Sendable {
     /// What it shows.
     public let filter: ListFilter
-    /// For a frozen listing: the records and the instant it shows.
-    fileprivate let frozen: (records: SlotTable<CountdownEngine.Record>, at: Instant)?
+    /// For a frozen listing: the records, the cycles' phases (a cycle's phase then, not now),
+    /// and the instant it shows.
+    fileprivate let frozen: (records: SlotTable<CountdownEngine.Record>, cycles: [String: CountdownCycle], at: Instant)?
     /// Where the next slice begins.
     fileprivate var nextSlot = 0
     /// Whether every slot has been looked at.
@@ -55,7 +56,7 @@ extension CountdownEngine {
     /// - Parameter frozen: show every countdown as of `now` (`LIST`), or each as it is when its
     ///   slice is produced (a subscriber's snapshots).
     public func listing(_ filter: ListFilter, frozen: Bool, now: Instant) -> CountdownListing {
-        CountdownListing(filter: filter, frozen: frozen ? (records, now) : nil)
+        CountdownListing(filter: filter, frozen: frozen ? (records, cycles, now) : nil)
     }
 
     /// The next at most `limit` countdowns of `listing`, looking at no more than `8 × limit`
@@ -76,7 +77,9 @@ extension CountdownEngine {
             guard filter.viewer == 0 || record.owner == filter.viewer,
                   filter.states.isEmpty || filter.states.contains(record.state),
                   keyPrefix.isEmpty || record.name.utf8.starts(with: keyPrefix.utf8) else { continue }
-            slice.append(snapshot(of: record, now: instant))
+            var shown = snapshot(of: record, now: instant)
+            if let frozen = listing.frozen, record.isCycle { shown.cycle = frozen.cycles[record.name] }
+            slice.append(shown)
         }
         listing.nextSlot = slot
         // A live listing ends at the slots that exist now; a countdown in a slot added later was

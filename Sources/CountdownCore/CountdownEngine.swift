@@ -183,7 +183,7 @@ public struct CountdownEngine {
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
     /// The phases of the countdowns that are cycles (`Record.isCycle`), by name.
-    private var cycles: [String: CountdownCycle] = [:]
+    private(set) var cycles: [String: CountdownCycle] = [:]
     /// What `readAhead` read, kept only so that its loads stay in the optimized code.
     private var readAheadSink: UInt32 = 0
     /// What each owner holds (absent: nothing).

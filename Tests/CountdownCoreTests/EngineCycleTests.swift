@@ -251,6 +251,19 @@ struct EngineCycleTests {
         #expect(stillPlain.cycle == nil, "once plain, plain")
     }
 
+    @Test("a frozen listing (LIST) shows a cycle as it was when it began, its phase with its own total, whatever phase it is in by the time the slice is made")
+    func frozenListingKeepsThePhase() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        try Self.start(&clock, "c", Self.cycle([10, 5]))
+        var listing = clock.engine.listing(ListFilter(viewer: 0), frozen: true, now: clock.now)
+        clock.advance(to: .seconds(12))  // The second phase now.
+        let shown = clock.engine.nextSlice(of: &listing, limit: 10, now: clock.now)
+        #expect(shown.count == 1 && shown.first?.cycle?.phaseIndex == 0 && shown.first?.totalMilliseconds == 10_000, "\(shown)")
+        var live = clock.engine.listing(ListFilter(viewer: 0), frozen: false, now: clock.now)
+        #expect(clock.engine.nextSlice(of: &live, limit: 10, now: clock.now).first?.cycle?.phaseIndex == 1)
+    }
+
     @Test("the rules: no cycle in cluster mode or to a time of day; REPLACE with a plain duration leaves no cycle behind; the durable state carries the phases")
     func rules() throws {
         var replica = ManualClock(configuration: EngineConfiguration(decidesLocally: false))
