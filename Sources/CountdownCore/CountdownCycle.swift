@@ -7,7 +7,7 @@
 /// (never, repeated for ever).
 public struct CountdownCycle: Sendable, Equatable {
     /// One phase: how long, and what it is called (may be empty).
-    public struct Phase: Sendable, Equatable {
+    public struct Phase: Sendable, Hashable {
         /// Its duration, in milliseconds (more than 0, at most 366 days).
         public var milliseconds: Int64
         /// Its label (`work`, `break`), or empty.
@@ -43,6 +43,9 @@ public struct CountdownCycle: Sendable, Equatable {
     public static let maximumRounds: UInt32 = 1_000_000
     /// The longest label.
     public static let maximumLabelLength = 32
+    /// The shortest phase, 100 ms: a cycle that repeats fires at every phase for ever, and a
+    /// phase shorter than that is no use to a person.
+    public static let minimumPhaseMilliseconds: Int64 = 100
 
     /// The running phase.
     public var phase: Phase { phases[Int(phaseIndex)] }
@@ -73,7 +76,7 @@ public struct CountdownCycle: Sendable, Equatable {
         (1...Self.maximumPhases).contains(phases.count) && Int(phaseIndex) < phases.count && rounds <= Self.maximumRounds
             && (rounds == 0 || round < rounds)
             && phases.allSatisfy { phase in
-                phase.milliseconds > 0 && phase.milliseconds <= CountdownDuration.maximumMilliseconds
+                phase.milliseconds >= Self.minimumPhaseMilliseconds && phase.milliseconds <= CountdownDuration.maximumMilliseconds
                     && phase.label.utf8.count <= Self.maximumLabelLength && phase.label.utf8.allSatisfy(Self.isAllowedInLabel)
             }
     }
@@ -117,6 +120,12 @@ public struct CountdownCycle: Sendable, Equatable {
                 milliseconds = try CountdownDuration.parse(bytes: durationBytes)
             } catch {
                 throw ProtocolError(.badDuration, "phase \(index + 1) of the cycle: \(error.message)")
+            }
+            guard milliseconds >= minimumPhaseMilliseconds else {
+                throw ProtocolError(
+                    .badDuration,
+                    "phase \(index + 1) of the cycle lasts \(milliseconds) ms; a phase lasts at least \(minimumPhaseMilliseconds) ms"
+                )
             }
             let labelBytes = pieces.count > 1 ? pieces[1] : part[part.endIndex...]
             guard labelBytes.count <= maximumLabelLength, labelBytes.allSatisfy(isAllowedInLabel) else {

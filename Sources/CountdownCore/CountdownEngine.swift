@@ -11,16 +11,22 @@ public struct EngineConfiguration: Sendable, Equatable {
     /// of its retention. A replica (cluster mode) does not: it lists the countdowns due for
     /// either in `takeDue()`, and the change comes back from the shared store that decides.
     public var decidesLocally: Bool
+    /// The most cycles of phases (`START … CYCLE`) one non-root owner may hold at once, finished
+    /// ones included. A plain countdown fires once; a cycle that repeats fires at every phase
+    /// for ever, so a user's cycles are bounded on their own (with each phase at least
+    /// `CountdownCycle.minimumPhaseMilliseconds`, at most 1,000 phase events a second a user).
+    public var maximumCyclesPerOwner: Int
 
     /// Creates a configuration; the defaults are the daemon's.
     public init(
         retentionMilliseconds: Int64 = 600_000, maximumCountdowns: Int = 1_000_000, maximumCountdownsPerOwner: Int = 100_000,
-        decidesLocally: Bool = true
+        decidesLocally: Bool = true, maximumCyclesPerOwner: Int = 100
     ) {
         self.retentionMilliseconds = retentionMilliseconds
         self.maximumCountdowns = maximumCountdowns
         self.maximumCountdownsPerOwner = maximumCountdownsPerOwner
         self.decidesLocally = decidesLocally
+        self.maximumCyclesPerOwner = maximumCyclesPerOwner
     }
 }
 
@@ -184,6 +190,8 @@ public struct CountdownEngine {
     private var heap = TimerHeap()
     /// The phases of the countdowns that are cycles (`Record.isCycle`), by name.
     private(set) var cycles: [String: CountdownCycle] = [:]
+    /// How many cycles each owner holds (absent: none), against `maximumCyclesPerOwner`.
+    private var cyclesHeld: [UInt32: Int] = [:]
     /// What `readAhead` read, kept only so that its loads stay in the optimized code.
     private var readAheadSink: UInt32 = 0
     /// What each owner holds (absent: nothing).
@@ -429,12 +437,16 @@ public struct CountdownEngine {
               slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == persisted.name }) == nil else { return false }
         var record = Record(persisted, generation: 0, now: now)
         setCycle(persisted.cycle, of: &record)
+        var boundaryPassed: CountdownCycle?
         if !configuration.decidesLocally {
             // A replica restores what it held; the shared store finishes and forgets (`takeDue`).
-        } else if record.state == .running && record.deadline <= now && persisted.cycle?.isLastPhase ?? true {
-            // (A cycle before its last phase stays running: the next `advance` begins the
-            // phases whose time came, each once, with its `phase` event.)
-            finishPastDeadline(&record, now: now, afterRestart: true)
+        } else if record.state == .running && record.deadline <= now {
+            if let cycle = persisted.cycle, !cycle.isLastPhase {
+                // Its next phases begin below, once it has its slot, each with how late.
+                boundaryPassed = cycle
+            } else {
+                finishPastDeadline(&record, now: now, afterRestart: true)
+            }
         }
         let slot = allocateSlot()
         slotsByName.insert(hash: hash, slot: slot)
@@ -443,6 +455,12 @@ public struct CountdownEngine {
             emit(in: slot, .done, record, remaining: 0, into: &events)
         }
         place(record, in: slot, now: now)
+        if let cycle = boundaryPassed {
+            // A phase's deadline passed while the daemon was down: the phases whose time came
+            // begin now, each once, stored like a late `done` (the caller stores these events).
+            push(beginNextPhases(slot: slot, record: record, cycle: cycle, now: now, afterRestart: true, events: &events))
+            dropStaleTop()
+        }
         return true
     }
 
@@ -510,6 +528,7 @@ public struct CountdownEngine {
                 cycle = CountdownCycle(phases: kept.phases, rounds: kept.rounds)
                 milliseconds = kept.phases[0].milliseconds
             }
+            if cycle != nil && !old.isCycle { try checkRoom(forCycleOf: requester) }
             if old.state.isActive {
                 guard replace else {
                     let remaining = snapshot(of: old, now: now).remainingMilliseconds
@@ -533,6 +552,7 @@ public struct CountdownEngine {
             generation = old.generation &+ 1
         } else {
             try checkRoom(forNewCountdownOf: requester)
+            if cycle != nil { try checkRoom(forCycleOf: requester) }
             slot = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
             countHeld(by: requester, 1)
@@ -577,19 +597,44 @@ public struct CountdownEngine {
         guard first.isValid else {
             throw ProtocolError(
                 .badRequest,
-                "a cycle has 1 to \(CountdownCycle.maximumPhases) phases of more than 0 and at most 366 days, labels of at most \(CountdownCycle.maximumLabelLength) characters of A-Z a-z 0-9 . _ -, and at most \(CountdownCycle.maximumRounds) rounds"
+                "a cycle has 1 to \(CountdownCycle.maximumPhases) phases of at least \(CountdownCycle.minimumPhaseMilliseconds) ms and at most 366 days, labels of at most \(CountdownCycle.maximumLabelLength) characters of A-Z a-z 0-9 . _ -, and at most \(CountdownCycle.maximumRounds) rounds"
             )
         }
     }
 
-    /// Makes `record` a cycle's (keeping `cycle`) or a plain countdown's.
+    /// Whether one more cycle of `owner` fits (`maximumCyclesPerOwner`; root is not limited).
+    /// - Throws: `limit`, saying what to do.
+    private func checkRoom(forCycleOf owner: UInt32) throws(ProtocolError) {
+        guard owner == 0 || cyclesHeld[owner, default: 0] < configuration.maximumCyclesPerOwner else {
+            throw ProtocolError(
+                .limit,
+                "uid \(owner) already holds its maximum of \(configuration.maximumCyclesPerOwner) cycles (finished ones count until they are removed); CANCEL or REMOVE one, or start a plain countdown",
+                fields: [.advice(.removeFinished)]
+            )
+        }
+    }
+
+    /// Makes `record` a cycle's (keeping `cycle`) or a plain countdown's. The one place, with
+    /// `forgetCycle`, where `cycles` and `cyclesHeld` change.
     private mutating func setCycle(_ cycle: CountdownCycle?, of record: inout Record) {
+        // Whether the name was a cycle: the record may be a new value for a slot whose old one
+        // was (a key names its owner, so the owner is the same too), and a record made from a
+        // stored one already says what it will be.
+        let had = !cycles.isEmpty && cycles[record.name] != nil
         if let cycle {
             cycles[record.name] = cycle
-        } else if record.isCycle || !cycles.isEmpty {
-            cycles.removeValue(forKey: record.name)
+            if !had { cyclesHeld[record.owner, default: 0] += 1 }
+        } else if had {
+            forgetCycle(of: record.name, owner: record.owner)
         }
         record.isCycle = cycle != nil
+    }
+
+    /// The countdown `name` of `owner` is a cycle no more (replaced, purged, undone).
+    private mutating func forgetCycle(of name: String, owner: UInt32) {
+        guard cycles.removeValue(forKey: name) != nil else { return }
+        let held = cyclesHeld[owner, default: 1] - 1
+        cyclesHeld[owner] = held > 0 ? held : nil
     }
 
     /// The cycle of `record`, if it is one.
@@ -963,7 +1008,7 @@ public struct CountdownEngine {
             // Newer than any heap entry of the current record, so those become stale.
             generation = current.generation &+ 1
             guard previous != nil else {
-                if current.isCycle { cycles.removeValue(forKey: name) }
+                if current.isCycle { forgetCycle(of: name, owner: current.owner) }
                 slotsByName.remove(hash: hash, slot: existing)
                 countHeld(by: current.owner, -1)
                 records[Int(existing)] = nil
@@ -1285,7 +1330,7 @@ public struct CountdownEngine {
     /// without events: at most one round's boundaries are announced, each with how late it is
     /// (`lateness`), and the round count moves on.
     private mutating func beginNextPhases(
-        slot: Int32, record old: Record, cycle start: CountdownCycle, now: Instant, events: inout [CountdownEvent]
+        slot: Int32, record old: Record, cycle start: CountdownCycle, now: Instant, afterRestart: Bool = false, events: inout [CountdownEvent]
     ) -> TimerHeap.Entry {
         var record = old
         var cycle = start
@@ -1298,7 +1343,9 @@ public struct CountdownEngine {
                 // Never past the end of the second-to-last round: the last ends in `done`.
                 rounds = min(rounds, cycle.rounds >= cycle.round + 2 ? cycle.rounds - cycle.round - 2 : 0)
             }
-            cycle.round += rounds
+            // Wrapping, for a cycle that repeats for ever: its count is only shown (bounded ones
+            // stop two rounds short of their end, above).
+            cycle.round &+= rounds
             boundary = boundary.advanced(byNanoseconds: Int64(rounds) * roundNanoseconds)
         }
         repeat {
@@ -1311,12 +1358,12 @@ public struct CountdownEngine {
             records[Int(slot)] = record
             emit(in: slot, .phase, record, remaining: milliseconds, into: &events)
             events[events.count - 1].due = boundary
-            events[events.count - 1].lateMilliseconds = Self.lateness(of: boundary, at: now)
+            events[events.count - 1].lateMilliseconds = Self.lateness(of: boundary, at: now, afterRestart: afterRestart)
             boundary = record.deadline
         } while record.deadline <= now && !cycle.isLastPhase
         if record.deadline <= now {
             countState(.running, of: record.owner, -1)
-            finishPastDeadline(&record, now: now, afterRestart: false)
+            finishPastDeadline(&record, now: now, afterRestart: afterRestart)
             records[Int(slot)] = record
             emit(in: slot, .done, record, remaining: 0, into: &events)
             events[events.count - 1].due = record.deadline
@@ -1369,7 +1416,7 @@ public struct CountdownEngine {
     private mutating func purge(slot: Int32, name: String) {
         if let record = records[Int(slot)] {
             countHeld(by: record.owner, -1)
-            if record.isCycle { cycles.removeValue(forKey: name) }
+            if record.isCycle { forgetCycle(of: name, owner: record.owner) }
         }
         slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
         records[Int(slot)] = nil

@@ -264,6 +264,72 @@ struct EngineCycleTests {
         #expect(clock.engine.nextSlice(of: &live, limit: 10, now: clock.now).first?.cycle?.phaseIndex == 1)
     }
 
+    @Test("a user holds at most maximumCyclesPerOwner cycles (root any number); a cycle replacing its own cycle, or a plain one, frees or keeps its place; purged and restored ones are counted")
+    func cyclesPerOwner() throws {
+        var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 1000, maximumCyclesPerOwner: 2))
+        clock.engine.setTicksEnabled(false, now: clock.now)
+        try Self.start(&clock, "a", Self.cycle([1]))
+        try Self.start(&clock, "b", Self.cycle([1]))
+        do {
+            try Self.start(&clock, "c", Self.cycle([1]))
+            Issue.record("a third cycle was started")
+        } catch {
+            #expect(error.code == .limit && error.message.contains("maximum of 2 cycles"), "\(error)")
+        }
+        #expect(throws: Never.self) { try Self.start(&clock, "b", Self.cycle([2]), replace: true) }  // Its own place.
+        try clock.start("b", 5000, replace: true)  // Plain: its place is free.
+        try Self.start(&clock, "c", Self.cycle([1]))
+        try clock.perform { engine, now, events throws(ProtocolError) in
+            try engine.start("root-one", milliseconds: 1, requester: 0, cycle: Self.cycle([1]), now: now, events: &events)
+        }
+        try clock.perform { engine, now, events throws(ProtocolError) in
+            try engine.start("root-two", milliseconds: 1, requester: 0, cycle: Self.cycle([1]), now: now, events: &events)
+        }
+        // Done, then purged at the end of their retention: their places are free.
+        clock.advance(to: .seconds(10))
+        try Self.start(&clock, "d", Self.cycle([1]))
+        try Self.start(&clock, "e", Self.cycle([1]))
+        // Restored ones count as started ones do.
+        var restarted = CountdownEngine(configuration: EngineConfiguration(maximumCyclesPerOwner: 2))
+        var events: [CountdownEvent] = []
+        for name in clock.engine.names {
+            if let state = clock.engine.persistentState(of: name) { restarted.restore(state, now: clock.now, events: &events) }
+        }
+        #expect(throws: ProtocolError.self) {
+            try restarted.start("f", milliseconds: 1, requester: 1000, cycle: Self.cycle([1]), now: clock.now, events: &events)
+        }
+    }
+
+    @Test("the shortest phase is 100 ms; a cycle past round 4,294,967,295 wraps its count rather than trap; boundaries passed while the daemon was down say how late, however little")
+    func edges() throws {
+        var clock = ManualClock()
+        #expect(throws: ProtocolError.self) { try Self.start(&clock, "tiny", CountdownCycle(phases: [.init(milliseconds: 99)])) }
+        try Self.start(&clock, "fine", CountdownCycle(phases: [.init(milliseconds: 100)]))
+        // A cycle for ever, stored in its last countable round, restored 10 days later.
+        var engine = CountdownEngine()
+        var events: [CountdownEvent] = []
+        let stored = PersistedCountdown(
+            name: "ever", state: .running, totalMilliseconds: 100, deadline: .milliseconds(100), remainingNanoseconds: 0,
+            finishedAt: nil, owner: 1000,
+            cycle: CountdownCycle(phases: [.init(milliseconds: 100), .init(milliseconds: 100)], rounds: 0, round: .max - 1)
+        )
+        engine.restore(stored, now: .seconds(864_000), events: &events)
+        #expect(events.allSatisfy { $0.kind == .phase } && !events.isEmpty && events.count <= 2)
+        let status = try engine.status(of: "ever", now: .seconds(864_000))
+        #expect(status.state == .running && status.cycle.map { $0.round < 10_000_000 } == true, "wrapped: \(String(describing: status.cycle?.round))")
+        // 300 ms after a boundary, at a restart: the phase says so.
+        var short = CountdownEngine()
+        events = []
+        short.restore(
+            PersistedCountdown(
+                name: "c", state: .running, totalMilliseconds: 1000, deadline: .seconds(1), remainingNanoseconds: 0, finishedAt: nil,
+                owner: 1000, cycle: Self.cycle([1, 5])
+            ),
+            now: .milliseconds(1300), events: &events
+        )
+        #expect(events.map(\.kind) == [.phase] && events.first?.lateMilliseconds == 300, "\(events)")
+    }
+
     @Test("the rules: no cycle in cluster mode or to a time of day; REPLACE with a plain duration leaves no cycle behind; the durable state carries the phases")
     func rules() throws {
         var replica = ManualClock(configuration: EngineConfiguration(decidesLocally: false))

@@ -67,7 +67,7 @@ struct ProtocolCodecTests {
         ("START a CYCLE", .badRequest), ("START a CYCLE 1s,", .badRequest), ("START a CYCLE 1s:ö", .badRequest), ("START a CYCLE 1s:\(String(repeating: "x", count: 33))", .badRequest),
         ("START a CYCLE \(Array(repeating: "1s", count: 65).joined(separator: ","))", .badRequest), ("START a CYCLE 1s REPEAT 0", .badRequest),
         ("START a CYCLE 1s REPEAT 1000001", .badRequest), ("START a 5 REPEAT", .badRequest), ("START a CYCLE 1s 5", .badRequest), ("START a 5 CYCLE 1s", .badRequest),
-        ("START a CYCLE 0s,1s", .badDuration), ("START a CYCLE 1s,367d", .badDuration), ("SKIP", .badRequest), ("SKIP a b", .badRequest),
+        ("START a CYCLE 0s,1s", .badDuration), ("START a CYCLE 99ms", .badDuration), ("START a CYCLE 1s,1ms:x", .badDuration), ("START a CYCLE 1s,367d", .badDuration), ("SKIP", .badRequest), ("SKIP a b", .badRequest),
         ("SET a", .badRequest), ("SET a ON-SUSPEND", .badRequest), ("SET a ON-SUSPEND sleep", .badRequest), ("SET a COLOR red", .badRequest),
         ("SET a/b ON-SUSPEND pause", .badName), ("SET a ON-SUSPEND pause x", .badRequest),
         ("START a 0", .badDuration), ("START a -1", .badDuration), ("START a 99999999999999999999", .badDuration),

@@ -35,6 +35,8 @@ import CountdownCore
 ///               -- bit 3: the countdown's cycle follows (after owner_seq), a cycle block
 ///               -- bit 4: the event's own cycle follows (after the countdown's), a cycle block
 ///               -- bit 5: a `changed` event's setting is ON-SUSPEND pause (clear: count)
+///               -- bit 6: with bit 4, the event's cycle has the countdown's phases: only its
+///               -- place follows (rounds u32, phase index u16, round u32), not the phases again
 ///     cycle block: rounds u32 (0: for ever), phase index u16, round u32, phase count u8, then
 ///               per phase: duration_ms i64, label (u8 length + bytes)
 ///     5 removed, numbered: a removed record (type 3's fields) followed by owner_seq u64
@@ -80,7 +82,8 @@ enum JournalFormat {
         static let stateCycle: UInt8 = 8
         static let eventCycle: UInt8 = 16
         static let changedToPause: UInt8 = 32
-        static let known: UInt8 = 63
+        static let eventCyclePlace: UInt8 = 64
+        static let known: UInt8 = 127
     }
 
     /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
@@ -148,9 +151,12 @@ enum JournalFormat {
     }
 
     static func appendEvent(_ event: CountdownEvent, state: StoredCountdown, to buffer: inout [UInt8]) {
+        // The event's cycle is nearly always the countdown's, a phase or two before: its phases
+        // are not written twice (64 phases with labels are 2.6 KB).
+        let placeOnly = event.cycle != nil && event.cycle?.phases == state.cycle?.phases
         let flags = (event.causedBySuspend ? EventFlag.causedBySuspend : 0) | (state.pausesOnSuspend ? EventFlag.pausesOnSuspend : 0)
             | EventFlag.ownerSequence | (state.cycle != nil ? EventFlag.stateCycle : 0) | (event.cycle != nil ? EventFlag.eventCycle : 0)
-            | (event.suspendPolicy == .pause ? EventFlag.changedToPause : 0)
+            | (event.suspendPolicy == .pause ? EventFlag.changedToPause : 0) | (placeOnly ? EventFlag.eventCyclePlace : 0)
         buffer.append(RecordType.flaggedEvent.rawValue)
         append(event.sequence, to: &buffer)
         buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
@@ -169,14 +175,15 @@ enum JournalFormat {
         buffer.append(flags)
         append(event.ownerSequence, to: &buffer)
         if let cycle = state.cycle { appendCycle(cycle, to: &buffer) }
-        if let cycle = event.cycle { appendCycle(cycle, to: &buffer) }
+        if let cycle = event.cycle { appendCycle(cycle, to: &buffer, placeOnly: placeOnly) }
     }
 
     /// A cycle block (see the format above); the snapshot image's rows hold the same.
-    static func appendCycle(_ cycle: CountdownCycle, to buffer: inout [UInt8]) {
+    static func appendCycle(_ cycle: CountdownCycle, to buffer: inout [UInt8], placeOnly: Bool = false) {
         append(UInt64(cycle.rounds), to: &buffer, width: 4)
         append(UInt64(cycle.phaseIndex), to: &buffer, width: 2)
         append(UInt64(cycle.round), to: &buffer, width: 4)
+        guard !placeOnly else { return }
         buffer.append(UInt8(cycle.phases.count))
         for phase in cycle.phases {
             append(phase.milliseconds, to: &buffer)
@@ -470,7 +477,19 @@ enum JournalFormat {
                 let numberedByOwner = flags & EventFlag.ownerSequence != 0
                 let ownerSequence = try ownerNumber(&reader, numbered: numberedByOwner, sequence: sequence, of: "an event record")
                 let stateCycle = flags & EventFlag.stateCycle != 0 ? try reader.cycle() : nil
-                let eventCycle = flags & EventFlag.eventCycle != 0 ? try reader.cycle() : nil
+                var eventCycle: CountdownCycle?
+                if flags & EventFlag.eventCycle != 0 {
+                    if flags & EventFlag.eventCyclePlace != 0 {
+                        guard let phases = stateCycle?.phases else {
+                            throw FormatError(reason: "an event's cycle given by its countdown's phases, without a countdown cycle")
+                        }
+                        eventCycle = try reader.cycle(phases: phases)
+                    } else {
+                        eventCycle = try reader.cycle()
+                    }
+                } else if flags & EventFlag.eventCyclePlace != 0 {
+                    throw FormatError(reason: "an event record with a cycle's place and no cycle")
+                }
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 var event = CountdownEvent(
                     sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
@@ -570,15 +589,18 @@ enum JournalFormat {
             return header
         }
 
-        /// A cycle block, checked against a cycle's limits (`CountdownCycle.isValid`).
-        mutating func cycle() throws(FormatError) -> CountdownCycle {
+        /// A cycle block, checked against a cycle's limits (`CountdownCycle.isValid`); with
+        /// `phases`, only its place (the phases are those given).
+        mutating func cycle(phases given: [CountdownCycle.Phase]? = nil) throws(FormatError) -> CountdownCycle {
             let rounds = UInt32(truncatingIfNeeded: try u64(width: 4)), phaseIndex = UInt16(truncatingIfNeeded: try u64(width: 2))
             let round = UInt32(truncatingIfNeeded: try u64(width: 4))
-            let count = Int(try byte())
-            var phases: [CountdownCycle.Phase] = []
-            for _ in 0..<count {
-                let milliseconds = try i64()
-                phases.append(CountdownCycle.Phase(milliseconds: milliseconds, label: try shortString()))
+            var phases: [CountdownCycle.Phase] = given ?? []
+            if given == nil {
+                let count = Int(try byte())
+                for _ in 0..<count {
+                    let milliseconds = try i64()
+                    phases.append(CountdownCycle.Phase(milliseconds: milliseconds, label: try shortString()))
+                }
             }
             let cycle = CountdownCycle(phases: phases, rounds: rounds, phaseIndex: phaseIndex, round: round)
             guard cycle.isValid else { throw FormatError(reason: "a cycle of phases out of its limits") }

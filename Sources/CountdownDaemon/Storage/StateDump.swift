@@ -40,8 +40,8 @@ public enum StateDump {
         /// A cycle's phases as `CYCLE` reads them (`25m:work,5m:break`), and where it is.
         var cycle: String?
         var phase: Int?
-        var rounds: UInt32?
-        var round: UInt32?
+        var rounds: Int?
+        var round: Int?
 
         init(_ row: StoredCountdown) {
             owner = row.owner
@@ -58,8 +58,8 @@ public enum StateDump {
             if let cycle = row.cycle {
                 self.cycle = cycle.phaseList
                 phase = Int(cycle.phaseIndex) + 1
-                rounds = cycle.rounds
-                round = cycle.round + 1
+                rounds = Int(cycle.rounds)
+                round = Int(cycle.round) + 1
             }
         }
     }

@@ -201,6 +201,7 @@ final class StateJournal: @unchecked Sendable {
         var latest = NameIndex()
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
+        var phaseLists = CyclePhaseInterner()
         let began = time.now()
         let snapshot = try SnapshotFile.reader(directory: directory)
         var snapshotSameBoot = false
@@ -211,7 +212,10 @@ final class StateJournal: @unchecked Sendable {
             recovered.ring = EventRing(
                 depth: replayDepth, keptAfter: snapshot.contents.eventsKeptAfter, owners: snapshot.contents.ownerSequences
             )
-            for event in snapshot.contents.events { recovered.ring.append(event) }
+            for var event in snapshot.contents.events {
+                phaseLists.intern(&event.cycle)
+                recovered.ring.append(event)
+            }
             firstGeneration = snapshot.contents.journalGeneration
             try Self.refuseDamaged(snapshot)
             let file = snapshot.path.split(separator: "/").last.map(String.init) ?? snapshot.path
@@ -260,6 +264,12 @@ final class StateJournal: @unchecked Sendable {
             let sameBoot = bootID != nil && JournalFormat.header(of: bytes)?.bootID == bootID
             var eventCount = 0
             let scan = JournalFormat.scan(bytes) { record in
+                var record = record
+                phaseLists.intern(&record.event.cycle)
+                if var state = record.state {
+                    phaseLists.intern(&state.cycle)
+                    record.state = state
+                }
                 let state = record.state.map { ($0, sameBoot: sameBoot) }
                 let key = record.event.name
                 let hash = NameIndex.hash(key)

@@ -100,6 +100,41 @@ extension StateJournalTests {
         #expect(changes.damage == nil && changes.events.map(\.event) == [toPause, toCount], "\(changes.events.map(\.event))")
     }
 
+    @Test("a cycle's phases read from the journal and the snapshot are one array for all its events, as they are in a running daemon, not a copy each")
+    func phasesAreShared() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        var engine = CountdownEngine()
+        engine.setTicksEnabled(false, now: SystemClock.now())
+        var events: [CountdownEvent] = []
+        let now = SystemClock.now()
+        let phases = (0..<64).map { _ in CountdownCycle.Phase(milliseconds: 100, label: String(repeating: "l", count: 32)) }
+        try engine.start("1000/c", milliseconds: 1, requester: 1000, cycle: CountdownCycle(phases: phases, rounds: 0), now: now, events: &events)
+        engine.advance(to: now.advanced(byMilliseconds: 2_000), events: &events)
+        #expect(events.filter { $0.kind == .phase }.count == 20)
+        var first: StateJournal? = journal(in: directory)
+        _ = try recover(try #require(first))
+        _ = try queue.sync {
+            let journal = try #require(first)
+            journal.beginBatch()
+            for event in events { journal.note(event, state: engine.persistentState(of: event.name), clock: DaemonClock.system.mapping()) }
+            return journal.commit()
+        }
+        first = nil
+        func buffers(_ recovered: StateJournal.Recovered) -> Set<Int> {
+            Set(recovered.ring.events.compactMap { event in event.cycle?.phases.withUnsafeBufferPointer { Int(bitPattern: $0.baseAddress) } })
+        }
+        var second: StateJournal? = journal(in: directory)
+        let fromJournal = try recover(try #require(second))
+        #expect(fromJournal.ring.events.count == 21 && buffers(fromJournal).count == 1, "\(buffers(fromJournal).count) arrays")
+        try queue.sync {
+            try #require(second).snapshotAtStop(engine.durableImage(), ring: fromJournal.ring, clock: DaemonClock.system.mapping())
+        }
+        second = nil
+        let fromSnapshot = try recover(journal(in: directory))
+        #expect(fromSnapshot.ring.events.count == 21 && buffers(fromSnapshot).count == 1, "\(buffers(fromSnapshot).count) arrays")
+    }
+
     @Test("a cycle block read back at every position (phase, round, rounds up to their limits), and no byte of it, however altered and sealed again, crashes the reader")
     func cycleBlocksAreReadSafely() {
         func sealed(_ payloads: [[UInt8]]) -> [UInt8] {
@@ -131,6 +166,10 @@ extension StateJournalTests {
         }
         let whole = JournalFormat.scan(sealed([header, record]))
         #expect(whole.damage == nil && whole.events.map(\.event) == events)
+        // Each event's cycle had the countdown's phases: written once a record, not twice.
+        var once: [UInt8] = []
+        JournalFormat.appendCycle(events[0].cycle!, to: &once)
+        #expect(record.count < 4 * (once.count + 200), "\(record.count) bytes for four records with \(once.count)-byte cycles")
         #expect(whole.events.map { $0.state?.cycle?.round } == [0, 0, 999_998, 999_999])
         // Every byte, altered two ways, the frame sealed again so that its checksum holds: the
         // reader names damage or reads cycles within their limits, and never traps.
