@@ -528,7 +528,6 @@ public struct CountdownEngine {
                 cycle = CountdownCycle(phases: kept.phases, rounds: kept.rounds)
                 milliseconds = kept.phases[0].milliseconds
             }
-            if cycle != nil && !old.isCycle { try checkRoom(forCycleOf: requester) }
             if old.state.isActive {
                 guard replace else {
                     let remaining = snapshot(of: old, now: now).remainingMilliseconds
@@ -540,6 +539,10 @@ public struct CountdownEngine {
                     )
                 }
                 try authorize(requester, toChange: old, verb: "replace")
+            }
+            // After `busy` (which says more), before anything changes.
+            if cycle != nil && !old.isCycle { try checkRoom(forCycleOf: requester) }
+            if old.state.isActive {
                 emit(in: existing, .cancelled, old, remaining: snapshot(of: old, now: now).remainingMilliseconds, into: &events)
                 countState(old.state, of: old.owner, -1)
             }

@@ -277,6 +277,21 @@ struct EngineCycleTests {
             #expect(error.code == .limit && error.message.contains("maximum of 2 cycles"), "\(error)")
         }
         #expect(throws: Never.self) { try Self.start(&clock, "b", Self.cycle([2]), replace: true) }  // Its own place.
+        // A running plain countdown started again as a cycle without REPLACE is busy, whatever
+        // the count of cycles says.
+        try clock.start("plain", 60_000)
+        do {
+            try Self.start(&clock, "plain", Self.cycle([1]))
+        } catch {
+            #expect(error.code == .busy, "\(error)")
+        }
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.cancel("plain", requester: 1000, now: now, events: &events) }
+        do {
+            try Self.start(&clock, "plain", Self.cycle([1]))
+            Issue.record("a finished plain countdown became a third cycle")
+        } catch {
+            #expect(error.code == .limit, "\(error)")
+        }
         try clock.start("b", 5000, replace: true)  // Plain: its place is free.
         try Self.start(&clock, "c", Self.cycle([1]))
         try clock.perform { engine, now, events throws(ProtocolError) in

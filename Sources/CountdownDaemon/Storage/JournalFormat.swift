@@ -37,6 +37,8 @@ import CountdownCore
 ///               -- bit 5: a `changed` event's setting is ON-SUSPEND pause (clear: count)
 ///               -- bit 6: with bit 4, the event's cycle has the countdown's phases: only its
 ///               -- place follows (rounds u32, phase index u16, round u32), not the phases again
+///               -- bit 7: the event's own total_ms i64 follows (after the blocks), when it
+///               -- differs from the countdown's by the commit (two phases begun in one batch)
 ///     cycle block: rounds u32 (0: for ever), phase index u16, round u32, phase count u8, then
 ///               per phase: duration_ms i64, label (u8 length + bytes)
 ///     5 removed, numbered: a removed record (type 3's fields) followed by owner_seq u64
@@ -83,7 +85,8 @@ enum JournalFormat {
         static let eventCycle: UInt8 = 16
         static let changedToPause: UInt8 = 32
         static let eventCyclePlace: UInt8 = 64
-        static let known: UInt8 = 127
+        static let eventTotal: UInt8 = 128
+        static let known: UInt8 = 255
     }
 
     /// Event kinds by their stored index; new kinds go at the end. (`snapshot` records hold a
@@ -157,6 +160,7 @@ enum JournalFormat {
         let flags = (event.causedBySuspend ? EventFlag.causedBySuspend : 0) | (state.pausesOnSuspend ? EventFlag.pausesOnSuspend : 0)
             | EventFlag.ownerSequence | (state.cycle != nil ? EventFlag.stateCycle : 0) | (event.cycle != nil ? EventFlag.eventCycle : 0)
             | (event.suspendPolicy == .pause ? EventFlag.changedToPause : 0) | (placeOnly ? EventFlag.eventCyclePlace : 0)
+            | (event.totalMilliseconds != state.totalMilliseconds ? EventFlag.eventTotal : 0)
         buffer.append(RecordType.flaggedEvent.rawValue)
         append(event.sequence, to: &buffer)
         buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
@@ -176,6 +180,7 @@ enum JournalFormat {
         append(event.ownerSequence, to: &buffer)
         if let cycle = state.cycle { appendCycle(cycle, to: &buffer) }
         if let cycle = event.cycle { appendCycle(cycle, to: &buffer, placeOnly: placeOnly) }
+        if event.totalMilliseconds != state.totalMilliseconds { append(event.totalMilliseconds, to: &buffer) }
     }
 
     /// A cycle block (see the format above); the snapshot image's rows hold the same.
@@ -490,10 +495,11 @@ enum JournalFormat {
                 } else if flags & EventFlag.eventCyclePlace != 0 {
                     throw FormatError(reason: "an event record with a cycle's place and no cycle")
                 }
+                let eventTotal = flags & EventFlag.eventTotal != 0 ? try reader.i64() : total
                 func present(_ value: Int64) -> Int64? { value == absent ? nil : value }
                 var event = CountdownEvent(
                     sequence: sequence, kind: kinds[kindIndex], name: CountdownAddress.key(owner: owner, name: name),
-                    remainingMilliseconds: eventRemaining, totalMilliseconds: total, lateMilliseconds: present(eventLate),
+                    remainingMilliseconds: eventRemaining, totalMilliseconds: eventTotal, lateMilliseconds: present(eventLate),
                     owner: owner, ownerSequence: ownerSequence
                 )
                 event.causedBySuspend = flags & EventFlag.causedBySuspend != 0

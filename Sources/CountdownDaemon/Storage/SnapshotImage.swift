@@ -246,6 +246,8 @@ enum SnapshotImage {
         let bytes: [UInt8]
         /// The header's fields and the events (no `rows`; `problems` are below).
         private(set) var contents = SnapshotFile.Contents()
+        /// Equal phase lists of the history's events, one array (`CyclePhaseInterner`).
+        private var phaseLists = CyclePhaseInterner()
         private(set) var header: Header?
         private(set) var problems: [String] = []
         private var offset = 0
@@ -463,6 +465,7 @@ enum SnapshotImage {
                     )
                     event.causedBySuspend = flags & Flag.causedBySuspend != 0
                     event.cycle = cycle
+                    phaseLists.intern(&event.cycle)
                     if event.kind == .changed { event.suspendPolicy = flags & Flag.changedToPause != 0 ? .pause : .count }
                     contents.events.append(event)
                 case .end:

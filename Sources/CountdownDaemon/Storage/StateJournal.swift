@@ -549,9 +549,18 @@ final class StateJournal: @unchecked Sendable {
         nextFrameIndex += 1
         bytesSinceSnapshot += Int64(pending.count)
         eventsSinceSnapshot = true
-        pending.removeSubrange(JournalFormat.frameHeaderSize...)
+        if pending.capacity > Self.pendingCapacityKept {
+            // An oversized batch (the first after a restart, with every late `done` and every
+            // phase begun then) does not keep its buffer for the daemon's life.
+            pending = Array(pending[..<JournalFormat.frameHeaderSize])
+        } else {
+            pending.removeSubrange(JournalFormat.frameHeaderSize...)
+        }
         batchStart = pending.count
     }
+
+    /// The most room the batch buffer keeps between batches (1 MiB).
+    static let pendingCapacityKept = 1 << 20
 
     // MARK: - Failure and recovery
 

@@ -98,6 +98,26 @@ extension StateJournalTests {
         }
         let changes = JournalFormat.scan(out)
         #expect(changes.damage == nil && changes.events.map(\.event) == [toPause, toCount], "\(changes.events.map(\.event))")
+
+        // Two phases begun in one batch (a restart): each event keeps its own total, though the
+        // countdown's state is the second phase's by the commit.
+        journal = []
+        out = []
+        state.totalMilliseconds = 450
+        var firstPhase = CountdownEvent(sequence: 4, kind: .phase, name: "1000/c", remainingMilliseconds: 300, totalMilliseconds: 300, owner: 1000)
+        firstPhase.lateMilliseconds = 644
+        let secondPhase = CountdownEvent(sequence: 5, kind: .phase, name: "1000/c", remainingMilliseconds: 450, totalMilliseconds: 450, owner: 1000)
+        JournalFormat.appendEvent(firstPhase, state: state, to: &journal)
+        JournalFormat.appendEvent(secondPhase, state: state, to: &journal)
+        for (index, payload) in [header, journal].enumerated() {
+            let start = out.count
+            JournalFormat.beginFrame(in: &out)
+            out += payload
+            JournalFormat.sealFrame(in: &out, at: start, index: UInt64(index))
+        }
+        let phases = JournalFormat.scan(out)
+        #expect(phases.damage == nil && phases.events.map(\.event.totalMilliseconds) == [300, 450], "\(phases.events.map(\.event))")
+        #expect(phases.events.map { $0.state?.totalMilliseconds } == [450, 450])
     }
 
     @Test("a cycle's phases read from the journal and the snapshot are one array for all its events, as they are in a running daemon, not a copy each")
