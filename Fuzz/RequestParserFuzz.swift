@@ -34,8 +34,18 @@ public func fuzzRequestPath(_ data: UnsafeRawPointer, _ size: Int) -> CInt {
                 guard let request = try RequestParser.parse(line) else { continue }
                 let uid: UInt32 = line.count % 3 == 0 ? 0 : 1000
                 switch request {
-                case .start(let name, let ms, let replace, let onSuspend):
-                    WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, onSuspend: onSuspend, now: now, events: &events), clock: clock, to: &out)
+                case .start(let name, let ms, let replace, let onSuspend, let cycle):
+                    WireEncoder.appendOK(
+                        try engine.start(
+                            name, milliseconds: ms ?? CountdownDuration.defaultMilliseconds, replace: replace, requester: uid, onSuspend: onSuspend,
+                            cycle: cycle, keepsCycle: ms == nil, now: now, events: &events
+                        ),
+                        clock: clock, to: &out
+                    )
+                case .skip(let name):
+                    WireEncoder.appendOK(try engine.skip(name, requester: uid, now: now, events: &events), clock: clock, to: &out)
+                case .set(let name, let policy):
+                    WireEncoder.appendOK(try engine.setSuspendPolicy(name, to: policy, requester: uid, now: now, events: &events), clock: clock, to: &out)
                 case .startAt(let name, let unix, let replace):
                     let ms = unix - clock.unixMilliseconds(of: now)
                     WireEncoder.appendOK(try engine.start(name, milliseconds: ms, replace: replace, requester: uid, pinnedTo: unix, now: now, events: &events), clock: clock, to: &out)
