@@ -778,9 +778,14 @@ extension Integration.ClusterTests {
         _ = try onA.request("START before 1h")
         let watcher = try hostA.connect()
         _ = try watcher.request("SUBSCRIBE before while-frozen")
-        // Host A's watch is on the first member: freeze it, so A falls behind silently.
+        // Host A's watch is on the first member: freeze it, so A falls behind silently. Host A
+        // is frozen too until the history is compacted: left running, its heartbeat (committed
+        // through another member, every 2 s) moved its silent watch before the compaction, and
+        // it caught up without needing to read everything again (a flake on a busy machine).
         etcd.signal(0, SIGSTOP)
         defer { etcd.signal(0, SIGCONT) }
+        hostA.process.signal(SIGSTOP)
+        defer { hostA.process.signal(SIGCONT) }
         // Host B changes things through the other members (its first call times out, then moves on).
         // (If the frozen member led, the others elect a leader meanwhile: B's START waits for it.)
         let started = try onB.request("START while-frozen 1h", timeout: 30)
@@ -798,6 +803,7 @@ extension Integration.ClusterTests {
         // Compact etcd's history up to now, through a member that answers: host A's watch stands
         // before both of B's changes, so what it needs next is gone.
         #expect(etcd.compactToNow(through: 1), "etcd compacted its history")
+        hostA.process.signal(SIGCONT)
         // A change through host A: its stuck watch is moved to another member, from a revision
         // that is compacted away, so host A reads everything again.
         guard case .ok = try onA.request("START after 1h", timeout: 30).outcome else {
@@ -878,6 +884,7 @@ extension Integration.ClusterTests {
         _ = try onB.request("START after-compaction 1h")
         _ = try onB.request("CANCEL while-down")
         #expect(etcd.compactToNow(through: 1), "etcd compacted its history")
+        hostA.process.signal(SIGCONT)
         hostA = try DaemonProcess(arguments: cluster, directory: directory)
         try waitUntil(timeout: 60) { hostA.stderrText.contains("reading everything again") }
         let again = try hostA.connect()
