@@ -128,7 +128,8 @@ public struct CountdownEngine {
             }
         }
 
-        /// A record from its durable state; instants it lacks default to `now`.
+        /// A record from its durable state; instants it lacks default to `now`. Its cycle, if any,
+        /// is the engine's to keep (`setCycle`), which every caller does next.
         init(_ persisted: PersistedCountdown, generation: UInt32, now: Instant) {
             self.init(
                 name: persisted.name,
@@ -143,7 +144,6 @@ public struct CountdownEngine {
                 pinned: persisted.pinnedUnixMilliseconds ?? CountdownEngine.notPinned,
                 pausesOnSuspend: persisted.pausesOnSuspend
             )
-            isCycle = persisted.cycle != nil
         }
 
         /// Running: the deadline.
@@ -621,8 +621,7 @@ public struct CountdownEngine {
     /// `forgetCycle`, where `cycles` and `cyclesHeld` change.
     private mutating func setCycle(_ cycle: CountdownCycle?, of record: inout Record) {
         // Whether the name was a cycle: the record may be a new value for a slot whose old one
-        // was (a key names its owner, so the owner is the same too), and a record made from a
-        // stored one already says what it will be.
+        // was (a key names its owner, so the owner is the same too).
         let had = !cycles.isEmpty && cycles[record.name] != nil
         if let cycle {
             cycles[record.name] = cycle
