@@ -25,18 +25,34 @@ extension Daemon {
         // so their late `done`s come out in the order they were due. The rest go straight into
         // the engine as they are read, in no order (the scheduler orders them): sorting a
         // million took a fifth of the start-up, and gathering them first, a third.
-        var late: [(countdown: PersistedCountdown, hash: UInt32)] = []
+        var late: [(countdown: PersistedCountdown, hash: UInt32, fromSnapshot: Bool)] = []
+        func isLate(_ countdown: PersistedCountdown) -> Bool {
+            countdown.state == .running && (countdown.deadline ?? now) <= now
+        }
         var recovered: StateJournal.Recovered
         do throws(StorageError) {
             recovered = try journal.recover(
                 clock: clock, bootID: SystemClock.bootID, replayDepth: configuration.replayEventsPerUser,
                 prepare: { engine.reserveCapacity(forAdditional: $0) },
-                restore: { countdown, hash in
-                    if countdown.state == .running && (countdown.deadline ?? now) <= now {
-                        late.append((countdown, hash))
-                    } else {
-                        engine.restore(countdown, hash: hash, now: now, events: &events)
+                restore: { batch in
+                    guard batch.indices.contains(where: { isLate(batch[$0].countdown) }) else {
+                        engine.restore(batch: batch, now: now, events: &events)
+                        return
                     }
+                    late += batch.filter { isLate($0.countdown) }.map { ($0.countdown, $0.hash, true) }
+                    engine.restore(batch: batch.filter { !isLate($0.countdown) }, now: now, events: &events)
+                },
+                replace: { changes in
+                    // The journal's states are later than the snapshot's rows: each replaces
+                    // whatever the snapshot restored under its name.
+                    guard changes.indices.contains(where: { changes[$0].countdown.map(isLate) == true }) else {
+                        engine.replace(batch: changes, now: now, events: &events)
+                        return
+                    }
+                    for change in changes {
+                        if let countdown = change.countdown, isLate(countdown) { late.append((countdown, change.hash, false)) }
+                    }
+                    engine.replace(batch: changes.map { ($0.name, $0.hash, $0.countdown.flatMap { isLate($0) ? nil : $0 }) }, now: now, events: &events)
                 }
             )
         } catch {
@@ -46,11 +62,15 @@ extension Daemon {
             logger.log(.warning, remark)
         }
         let restoringLate = time.now()
+        // A late one of the snapshot's that the journal changed since is not the one that holds.
+        if late.contains(where: \.fromSnapshot) {
+            late.removeAll { $0.fromSnapshot && recovered.journalChanged($0.countdown.name, $0.hash) }
+        }
         late.sort { ($0.countdown.deadline ?? now) < ($1.countdown.deadline ?? now) }
         // Late `done`s are numbered after everything stored.
         engine.continueSequence(after: recovered.lastSequence)
         engine.continueOwnerSequences(recovered.ownerSequences)
-        for (countdown, hash) in late {
+        for (countdown, hash, _) in late {
             engine.restore(countdown, hash: hash, now: now, events: &events)
         }
         ring = recovered.ring
@@ -68,7 +88,7 @@ extension Daemon {
         enter(.idle)
         let milliseconds = time.now().nanoseconds(since: began) / 1_000_000
         let finishing = time.now().nanoseconds(since: restoringLate) / 1_000_000
-        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (history and journal \(recovered.historyAndJournalMilliseconds) ms, countdowns \(recovered.countdownsMilliseconds) ms, \(late.count) late ones and the first batch \(finishing) ms)")
+        logger.log(.notice, "restored \(engine.runningCount) running, \(engine.pausedCount) paused and \(engine.finishedCount) finished countdowns from \(recovered.sources) in \(configuration.stateDirectory), in \(milliseconds) ms (history \(recovered.historyMilliseconds) ms, countdowns \(recovered.countdownsMilliseconds) ms with the journal's \(recovered.journalMilliseconds) ms beside them and \(recovered.waitedForJournalMilliseconds) ms waiting for it, \(late.count) late ones and the first batch \(finishing) ms)")
     }
 
     /// Watches the state directory with inotify, so a deletion is handled at once. Without

@@ -112,6 +112,43 @@ struct EngineUndoTests {
     }
 }
 
+@Suite("Engine: a slot freed and taken again")
+struct EngineSlotReuseTests {
+    /// The tick and `done` events of `name` in `clock`'s log, as (kind, remaining).
+    private func lifeOf(_ name: String, in clock: ManualClock) -> [String] {
+        clock.events(of: name).filter { $0.1 == .tick || $0.1 == .done }.map { "\($0.1) \($0.2)" }
+    }
+
+    @Test("a countdown undone with its next wake-up still queued leaves nothing to the one that takes its slot: each tick once, one done")
+    func revertedSlot() throws {
+        var clock = ManualClock()
+        clock.engine.setTicksEnabled(true, now: clock.now)
+        try clock.start("first", 60_000)
+        clock.engine.revert("first", to: nil, now: clock.now)  // Storage refused it.
+        clock.advance(byMilliseconds: 500)
+        try clock.start("second", 3_500)
+        clock.advance(byMilliseconds: 10_000)
+        #expect(lifeOf("second", in: clock) == ["tick 3000", "tick 2000", "tick 1000", "done 0"])
+    }
+
+    @Test("a countdown forgotten at the end of its retention, with wake-ups of an earlier schedule still queued, leaves nothing to the one that takes its slot")
+    func purgedSlot() throws {
+        var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 1_000))
+        try clock.start("first", 60_000)
+        // Paused and cancelled: its deadline's wake-up (at 60 s) stays queued, stale.
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("first", requester: 1000, now: now, events: &events) }
+        try clock.perform { engine, now, events throws(ProtocolError) in try engine.cancel("first", requester: 1000, now: now, events: &events) }
+        clock.advance(byMilliseconds: 2_000)  // Forgotten: its slot is free.
+        #expect(clock.events(of: "first").contains { $0.1 == .removed })
+        clock.engine.setTicksEnabled(true, now: clock.now)
+        try clock.start("second", 120_000)
+        clock.clearLog()
+        clock.advance(byMilliseconds: 60_000)
+        let remaining = clock.events(of: "second").filter { $0.1 == .tick }.map(\.2)
+        #expect(remaining == Array(stride(from: Int64(119_000), through: 60_000, by: -1000)), "each tick once, none early")
+    }
+}
+
 @Suite("Replay history per user")
 struct ReplayShareTests {
     func event(_ sequence: UInt64, owner: UInt32, _ name: String = "x") -> CountdownEvent {

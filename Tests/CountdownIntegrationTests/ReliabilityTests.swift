@@ -135,6 +135,49 @@ extension Integration {
             #expect(again == .notFound)
         }
 
+        @Test("at a start, what the journal holds after the snapshot replaces the snapshot's rows: a pause, a cancel and a removal hold, and one past its deadline is done once, from the journal's deadline, not the snapshot's")
+        func journalReplacesSnapshotRows() throws {
+            func isOK(_ reply: Reply) -> Bool {
+                if case .ok = reply.outcome { return true }
+                return false
+            }
+            let directory = TemporaryDirectory()
+            let first = try DaemonProcess(directory: directory)
+            let c = try first.connect()
+            for name in ["paused", "cancelled", "removed", "kept"] {
+                #expect(try isOK(c.request("START \(name) 1h")))
+            }
+            let startedAt = unixNowMilliseconds()
+            #expect(try isOK(c.request("START extended 2s")))
+            #expect(first.terminate() == 0)  // A clean stop: all five in the snapshot, running.
+            let second = try DaemonProcess(directory: directory)
+            let d = try second.connect()
+            for request in ["PAUSE paused", "CANCEL cancelled", "CANCEL removed", "REMOVE removed", "EXTEND extended 2s"] {
+                #expect(try isOK(d.request(request)), "\(request)")
+            }
+            #expect(try d.request("PING").outcome == .ok("pong"))  // The batch is committed.
+            second.crash()  // SIGKILL: the changes are in the journal only.
+            // Down past both deadlines: the snapshot's (2 s) and the journal's (4 s).
+            try waitUntil(timeout: 60) { unixNowMilliseconds() > startedAt + 4_500 }
+            let third = try DaemonProcess(directory: directory)
+            let readyAt = unixNowMilliseconds()
+            let e = try third.connect()
+            #expect(try e.request("STATUS paused").countdowns.first?.state == .paused)
+            #expect(try e.request("STATUS cancelled").countdowns.first?.state == .cancelled)
+            #expect(try e.request("STATUS kept").countdowns.first?.state == .running)
+            guard case .error(let code, _, _) = try e.request("STATUS removed").outcome else {
+                Issue.record("a countdown the journal removed came back from the snapshot")
+                return
+            }
+            #expect(code == .notFound)
+            let extended = try #require(try e.request("STATUS extended").countdowns.first)
+            // Late from the journal's deadline (at most readyAt - startedAt - 4,000 ms), not the
+            // snapshot's (2 s more).
+            let late = try #require(extended.lateMilliseconds)
+            #expect(extended.state == .done && Double(late) <= readyAt - startedAt - 4_000 + 1, "late \(late) ms, at most \(readyAt - startedAt - 4_000)")
+            #expect(third.terminate() == 0)
+        }
+
         @Test("by default nothing is logged per countdown (a busy OTP server would write two lines a cooldown); --log-lifecycle logs each event without its name (an OTP cooldown's is a phone number); --log-names and debug add it")
         func privateLogs() throws {
             func cooldown(_ daemon: DaemonProcess) throws {

@@ -68,10 +68,16 @@ final class StateJournal: @unchecked Sendable {
         var remarks: [String] = []
         /// The files it read.
         var sources: String = ""
-        /// Milliseconds spent reading the snapshot's history and the journal files, then the
-        /// snapshot's countdowns and handing every countdown over.
-        var historyAndJournalMilliseconds: Int64 = 0
+        /// Milliseconds spent reading the snapshot's header and history; the journal files (on
+        /// their own thread, beside the countdowns); handing every countdown over (the snapshot's
+        /// as they are read, then the journal's changes); and waiting for the journal between.
+        var historyMilliseconds: Int64 = 0
+        var journalMilliseconds: Int64 = 0
         var countdownsMilliseconds: Int64 = 0
+        var waitedForJournalMilliseconds: Int64 = 0
+        /// Whether the journal changed a key (whose `NameIndex.hash` is given): its state, not
+        /// the snapshot's, is the one that holds.
+        var journalChanged: (String, UInt32) -> Bool = { _, _ in false }
     }
 
     let directory: String
@@ -159,33 +165,46 @@ final class StateJournal: @unchecked Sendable {
 
     // MARK: - Recovery
 
+    /// How many countdowns recovery hands over at a time: enough for their memory reads to
+    /// overlap, few enough to stay in the cache until they are restored.
+    static let restoreBatch = 32
+
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
     /// keeping each uid's last `replayDepth` lifecycle events for the replay ring; the countdowns are
     /// gathered into `Recovered.countdowns` (see the other `recover` for the daemon's way).
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(clock: WallClockMapping, bootID: String?, replayDepth: Int) throws(StorageError) -> Recovered {
         var countdowns: [PersistedCountdown] = []
+        var changed: [PersistedCountdown] = []
         var recovered = try recover(
             clock: clock, bootID: bootID, replayDepth: replayDepth,
-            prepare: { countdowns.reserveCapacity($0) }, restore: { countdown, _ in countdowns.append(countdown) }
+            prepare: { countdowns.reserveCapacity($0) },
+            restore: { batch in countdowns.append(contentsOf: batch.map(\.countdown)) },
+            replace: { batch in changed.append(contentsOf: batch.compactMap(\.countdown)) }
         )
-        recovered.countdowns = countdowns
+        let journalChanged = recovered.journalChanged
+        recovered.countdowns = countdowns.filter { !journalChanged($0.name, NameIndex.hash($0.name)) } + changed
         return recovered
     }
 
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
-    /// handing each countdown to `restore` as it is read, with its name's `NameIndex.hash`: a
-    /// million are never gathered into an array, and each name is hashed once.
+    /// handing the countdowns over as they are read, in batches of at most `restoreBatch`, each
+    /// with its name's `NameIndex.hash`: a million are never gathered into an array, and each
+    /// name is hashed once.
     ///
-    /// Order: the snapshot's header and replay history, then the journal (whose records win:
-    /// they are later), then the snapshot's countdowns that the journal did not change, then the
-    /// journal's. `prepare` is called once before the first, with how many may come. Nothing in
-    /// the directory is changed (a torn tail is cut) unless everything verifies; on a throw, some
+    /// Order: the snapshot's header and replay history; then the snapshot's countdowns go to
+    /// `restore` while the journal is read on a thread of its own; then every countdown the
+    /// journal changed goes to `replace` (the journal's records are later: they win), with
+    /// `nil` for one it removed. `prepare` is called once before the first, with how many may
+    /// come. `Recovered.journalChanged` says which keys the journal changed. Nothing in the
+    /// directory is changed (a torn tail is cut) unless everything verifies; on a throw, some
     /// countdowns may have been handed over already.
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(
         clock: WallClockMapping, bootID: String?, replayDepth: Int,
-        prepare: (Int) -> Void, restore: (PersistedCountdown, UInt32) -> Void
+        prepare: (Int) -> Void,
+        restore: ([(countdown: PersistedCountdown, hash: UInt32)]) -> Void,
+        replace: ([(name: String, hash: UInt32, countdown: PersistedCountdown?)]) -> Void
     ) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
         let lockedBefore = access(directory + "/" + StateDirectoryLock.fileName, F_OK) == 0
@@ -193,12 +212,6 @@ final class StateJournal: @unchecked Sendable {
         directoryIdentity = Self.identity(of: directory)
         var recovered = Recovered()
         recovered.ring = EventRing(depth: replayDepth)
-        // The journal's countdowns by key, in the order their last records came (a removed one
-        // is a tombstone, `nil`), and an index from each key's hash to its place there.
-        var journalStates: [(StoredCountdown, sameBoot: Bool)?] = []
-        var journalKeys: [String] = []
-        var journalHashes: [UInt32] = []
-        var latest = NameIndex()
         var firstGeneration: UInt64 = 0
         var sources: [String] = []
         var phaseLists = CyclePhaseInterner()
@@ -230,93 +243,75 @@ final class StateJournal: @unchecked Sendable {
                 snapshotNeeded = true
             }
         }
-        var highest = firstGeneration
-        var chainStart = UInt64.max
-        let files = try journalFiles()
+        let historyRead = time.now()
+        recovered.historyMilliseconds = historyRead.nanoseconds(since: began) / 1_000_000
         // Each file continues the one before it, and the first continues the snapshot (or, with
         // none, the directory's beginning): a gap is a lost file, and a partial start would
-        // silently drop what it held.
-        var previous: (UInt64, String)?
-        var previousEnd: (path: String, last: JournalFormat.FrameMark?)?
-        var tornTails: [(path: String, length: Int, what: String)] = []
-        let newest = files.last?.0
-        for (fileGeneration, path) in files {
-            guard fileGeneration >= firstGeneration else {
-                // Left by a crash between a snapshot landing and the old files being removed.
-                // Ignored on purpose if it cannot be removed: older than the snapshot, it is
-                // skipped by every recovery, and tried again at the next start.
-                _ = unlink(path)
-                continue
-            }
-            try checkContinuity(
-                of: fileGeneration, path: path, after: previous, snapshotGeneration: snapshot != nil ? firstGeneration : nil,
-                snapshotIsDatabase: snapshot?.isDatabase == true
-            )
-            let bytes = try FileSystem.readStateFile(path)
-            if bytes.isEmpty {
-                throw .damaged(path: path, reason: Self.emptyFileProblem(isNewest: fileGeneration == newest))
-            }
-            highest = max(highest, fileGeneration)
-            chainStart = min(chainStart, fileGeneration)
-            // A record is about 90 bytes: room for this file's names at once, no rehashing.
-            latest.reserveCapacity(latest.count + bytes.count / 80)
-            journalStates.reserveCapacity(journalStates.count + bytes.count / 80)
-            let sameBoot = bootID != nil && JournalFormat.header(of: bytes)?.bootID == bootID
-            var eventCount = 0
-            let scan = JournalFormat.scan(bytes) { record in
-                var record = record
-                phaseLists.intern(&record.event.cycle)
-                if var state = record.state {
-                    phaseLists.intern(&state.cycle)
-                    record.state = state
-                }
-                let state = record.state.map { ($0, sameBoot: sameBoot) }
-                let key = record.event.name
-                let hash = NameIndex.hash(key)
-                if let index = latest.find(hash: hash, matches: { journalKeys[Int($0)] == key }) {
-                    journalStates[Int(index)] = state
-                } else {
-                    latest.insert(hash: hash, slot: Int32(journalStates.count))
-                    journalStates.append(state)
-                    journalKeys.append(key)
-                    journalHashes.append(hash)
-                }
-                recovered.lastSequence = max(recovered.lastSequence, record.event.sequence)
-                recovered.ownerSequences.take(record)
-                recovered.ring.append(record.event)  // Lifecycle events only: not `snapshot` records.
-                eventCount += 1
-            }
-            if let problem = Self.fileProblem(scan, after: previousEnd) {
-                throw .damaged(path: path, reason: problem)
-            }
-            previous = (fileGeneration, path)
-            previousEnd = (path, scan.lastFrame)
-            lastFrame = scan.lastFrame
-            if let torn = scan.tornTail {
-                tornTails.append((path, scan.validLength, torn))
-            }
-            sources.append("\(path.split(separator: "/").last.map(String.init) ?? path) (\(eventCount) events)")
-            filesSinceSnapshot += 1
-            bytesSinceSnapshot += Int64(scan.validLength)
-            eventsSinceSnapshot = eventsSinceSnapshot || eventCount > 0
+        // silently drop what it held. Read beside the snapshot's countdowns, which do not
+        // depend on it: the journal's changes are handed over after them and replace them.
+        let files = try journalFiles()
+        let chain = JournalChainReader(
+            files: files, firstGeneration: firstGeneration, snapshotGeneration: snapshot != nil ? firstGeneration : nil,
+            snapshotIsDatabase: snapshot?.isDatabase == true, bootID: bootID, directory: directory, ring: recovered.ring,
+            lastSequence: recovered.lastSequence, ownerSequences: recovered.ownerSequences, phaseLists: phaseLists
+        )
+        let clockForJournal = time
+        let reading = BackgroundResult(label: "countdownd.recovery.journal") { () throws(StorageError) -> (JournalChainReader, Int64) in
+            let began = clockForJournal.now()
+            var chain = chain
+            try chain.read()
+            return (chain, clockForJournal.now().nanoseconds(since: began) / 1_000_000)
         }
-        let journalRead = time.now()
-        recovered.historyAndJournalMilliseconds = journalRead.nanoseconds(since: began) / 1_000_000
-        prepare((snapshot?.countdownCount ?? 0) + journalStates.count)
+        // Room for the snapshot's countdowns and about as many as the journal may add (a record
+        // is about 90 bytes), so the engine's tables grow once.
+        let journalBytes = files.reduce(0) { $0 + FileSystem.size(of: $1.1) }
+        prepare((snapshot?.countdownCount ?? 0) + journalBytes / 90)
+        var batch: [(countdown: PersistedCountdown, hash: UInt32)] = []
+        batch.reserveCapacity(Self.restoreBatch)
+        var snapshotDamage: StorageError?
         if var reader = snapshot {
             reader.readCountdowns { row in
                 let key = row.key
-                let hash = NameIndex.hash(key)
-                guard latest.count == 0 || latest.find(hash: hash, matches: { journalKeys[Int($0)] == key }) == nil else { return }
-                restore(row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key), hash)
+                batch.append((row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key), NameIndex.hash(key)))
+                if batch.count == Self.restoreBatch {
+                    restore(batch)
+                    batch.removeAll(keepingCapacity: true)
+                }
             }
-            try Self.refuseDamaged(reader)
+            if !batch.isEmpty { restore(batch) }
+            do throws(StorageError) {
+                try Self.refuseDamaged(reader)
+            } catch {
+                snapshotDamage = error  // Said after the journal's damage, as when read one after the other.
+            }
         }
-        for (index, entry) in journalStates.enumerated() {
-            guard let (row, sameBoot) = entry else { continue }
-            restore(row.persisted(clock: clock, sameBoot: sameBoot, key: journalKeys[index]), journalHashes[index])
+        let snapshotRowsRead = time.now()
+        let (journal, journalMilliseconds) = try reading.wait()
+        let journalJoined = time.now()
+        if let snapshotDamage { throw snapshotDamage }
+        recovered.journalMilliseconds = journalMilliseconds
+        recovered.lastSequence = journal.lastSequence
+        recovered.ownerSequences = journal.ownerSequences
+        recovered.ring = journal.ring
+        sources += journal.sources
+        lastFrame = journal.lastFrame
+        filesSinceSnapshot += journal.filesRead
+        bytesSinceSnapshot += journal.bytesRead
+        eventsSinceSnapshot = eventsSinceSnapshot || journal.sawEvents
+        let highest = journal.highest, chainStart = journal.chainStart, tornTails = journal.tornTails
+        var changes: [(name: String, hash: UInt32, countdown: PersistedCountdown?)] = []
+        changes.reserveCapacity(Self.restoreBatch)
+        for change in journal.changes {
+            changes.append((change.key, change.hash, change.state?.persisted(clock: clock, sameBoot: change.sameBoot, key: change.key)))
+            if changes.count == Self.restoreBatch {
+                replace(changes)
+                changes.removeAll(keepingCapacity: true)
+            }
         }
-        recovered.countdownsMilliseconds = time.now().nanoseconds(since: journalRead) / 1_000_000
+        if !changes.isEmpty { replace(changes) }
+        recovered.journalChanged = { key, hash in journal.changed(key, hash: hash) }
+        recovered.countdownsMilliseconds = (snapshotRowsRead.nanoseconds(since: historyRead) + time.now().nanoseconds(since: journalJoined)) / 1_000_000
+        recovered.waitedForJournalMilliseconds = journalJoined.nanoseconds(since: snapshotRowsRead) / 1_000_000
         // Everything verified: only now is anything in the directory changed.
         if snapshot?.isDatabase == false, SnapshotFile.removeSupersededDatabase(in: directory) {
             recovered.remarks.append("removed \(SnapshotDatabase.fileName), an earlier countdownd's snapshot that \(SnapshotFile.fileName) replaced (a stop between the two left it)")
@@ -346,22 +341,11 @@ final class StateJournal: @unchecked Sendable {
         }
     }
 
-    /// Checks that journal file `generation` continues what came before it: the previous file
-    /// (no gap), or the snapshot (it continues with `snapshotGeneration`; an earlier countdownd's
-    /// database, with that one or the next, as that countdownd numbered the first file after a
-    /// stop), or, with no snapshot, the directory's first file, generation 1.
-    private func checkContinuity(
-        of generation: UInt64, path: String, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool
-    ) throws(StorageError) {
-        if let problem = Self.continuityProblem(
-            of: generation, after: previous, snapshotGeneration: snapshotGeneration, snapshotIsDatabase: snapshotIsDatabase, directory: directory
-        ) {
-            throw .damaged(path: path, reason: problem)
-        }
-    }
-
-    /// What is wrong with journal file `generation` coming where it does (`nil`: nothing): the
-    /// rule of `checkContinuity`, shared with `countdownd --check-state`.
+    /// What is wrong with journal file `generation` coming where it does (`nil`: nothing), shared
+    /// by recovery and `countdownd --check-state`: it continues the previous file (no gap), or
+    /// the snapshot (it continues with `snapshotGeneration`; an earlier countdownd's database,
+    /// with that one or the next, as that countdownd numbered the first file after a stop), or,
+    /// with no snapshot, the directory's first file, generation 1.
     static func continuityProblem(
         of generation: UInt64, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool = false,
         directory: String
@@ -867,3 +851,4 @@ final class StateJournal: @unchecked Sendable {
         }
     }
 }
+

@@ -136,6 +136,13 @@ enum FileSystem {
         return bytes
     }
 
+    /// The size in bytes of the file at `path`, or 0 when it cannot be examined: a guess for
+    /// sizing tables before reading it, never a verdict about it.
+    static func size(of path: String) -> Int {
+        var info = stat()
+        return stat(path, &info) == 0 ? max(0, Int(info.st_size)) : 0
+    }
+
     /// Whether a directory entry exists at `path`, whatever it points to (a symbolic link to
     /// nothing exists).
     static func entryExists(_ path: String) -> Bool {
