@@ -436,47 +436,33 @@ public struct CountdownEngine {
         restore(persisted, hash: hash, homeSlot: slotsByName.homeSlot(of: hash), now: now, events: &events)
     }
 
-    /// `restore(_:hash:now:events:)` for each of `batch`, in order, reading each name's first
-    /// bucket in the name index for the whole batch before restoring any: at a million
-    /// countdowns, one cache miss waiting on another was a fifth of a launch.
-    public mutating func restore(
-        batch: [(countdown: PersistedCountdown, hash: UInt32)], now: Instant, events: inout [CountdownEvent]
-    ) {
-        // (Read in place through the buffer: the array's subscript copied each whole entry.)
-        batch.withUnsafeBufferPointer { batch in
-            withUnsafeTemporaryAllocation(of: Int32.self, capacity: batch.count) { homeSlots in
-                for index in batch.indices {
-                    homeSlots[index] = slotsByName.homeSlot(of: batch[index].hash)
-                }
-                for index in batch.indices {
-                    restore(batch[index].countdown, hash: batch[index].hash, homeSlot: homeSlots[index], now: now, events: &events)
+    /// Restores a batch read from storage, in order, as `restore(_:hash:now:events:)` does each.
+    /// With `replacing`, whatever was restored before under each name goes first, silently
+    /// (nothing was announced of it: a journal's record is later than a snapshot's row), and an
+    /// entry without a countdown only does that.
+    ///
+    /// Each name's first bucket in the name index is read for the whole batch before any is
+    /// restored: at a million countdowns, each of those reads is a cache miss, and one waiting
+    /// on another was a fifth of a launch.
+    public mutating func restore(_ batch: RestoreBatch, replacing: Bool, now: Instant, events: inout [CountdownEvent]) {
+        withUnsafeTemporaryAllocation(of: Int32.self, capacity: batch.count) { homeSlots in
+            batch.hashes.withUnsafeBufferPointer { hashes in
+                for index in hashes.indices {
+                    homeSlots[index] = slotsByName.homeSlot(of: hashes[index])
                 }
             }
-        }
-    }
-
-    /// Recovery's later states: for each of `batch`, in order, whatever was restored under its
-    /// name goes, silently (nothing was announced of it: the journal's record is later than
-    /// the snapshot's row), and its `countdown`, if any, is restored in its place as
-    /// `restore(_:hash:now:events:)` does. Each name's first bucket in the name index is read
-    /// for the whole batch first, as `restore(batch:now:events:)` does.
-    public mutating func replace(
-        batch: [(name: String, hash: UInt32, countdown: PersistedCountdown?)], now: Instant, events: inout [CountdownEvent]
-    ) {
-        batch.withUnsafeBufferPointer { batch in
-            withUnsafeTemporaryAllocation(of: Int32.self, capacity: batch.count) { homeSlots in
-                for index in batch.indices {
-                    homeSlots[index] = slotsByName.homeSlot(of: batch[index].hash)
-                }
-                for index in batch.indices {
-                    let hash = batch[index].hash
-                    if homeSlots[index] >= 0 || slotsByName.homeSlot(of: hash) >= 0,
-                       let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == batch[index].name }) {
+            for index in 0..<batch.count {
+                let hash = batch.hashes[index]
+                var homeSlot = homeSlots[index]
+                if replacing, homeSlot >= 0 || slotsByName.homeSlot(of: hash) >= 0 {
+                    let name = batch.names[index]
+                    if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }) {
                         erase(slot: existing, hash: hash)
+                        homeSlot = slotsByName.homeSlot(of: hash)
                     }
-                    if batch[index].countdown != nil {
-                        restore(batch[index].countdown!, hash: hash, homeSlot: slotsByName.homeSlot(of: hash), now: now, events: &events)
-                    }
+                }
+                if let countdown = batch.countdowns[index] {
+                    restore(countdown, hash: hash, homeSlot: homeSlot, now: now, events: &events)
                 }
             }
         }

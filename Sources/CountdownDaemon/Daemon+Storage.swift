@@ -29,31 +29,27 @@ extension Daemon {
         func isLate(_ countdown: PersistedCountdown) -> Bool {
             countdown.state == .running && (countdown.deadline ?? now) <= now
         }
+        // A batch of the snapshot's rows, or (`replacing`) of the journal's later states, each
+        // of which replaces whatever the snapshot restored under its name.
+        func restore(_ batch: RestoreBatch, replacing: Bool) {
+            guard batch.countdowns.contains(where: { $0.map(isLate) == true }) else {
+                engine.restore(batch, replacing: replacing, now: now, events: &events)
+                return
+            }
+            for index in 0..<batch.count {
+                if let countdown = batch.countdowns[index], isLate(countdown) {
+                    late.append((countdown, batch.hashes[index], !replacing))
+                }
+            }
+            engine.restore(batch.keepingCountdowns { !isLate($0) }, replacing: replacing, now: now, events: &events)
+        }
         var recovered: StateJournal.Recovered
         do throws(StorageError) {
             recovered = try journal.recover(
                 clock: clock, bootID: SystemClock.bootID, replayDepth: configuration.replayEventsPerUser,
                 prepare: { engine.reserveCapacity(forAdditional: $0) },
-                restore: { batch in
-                    guard batch.indices.contains(where: { isLate(batch[$0].countdown) }) else {
-                        engine.restore(batch: batch, now: now, events: &events)
-                        return
-                    }
-                    late += batch.filter { isLate($0.countdown) }.map { ($0.countdown, $0.hash, true) }
-                    engine.restore(batch: batch.filter { !isLate($0.countdown) }, now: now, events: &events)
-                },
-                replace: { changes in
-                    // The journal's states are later than the snapshot's rows: each replaces
-                    // whatever the snapshot restored under its name.
-                    guard changes.indices.contains(where: { changes[$0].countdown.map(isLate) == true }) else {
-                        engine.replace(batch: changes, now: now, events: &events)
-                        return
-                    }
-                    for change in changes {
-                        if let countdown = change.countdown, isLate(countdown) { late.append((countdown, change.hash, false)) }
-                    }
-                    engine.replace(batch: changes.map { ($0.name, $0.hash, $0.countdown.flatMap { isLate($0) ? nil : $0 }) }, now: now, events: &events)
-                }
+                restore: { restore($0, replacing: false) },
+                replace: { restore($0, replacing: true) }
             )
         } catch {
             throw .storage("cannot start: \(error); \(error.advice)")

@@ -179,8 +179,8 @@ final class StateJournal: @unchecked Sendable {
         var recovered = try recover(
             clock: clock, bootID: bootID, replayDepth: replayDepth,
             prepare: { countdowns.reserveCapacity($0) },
-            restore: { batch in countdowns.append(contentsOf: batch.map(\.countdown)) },
-            replace: { batch in changed.append(contentsOf: batch.compactMap(\.countdown)) }
+            restore: { batch in countdowns.append(contentsOf: batch.countdowns.compactMap { $0 }) },
+            replace: { batch in changed.append(contentsOf: batch.countdowns.compactMap { $0 }) }
         )
         let journalChanged = recovered.journalChanged
         recovered.countdowns = countdowns.filter { !journalChanged($0.name, NameIndex.hash($0.name)) } + changed
@@ -203,8 +203,8 @@ final class StateJournal: @unchecked Sendable {
     func recover(
         clock: WallClockMapping, bootID: String?, replayDepth: Int,
         prepare: (Int) -> Void,
-        restore: ([(countdown: PersistedCountdown, hash: UInt32)]) -> Void,
-        replace: ([(name: String, hash: UInt32, countdown: PersistedCountdown?)]) -> Void
+        restore: (RestoreBatch) -> Void,
+        replace: (RestoreBatch) -> Void
     ) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
         let lockedBefore = access(directory + "/" + StateDirectoryLock.fileName, F_OK) == 0
@@ -266,16 +266,15 @@ final class StateJournal: @unchecked Sendable {
         // is about 90 bytes), so the engine's tables grow once.
         let journalBytes = files.reduce(0) { $0 + FileSystem.size(of: $1.1) }
         prepare((snapshot?.countdownCount ?? 0) + journalBytes / 90)
-        var batch: [(countdown: PersistedCountdown, hash: UInt32)] = []
-        batch.reserveCapacity(Self.restoreBatch)
+        var batch = RestoreBatch(capacity: Self.restoreBatch)
         var snapshotDamage: StorageError?
         if var reader = snapshot {
             reader.readCountdowns { row in
                 let key = row.key
-                batch.append((row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key), NameIndex.hash(key)))
+                batch.append(name: key, hash: NameIndex.hash(key), countdown: row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key))
                 if batch.count == Self.restoreBatch {
                     restore(batch)
-                    batch.removeAll(keepingCapacity: true)
+                    batch.removeAll()
                 }
             }
             if !batch.isEmpty { restore(batch) }
@@ -299,13 +298,14 @@ final class StateJournal: @unchecked Sendable {
         bytesSinceSnapshot += journal.bytesRead
         eventsSinceSnapshot = eventsSinceSnapshot || journal.sawEvents
         let highest = journal.highest, chainStart = journal.chainStart, tornTails = journal.tornTails
-        var changes: [(name: String, hash: UInt32, countdown: PersistedCountdown?)] = []
-        changes.reserveCapacity(Self.restoreBatch)
+        var changes = RestoreBatch(capacity: Self.restoreBatch)
         for change in journal.changes {
-            changes.append((change.key, change.hash, change.state?.persisted(clock: clock, sameBoot: change.sameBoot, key: change.key)))
+            changes.append(
+                name: change.key, hash: change.hash, countdown: change.state?.persisted(clock: clock, sameBoot: change.sameBoot, key: change.key)
+            )
             if changes.count == Self.restoreBatch {
                 replace(changes)
-                changes.removeAll(keepingCapacity: true)
+                changes.removeAll()
             }
         }
         if !changes.isEmpty { replace(changes) }
