@@ -441,32 +441,41 @@ public struct CountdownEngine {
     /// (nothing was announced of it: a journal's record is later than a snapshot's row), and an
     /// entry without a countdown only does that.
     ///
-    /// Each name's first bucket in the name index is read for the whole batch before any is
-    /// restored: at a million countdowns, each of those reads is a cache miss, and one waiting
-    /// on another was a fifth of a launch.
+    /// Each name's first bucket in the name index is read for 32 entries at a time before any of
+    /// them is restored: at a million countdowns, each of those reads is a cache miss, and one
+    /// waiting on another was a fifth of a launch.
     public mutating func restore(_ batch: RestoreBatch, replacing: Bool, now: Instant, events: inout [CountdownEvent]) {
-        withUnsafeTemporaryAllocation(of: Int32.self, capacity: batch.count) { homeSlots in
-            batch.hashes.withUnsafeBufferPointer { hashes in
-                for index in hashes.indices {
-                    homeSlots[index] = slotsByName.homeSlot(of: hashes[index])
-                }
-            }
-            for index in 0..<batch.count {
-                let hash = batch.hashes[index]
-                var homeSlot = homeSlots[index]
-                if replacing, homeSlot >= 0 || slotsByName.homeSlot(of: hash) >= 0 {
-                    let name = batch.names[index]
-                    if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }) {
-                        erase(slot: existing, hash: hash)
-                        homeSlot = slotsByName.homeSlot(of: hash)
+        withUnsafeTemporaryAllocation(of: Int32.self, capacity: Self.restoreWindow) { homeSlots in
+            var start = 0
+            while start < batch.count {
+                let end = min(start + Self.restoreWindow, batch.count)
+                batch.hashes.withUnsafeBufferPointer { hashes in
+                    for index in start..<end {
+                        homeSlots[index - start] = slotsByName.homeSlot(of: hashes[index])
                     }
                 }
-                if let countdown = batch.countdowns[index] {
-                    restore(countdown, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+                for index in start..<end {
+                    let hash = batch.hashes[index]
+                    var homeSlot = homeSlots[index - start]
+                    if replacing, homeSlot >= 0 || slotsByName.homeSlot(of: hash) >= 0 {
+                        let name = batch.names[index]
+                        if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }) {
+                            erase(slot: existing, hash: hash)
+                            homeSlot = slotsByName.homeSlot(of: hash)
+                        }
+                    }
+                    if let countdown = batch.countdowns[index] {
+                        restore(countdown, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+                    }
                 }
+                start = end
             }
         }
     }
+
+    /// How many names' buckets `restore(_:replacing:now:events:)` reads ahead at a time: enough
+    /// for their memory reads to overlap, few enough to stay in the cache until used.
+    private static let restoreWindow = 32
 
     /// `restore(_:hash:now:events:)`, given what the bucket where a search for `hash` begins
     /// held a moment ago (`homeSlot`): if it was empty and still is, the name is not held, and

@@ -28,10 +28,13 @@ struct JournalChainReader: Sendable {
     private let snapshotIsDatabase: Bool
     private let bootID: String?
     private let directory: String
+    private let clock: WallClockMapping
 
-    /// Every countdown the journal changed, in the order its last record came.
-    private(set) var changes: [Change] = []
-    /// From each change's hash to its place in `changes`.
+    /// Every countdown the journal changed, in the order its last record came, while reading.
+    private var changes: [Change] = []
+    /// The same, once read: on the daemon's clock, ready for the engine (`nil`: removed).
+    private(set) var changed = RestoreBatch(capacity: 0)
+    /// From each change's hash to its place in `changes` and `changed`.
     private var latest = NameIndex()
     /// The snapshot's history with the journal's events after it.
     private(set) var ring: EventRing
@@ -54,7 +57,7 @@ struct JournalChainReader: Sendable {
     /// without a snapshot), whose history, numbers and phase lists it goes on from.
     init(
         files: [(UInt64, String)], firstGeneration: UInt64, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool,
-        bootID: String?, directory: String, ring: EventRing, lastSequence: UInt64, ownerSequences: OwnerSequences,
+        bootID: String?, directory: String, clock: WallClockMapping, ring: EventRing, lastSequence: UInt64, ownerSequences: OwnerSequences,
         phaseLists: CyclePhaseInterner
     ) {
         self.files = files
@@ -63,6 +66,7 @@ struct JournalChainReader: Sendable {
         self.snapshotIsDatabase = snapshotIsDatabase
         self.bootID = bootID
         self.directory = directory
+        self.clock = clock
         self.ring = ring
         self.lastSequence = lastSequence
         self.ownerSequences = ownerSequences
@@ -70,9 +74,10 @@ struct JournalChainReader: Sendable {
         self.highest = firstGeneration
     }
 
-    /// Whether the journal changed the countdown `key` (whose `NameIndex.hash` is `hash`).
+    /// Whether the journal changed the countdown `key` (whose `NameIndex.hash` is `hash`); once
+    /// `read` has returned.
     func changed(_ key: String, hash: UInt32) -> Bool {
-        latest.find(hash: hash, matches: { changes[Int($0)].key == key }) != nil
+        latest.find(hash: hash, matches: { changed.names[Int($0)] == key }) != nil
     }
 
     /// Reads every file, checking that each continues the one before it (or the snapshot) and
@@ -142,5 +147,13 @@ struct JournalChainReader: Sendable {
             bytesRead += Int64(scan.validLength)
             sawEvents = sawEvents || eventCount > 0
         }
+        // On this thread, not the one that fills the engine: the states on the daemon's clock.
+        changed = RestoreBatch(capacity: changes.count)
+        for change in changes {
+            changed.append(
+                name: change.key, hash: change.hash, countdown: change.state?.persisted(clock: clock, sameBoot: change.sameBoot, key: change.key)
+            )
+        }
+        changes = []
     }
 }

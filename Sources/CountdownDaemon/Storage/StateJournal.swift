@@ -165,9 +165,13 @@ final class StateJournal: @unchecked Sendable {
 
     // MARK: - Recovery
 
-    /// How many countdowns recovery hands over at a time: enough for their memory reads to
-    /// overlap, few enough to stay in the cache until they are restored.
-    static let restoreBatch = 32
+    /// How many countdowns recovery hands over at a time (from the snapshot's decoding thread,
+    /// then to the engine): few hand-overs between threads, and a batch of each (some 80 KB)
+    /// stays in the cache from one thread to the other.
+    static let restoreBatch = 512
+
+    /// How many decoded batches of the snapshot may wait for the engine at a time.
+    static let batchesInFlight = 4
 
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
     /// keeping each uid's last `replayDepth` lifecycle events for the replay ring; the countdowns are
@@ -188,14 +192,15 @@ final class StateJournal: @unchecked Sendable {
     }
 
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
-    /// handing the countdowns over as they are read, in batches of at most `restoreBatch`, each
-    /// with its name's `NameIndex.hash`: a million are never gathered into an array, and each
-    /// name is hashed once.
+    /// handing the countdowns over in batches, each with its name's `NameIndex.hash`: the
+    /// snapshot's as they are read (a million are never gathered into an array), and each name
+    /// is hashed once.
     ///
     /// Order: the snapshot's header and replay history; then the snapshot's countdowns go to
-    /// `restore` while the journal is read on a thread of its own; then every countdown the
-    /// journal changed goes to `replace` (the journal's records are later: they win), with
-    /// `nil` for one it removed. `prepare` is called once before the first, with how many may
+    /// `restore`, decoded on a thread of their own, while the journal is read on a third; then
+    /// every countdown the journal changed goes to `replace` (the journal's records are later:
+    /// they win), with `nil` for one it removed. `restore` and `replace` are called on the
+    /// caller's thread. `prepare` is called once before the first, with how many may
     /// come. `Recovered.journalChanged` says which keys the journal changed. Nothing in the
     /// directory is changed (a torn tail is cut) unless everything verifies; on a throw, some
     /// countdowns may have been handed over already.
@@ -252,7 +257,7 @@ final class StateJournal: @unchecked Sendable {
         let files = try journalFiles()
         let chain = JournalChainReader(
             files: files, firstGeneration: firstGeneration, snapshotGeneration: snapshot != nil ? firstGeneration : nil,
-            snapshotIsDatabase: snapshot?.isDatabase == true, bootID: bootID, directory: directory, ring: recovered.ring,
+            snapshotIsDatabase: snapshot?.isDatabase == true, bootID: bootID, directory: directory, clock: clock, ring: recovered.ring,
             lastSequence: recovered.lastSequence, ownerSequences: recovered.ownerSequences, phaseLists: phaseLists
         )
         let clockForJournal = time
@@ -266,18 +271,35 @@ final class StateJournal: @unchecked Sendable {
         // is about 90 bytes), so the engine's tables grow once.
         let journalBytes = files.reduce(0) { $0 + FileSystem.size(of: $1.1) }
         prepare((snapshot?.countdownCount ?? 0) + journalBytes / 90)
-        var batch = RestoreBatch(capacity: Self.restoreBatch)
-        var snapshotDamage: StorageError?
-        if var reader = snapshot {
+        // The snapshot's rows are decoded (their checksums, their fields, their names hashed) on
+        // a thread of their own as well, and handed over in batches: filling the engine is this
+        // thread's part. Emptied batches go back to be filled again (nothing is allocated per
+        // batch), and at most a few wait at a time.
+        let decoded = BatchChannel<RestoreBatch>(capacity: Self.batchesInFlight)
+        let emptied = BatchChannel<RestoreBatch>(capacity: Self.batchesInFlight + 1)
+        let rowsSameBoot = snapshotSameBoot
+        let decoding = BackgroundResult(label: "countdownd.recovery.snapshot") { () -> SnapshotFile.Reader? in
+            defer { decoded.close() }
+            guard var reader = snapshot else { return nil }
+            var batch = RestoreBatch(capacity: Self.restoreBatch)
             reader.readCountdowns { row in
                 let key = row.key
-                batch.append(name: key, hash: NameIndex.hash(key), countdown: row.persisted(clock: clock, sameBoot: snapshotSameBoot, key: key))
+                batch.append(name: key, hash: NameIndex.hash(key), countdown: row.persisted(clock: clock, sameBoot: rowsSameBoot, key: key))
                 if batch.count == Self.restoreBatch {
-                    restore(batch)
-                    batch.removeAll()
+                    decoded.send(batch)
+                    batch = emptied.tryReceive() ?? RestoreBatch(capacity: Self.restoreBatch)
                 }
             }
-            if !batch.isEmpty { restore(batch) }
+            if !batch.isEmpty { decoded.send(batch) }
+            return reader
+        }
+        while var batch = decoded.receive() {
+            restore(batch)
+            batch.removeAll()
+            emptied.offer(batch)
+        }
+        var snapshotDamage: StorageError?
+        if let reader = decoding.wait() {
             do throws(StorageError) {
                 try Self.refuseDamaged(reader)
             } catch {
@@ -298,17 +320,7 @@ final class StateJournal: @unchecked Sendable {
         bytesSinceSnapshot += journal.bytesRead
         eventsSinceSnapshot = eventsSinceSnapshot || journal.sawEvents
         let highest = journal.highest, chainStart = journal.chainStart, tornTails = journal.tornTails
-        var changes = RestoreBatch(capacity: Self.restoreBatch)
-        for change in journal.changes {
-            changes.append(
-                name: change.key, hash: change.hash, countdown: change.state?.persisted(clock: clock, sameBoot: change.sameBoot, key: change.key)
-            )
-            if changes.count == Self.restoreBatch {
-                replace(changes)
-                changes.removeAll()
-            }
-        }
-        if !changes.isEmpty { replace(changes) }
+        if !journal.changed.isEmpty { replace(journal.changed) }
         recovered.journalChanged = { key, hash in journal.changed(key, hash: hash) }
         recovered.countdownsMilliseconds = (snapshotRowsRead.nanoseconds(since: historyRead) + time.now().nanoseconds(since: journalJoined)) / 1_000_000
         recovered.waitedForJournalMilliseconds = journalJoined.nanoseconds(since: snapshotRowsRead) / 1_000_000
