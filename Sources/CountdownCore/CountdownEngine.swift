@@ -194,8 +194,8 @@ public struct CountdownEngine {
     private var cyclesHeld: [UInt32: Int] = [:]
     /// What `readAhead` read, kept only so that its loads stay in the optimized code.
     private var readAheadSink: UInt32 = 0
-    /// What each owner holds (absent: nothing).
-    private var tallies: [UInt32: OwnerTally] = [:]
+    /// What each owner holds.
+    private var tallies = OwnerTallies()
 
     /// The sequence number of the last lifecycle event (0 before the first). Only lifecycle events
     /// take a number: ticks and snapshots carry the last one, so numbers survive a restart exactly
@@ -247,15 +247,12 @@ public struct CountdownEngine {
 
     /// What one owner holds, for a non-root `STATS`. O(1).
     public func tally(of owner: UInt32) -> OwnerTally {
-        tallies[owner] ?? OwnerTally()
+        tallies.tally(of: owner)
     }
 
     /// Counts a countdown of `owner` in or out of what it holds.
     private mutating func countHeld(by owner: UInt32, _ delta: Int) {
-        tallies[owner, default: OwnerTally()].held += delta
-        // Only a decrement can empty a tally (counts never go below zero): one lookup, not two,
-        // for each of a million countdowns restored.
-        if delta < 0, tallies[owner] == OwnerTally() { tallies[owner] = nil }
+        tallies.update(owner) { $0.held += delta }
     }
 
     /// Counts a countdown of `owner` into (`delta` 1) or out of (-1) `state`, if it is active.
@@ -263,14 +260,13 @@ public struct CountdownEngine {
         switch state {
         case .running:
             runningCount += delta
-            tallies[owner, default: OwnerTally()].running += delta
+            tallies.update(owner) { $0.running += delta }
         case .paused:
             pausedCount += delta
-            tallies[owner, default: OwnerTally()].paused += delta
+            tallies.update(owner) { $0.paused += delta }
         case .done, .cancelled:
             return
         }
-        if delta < 0, tallies[owner] == OwnerTally() { tallies[owner] = nil }
     }
 
     /// When the engine next has something to do (a tick, a `done`, or dropping a finished
@@ -454,18 +450,22 @@ public struct CountdownEngine {
                         homeSlots[index - start] = slotsByName.homeSlot(of: hashes[index])
                     }
                 }
-                for index in start..<end {
-                    let hash = batch.hashes[index]
-                    var homeSlot = homeSlots[index - start]
-                    if replacing, homeSlot >= 0 || slotsByName.homeSlot(of: hash) >= 0 {
-                        let name = batch.names[index]
-                        if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }) {
-                            erase(slot: existing, hash: hash)
-                            homeSlot = slotsByName.homeSlot(of: hash)
+                // (Each countdown is read in place through the buffer: bound with `if let`, or
+                // read through the array, each was copied, a tenth of filling the engine.)
+                batch.countdowns.withUnsafeBufferPointer { countdowns in
+                    for index in start..<end {
+                        let hash = batch.hashes[index]
+                        var homeSlot = homeSlots[index - start]
+                        if replacing, homeSlot >= 0 || slotsByName.homeSlot(of: hash) >= 0 {
+                            let name = batch.names[index]
+                            if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }) {
+                                erase(slot: existing, hash: hash)
+                                homeSlot = slotsByName.homeSlot(of: hash)
+                            }
                         }
-                    }
-                    if let countdown = batch.countdowns[index] {
-                        restore(countdown, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+                        if countdowns[index] != nil {
+                            restore(countdowns[index]!, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+                        }
                     }
                 }
                 start = end
