@@ -273,8 +273,8 @@ final class StateJournal: @unchecked Sendable {
         prepare((snapshot?.countdownCount ?? 0) + journalBytes / 90)
         // The snapshot's rows are decoded (their checksums, their fields, their names hashed) on
         // a thread of their own as well, and handed over in batches: filling the engine is this
-        // thread's part. Emptied batches go back to be filled again (nothing is allocated per
-        // batch), and at most a few wait at a time.
+        // thread's part. Used batches go back to be emptied and filled again there (nothing is
+        // allocated per batch), and at most a few wait at a time.
         let decoded = BatchChannel<RestoreBatch>(capacity: Self.batchesInFlight)
         let emptied = BatchChannel<RestoreBatch>(capacity: Self.batchesInFlight + 1)
         let rowsSameBoot = snapshotSameBoot
@@ -287,15 +287,19 @@ final class StateJournal: @unchecked Sendable {
                 batch.append(name: key, hash: NameIndex.hash(key), countdown: row.persisted(clock: clock, sameBoot: rowsSameBoot, key: key))
                 if batch.count == Self.restoreBatch {
                     decoded.send(batch)
-                    batch = emptied.tryReceive() ?? RestoreBatch(capacity: Self.restoreBatch)
+                    if let used = emptied.tryReceive() {
+                        batch = used
+                        batch.removeAll()  // Here, not on the thread that fills the engine.
+                    } else {
+                        batch = RestoreBatch(capacity: Self.restoreBatch)
+                    }
                 }
             }
             if !batch.isEmpty { decoded.send(batch) }
             return reader
         }
-        while var batch = decoded.receive() {
+        while let batch = decoded.receive() {
             restore(batch)
-            batch.removeAll()
             emptied.offer(batch)
         }
         var snapshotDamage: StorageError?
