@@ -16,6 +16,10 @@ enum ThreadName: String {
     case status = "cd-status"
     /// `DescriptorCloser`'s thread.
     case closer = "cd-closer"
+    /// Recovery's reader of the journal, at start (`JournalChainReader`).
+    case journalReader = "cd-journal"
+    /// Recovery's decoder of the snapshot's countdowns, at start.
+    case snapshotDecoder = "cd-decode"
 
     /// Names the calling thread.
     func apply() {

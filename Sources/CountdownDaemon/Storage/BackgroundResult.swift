@@ -9,9 +9,14 @@ final class BackgroundResult<Value: Sendable, Failure: Error>: @unchecked Sendab
     private var result: Result<Value, Failure>?
     private let finished = DispatchSemaphore(value: 0)
 
-    /// Starts `work` on a queue named `label`, at once.
-    init(label: String, _ work: @escaping @Sendable () throws(Failure) -> Value) {
-        DispatchQueue(label: label, qos: .userInitiated).async { [self] in
+    /// Starts `work` at once on a thread named `thread`.
+    ///
+    /// At the default quality of service: asking for a higher one makes libdispatch try to raise
+    /// its worker's priority, which systemd's sandbox refuses, and libdispatch says so in the
+    /// journal at every start.
+    init(thread: ThreadName, _ work: @escaping @Sendable () throws(Failure) -> Value) {
+        DispatchQueue(label: "countdownd.\(thread.rawValue)").async { [self] in
+            thread.apply()
             result = Result { () throws(Failure) -> Value in try work() }
             finished.signal()
         }

@@ -261,7 +261,7 @@ final class StateJournal: @unchecked Sendable {
             lastSequence: recovered.lastSequence, ownerSequences: recovered.ownerSequences, phaseLists: phaseLists
         )
         let clockForJournal = time
-        let reading = BackgroundResult(label: "countdownd.recovery.journal") { () throws(StorageError) -> (JournalChainReader, Int64) in
+        let reading = BackgroundResult(thread: .journalReader) { () throws(StorageError) -> (JournalChainReader, Int64) in
             let began = clockForJournal.now()
             var chain = chain
             try chain.read()
@@ -278,7 +278,7 @@ final class StateJournal: @unchecked Sendable {
         let decoded = BatchChannel<RestoreBatch>(capacity: Self.batchesInFlight)
         let emptied = BatchChannel<RestoreBatch>(capacity: Self.batchesInFlight + 1)
         let rowsSameBoot = snapshotSameBoot
-        let decoding = BackgroundResult(label: "countdownd.recovery.snapshot") { () -> SnapshotFile.Reader? in
+        let decoding = BackgroundResult(thread: .snapshotDecoder) { () -> SnapshotFile.Reader? in
             defer { decoded.close() }
             guard var reader = snapshot else { return nil }
             var batch = RestoreBatch(capacity: Self.restoreBatch)

@@ -11,7 +11,7 @@ struct RecoveryThreadsTests {
     @Test("a producer on another thread sends 1,000 elements through a channel with room for 2: all arrive, in order, then nil, and nil again")
     func channelKeepsOrder() {
         let channel = BatchChannel<[Int]>(capacity: 2)
-        let producer = BackgroundResult(label: "test.producer") { () -> Int in
+        let producer = BackgroundResult(thread: .snapshotDecoder) { () -> Int in
             for value in 0..<1_000 {
                 channel.send([value, value * 2])
             }
@@ -46,9 +46,9 @@ struct RecoveryThreadsTests {
 
     @Test("a background result hands back what its work returned, or what it threw")
     func backgroundResult() throws {
-        let returned = BackgroundResult(label: "test.returns") { () throws(StorageError) -> String in "read" }
+        let returned = BackgroundResult(thread: .journalReader) { () throws(StorageError) -> String in "read" }
         #expect(try returned.wait() == "read")
-        let thrown = BackgroundResult(label: "test.throws") { () throws(StorageError) -> String in
+        let thrown = BackgroundResult(thread: .journalReader) { () throws(StorageError) -> String in
             throw .damaged(path: "/nowhere/journal.000000000001", reason: "frames are missing")
         }
         #expect(throws: StorageError.self) { try thrown.wait() }
