@@ -185,7 +185,9 @@ public struct CountdownEngine {
 
     /// By slot; read by listings (`CountdownEngine+Listing.swift`), changed only in this file.
     private(set) var records = SlotTable<Record>()
-    private var freeSlots: [Int32] = []
+    /// Slots freed, each with the first generation a record placed there may have: one past its
+    /// last record's, so that wake-ups of that record still in the heap stay stale for the next.
+    private var freeSlots: [(slot: Int32, generation: UInt32)] = []
     private var slotsByName = NameIndex()
     private var heap = TimerHeap()
     /// The phases of the countdowns that are cycles (`Record.isCycle`), by name.
@@ -503,7 +505,8 @@ public struct CountdownEngine {
                 finishPastDeadline(&record, now: now, afterRestart: true)
             }
         }
-        let slot = allocateSlot()
+        let (slot, firstGeneration) = allocateSlot()
+        record.generation = record.generation &+ firstGeneration
         slotsByName.insert(hash: hash, slot: slot)
         countHeld(by: record.owner, 1)
         if record.state == .done && persisted.state == .running {
@@ -611,7 +614,7 @@ public struct CountdownEngine {
         } else {
             try checkRoom(forNewCountdownOf: requester)
             if cycle != nil { try checkRoom(forCycleOf: requester) }
-            slot = allocateSlot()
+            (slot, generation) = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
             countHeld(by: requester, 1)
         }
@@ -1059,8 +1062,7 @@ public struct CountdownEngine {
         revert(name, hash: NameIndex.hash(name), to: previous, now: now)
     }
 
-    /// `revert(_:to:now:)`, with the name's `NameIndex.hash` already computed. Recovery uses it
-    /// to drop, silently, what it restored from the snapshot under a name the journal changed.
+    /// `revert(_:to:now:)`, with the name's `NameIndex.hash` already computed.
     public mutating func revert(_ name: String, hash: UInt32, to previous: PersistedCountdown?, now: Instant) {
         let existing = slotsByName.find(hash: hash) { records[Int($0)]?.name == name }
         var generation: UInt32 = 0
@@ -1076,7 +1078,7 @@ public struct CountdownEngine {
             slot = existing
         } else {
             guard let previous else { return }
-            slot = allocateSlot()
+            (slot, generation) = allocateSlot()
             slotsByName.insert(hash: hash, slot: slot)
             countHeld(by: previous.owner, 1)
         }
@@ -1095,8 +1097,7 @@ public struct CountdownEngine {
         if current.isCycle { forgetCycle(of: current.name, owner: current.owner) }
         slotsByName.remove(hash: hash, slot: slot)
         countHeld(by: current.owner, -1)
-        records[Int(slot)] = nil
-        freeSlots.append(slot)
+        freeSlot(slot, after: current.generation)
         dropStaleTop()
     }
 
@@ -1300,12 +1301,19 @@ public struct CountdownEngine {
         }
     }
 
-    private mutating func allocateSlot() -> Int32 {
-        if let slot = freeSlots.popLast() {
-            return slot
+    /// A slot for a new record, and the generation its record starts from (see `freeSlots`).
+    private mutating func allocateSlot() -> (slot: Int32, generation: UInt32) {
+        if let free = freeSlots.popLast() {
+            return free
         }
         records.append(nil)
-        return Int32(records.count - 1)
+        return (Int32(records.count - 1), 0)
+    }
+
+    /// Frees `slot`, whose last record had `generation`.
+    private mutating func freeSlot(_ slot: Int32, after generation: UInt32) {
+        records[Int(slot)] = nil
+        freeSlots.append((slot, generation &+ 1))
     }
 
     private mutating func emit(in slot: Int32, _ kind: EventKind, _ record: Record, remaining: Int64, into events: inout [CountdownEvent]) {
@@ -1485,13 +1493,14 @@ public struct CountdownEngine {
     }
 
     private mutating func purge(slot: Int32, name: String) {
+        var generation: UInt32 = 0
         if let record = records[Int(slot)] {
             countHeld(by: record.owner, -1)
             if record.isCycle { forgetCycle(of: name, owner: record.owner) }
+            generation = record.generation
         }
         slotsByName.remove(hash: NameIndex.hash(name), slot: slot)
-        records[Int(slot)] = nil
-        freeSlots.append(slot)
+        freeSlot(slot, after: generation)
     }
 
     /// Pops stale entries off the top, so `nextWakeup` names a real event.

@@ -131,6 +131,38 @@ struct EngineSlotReuseTests {
         #expect(lifeOf("second", in: clock) == ["tick 3000", "tick 2000", "tick 1000", "done 0"])
     }
 
+    @Test("at a restart, the journal's cancelled countdown takes the slot of the snapshot's running row without its wake-up, though other countdowns keep that wake-up from the heap's top: removed once, at the end of its retention")
+    func replacedAtRestore() {
+        var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 600_000))
+        let start = clock.now
+        func running(_ name: String, _ milliseconds: Int64) -> PersistedCountdown {
+            PersistedCountdown(
+                name: name, state: .running, totalMilliseconds: milliseconds, deadline: start.advanced(byMilliseconds: milliseconds),
+                remainingNanoseconds: 0, finishedAt: nil, owner: 0
+            )
+        }
+        var events: [CountdownEvent] = []
+        var snapshot = RestoreBatch(capacity: 3)
+        for (name, milliseconds) in [("early", Int64(60_000)), ("x", 300_000), ("later", 3_600_000)] {
+            snapshot.append(name: name, hash: NameIndex.hash(name), countdown: running(name, milliseconds))
+        }
+        clock.engine.restore(snapshot, replacing: false, now: start, events: &events)
+        var journal = RestoreBatch(capacity: 1)
+        let cancelled = PersistedCountdown(
+            name: "x", state: .cancelled, totalMilliseconds: 300_000, deadline: nil, remainingNanoseconds: 240_000_000_000,
+            finishedAt: start, owner: 0
+        )
+        journal.append(name: "x", hash: NameIndex.hash("x"), countdown: cancelled)
+        clock.engine.restore(journal, replacing: true, now: start, events: &events)
+        #expect(events.isEmpty, "nothing announced at the restore")
+        clock.advance(byMilliseconds: 400_000)  // Past the snapshot row's deadline (300 s).
+        #expect(clock.events(of: "early").filter { $0.1 == .done }.count == 1, "other countdowns came due meanwhile")
+        #expect(!clock.events(of: "x").contains { $0.1 == .removed }, "not removed at the replaced row's old wake-up")
+        clock.advance(byMilliseconds: 300_000)  // Past the end of its retention (600 s).
+        #expect(clock.events(of: "x").map(\.1) == [.removed], "removed once, at the end of its retention")
+        #expect((try? clock.engine.status(of: "later", now: clock.now))?.state == .running)
+    }
+
     @Test("a countdown forgotten at the end of its retention, with wake-ups of an earlier schedule still queued, leaves nothing to the one that takes its slot")
     func purgedSlot() throws {
         var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 1_000))

@@ -8,12 +8,8 @@ import Synchronization
 /// and open. Elements should be large batches: each hand-over can cost a wake-up of the other
 /// thread.
 final class BatchChannel<Element: Sendable>: Sendable {
-    private struct State: Sendable {
-        var waiting: [Element] = []
-        var closed = false
-    }
-
-    private let state = Mutex(State())
+    /// The elements sent and not yet received, oldest first.
+    private let waiting = Mutex<[Element]>([])
     /// Signalled once for each element sent, and once at the close.
     private let sent = DispatchSemaphore(value: 0)
     /// Counts the free places.
@@ -32,7 +28,7 @@ final class BatchChannel<Element: Sendable>: Sendable {
     /// Hands `element` over, waiting while `capacity` elements wait already. Not after `close`.
     func send(_ element: Element) {
         room.wait()
-        state.withLock { $0.waiting.append(element) }
+        waiting.withLock { $0.append(element) }
         sent.signal()
     }
 
@@ -40,22 +36,22 @@ final class BatchChannel<Element: Sendable>: Sendable {
     /// what may be reused.
     func offer(_ element: Element) {
         guard room.wait(timeout: .now()) == .success else { return }
-        state.withLock { $0.waiting.append(element) }
+        waiting.withLock { $0.append(element) }
         sent.signal()
     }
 
     /// Says that nothing more is sent: `receive` returns `nil` once the waiting ones are taken.
+    /// Call it once, after the last `send`.
     func close() {
-        state.withLock { $0.closed = true }
-        sent.signal()
+        sent.signal()  // With nothing waiting behind it, `receive` reads it as the end.
     }
 
     /// The oldest element sent and not yet received, waiting for one; `nil` once the channel is
     /// closed and empty.
     func receive() -> Element? {
         sent.wait()
-        let element = state.withLock { state -> Element? in
-            state.waiting.isEmpty ? nil : state.waiting.removeFirst()
+        let element = waiting.withLock { waiting -> Element? in
+            waiting.isEmpty ? nil : waiting.removeFirst()
         }
         if element != nil {
             room.signal()
@@ -68,8 +64,8 @@ final class BatchChannel<Element: Sendable>: Sendable {
     /// The oldest element waiting, or `nil` at once when none waits.
     func tryReceive() -> Element? {
         guard sent.wait(timeout: .now()) == .success else { return nil }
-        let element = state.withLock { state -> Element? in
-            state.waiting.isEmpty ? nil : state.waiting.removeFirst()
+        let element = waiting.withLock { waiting -> Element? in
+            waiting.isEmpty ? nil : waiting.removeFirst()
         }
         if element != nil {
             room.signal()

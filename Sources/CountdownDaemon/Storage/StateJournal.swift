@@ -867,4 +867,3 @@ final class StateJournal: @unchecked Sendable {
         }
     }
 }
-
