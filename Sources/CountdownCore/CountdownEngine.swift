@@ -434,15 +434,17 @@ public struct CountdownEngine {
         restore(persisted, hash: hash, homeSlot: slotsByName.homeSlot(of: hash), now: now, events: &events)
     }
 
-    /// Restores a batch read from storage, in order, as `restore(_:hash:now:events:)` does each.
-    /// With `replacing`, whatever was restored before under each name goes first, silently
-    /// (nothing was announced of it: a journal's record is later than a snapshot's row), and an
-    /// entry without a countdown only does that.
+    /// Restores a batch read from storage, in order, as of its `now`, as `restore(_:hash:now:events:)`
+    /// does each. With `replacing`, whatever was restored before under each name goes first,
+    /// silently (nothing was announced of it: a journal's record is later than a snapshot's
+    /// row), and an entry without a countdown only does that.
     ///
     /// Each name's first bucket in the name index is read for 32 entries at a time before any of
     /// them is restored: at a million countdowns, each of those reads is a cache miss, and one
     /// waiting on another was a fifth of a launch.
-    public mutating func restore(_ batch: RestoreBatch, replacing: Bool, now: Instant, events: inout [CountdownEvent]) {
+    public mutating func restore(_ batch: RestoreBatch, replacing: Bool, events: inout [CountdownEvent]) {
+        let now = batch.now
+        var nextCycle = batch.cycles.startIndex
         withUnsafeTemporaryAllocation(of: Int32.self, capacity: Self.restoreWindow) { homeSlots in
             var start = 0
             while start < batch.count {
@@ -452,22 +454,25 @@ public struct CountdownEngine {
                         homeSlots[index - start] = slotsByName.homeSlot(of: hashes[index])
                     }
                 }
-                // (Each countdown is read in place through the buffer: bound with `if let`, or
-                // read through the array, each was copied, a tenth of filling the engine.)
-                batch.countdowns.withUnsafeBufferPointer { countdowns in
+                // (Each record is read in place through the buffer: read through the array, each
+                // was copied.)
+                batch.records.withUnsafeBufferPointer { records in
                     for index in start..<end {
                         let hash = batch.hashes[index]
                         var homeSlot = homeSlots[index - start]
                         if replacing, homeSlot >= 0 || slotsByName.homeSlot(of: hash) >= 0 {
-                            let name = batch.names[index]
-                            if let existing = slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == name }) {
+                            let name = records[index].name
+                            if let existing = slotsByName.find(hash: hash, matches: { self.records[Int($0)]?.name == name }) {
                                 erase(slot: existing, hash: hash)
                                 homeSlot = slotsByName.homeSlot(of: hash)
                             }
                         }
-                        if countdowns[index] != nil {
-                            restore(countdowns[index]!, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+                        var cycle: CountdownCycle?
+                        if nextCycle < batch.cycles.endIndex && batch.cycles[nextCycle].index == index {
+                            cycle = batch.cycles[nextCycle].cycle
+                            nextCycle += 1
                         }
+                        restore(records[index], cycle: cycle, hash: hash, homeSlot: homeSlot, now: now, events: &events)
                     }
                 }
                 start = end
@@ -475,7 +480,7 @@ public struct CountdownEngine {
         }
     }
 
-    /// How many names' buckets `restore(_:replacing:now:events:)` reads ahead at a time: enough
+    /// How many names' buckets `restore(_:replacing:events:)` reads ahead at a time: enough
     /// for their memory reads to overlap, few enough to stay in the cache until used.
     private static let restoreWindow = 32
 
@@ -486,19 +491,28 @@ public struct CountdownEngine {
     private mutating func restore(
         _ persisted: PersistedCountdown, hash: UInt32, homeSlot: Int32, now: Instant, events: inout [CountdownEvent]
     ) -> Bool {
-        guard persisted.totalMilliseconds > 0 else { return false }
+        restore(Record(persisted, generation: 0, now: now), cycle: persisted.cycle, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+    }
+
+    /// `restore(_:hash:homeSlot:now:events:)`, given the countdown as a record of generation 0
+    /// (`RestoreBatch` makes them as it is filled) and its cycle.
+    @discardableResult
+    private mutating func restore(
+        _ restored: Record, cycle: CountdownCycle?, hash: UInt32, homeSlot: Int32, now: Instant, events: inout [CountdownEvent]
+    ) -> Bool {
+        guard restored.totalMilliseconds > 0 else { return false }
         // (Empty then and now: an insertion since could only have filled it.)
         let certainlyAbsent = homeSlot < 0 && slotsByName.homeSlot(of: hash) < 0
-        guard certainlyAbsent || slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == persisted.name }) == nil else {
+        guard certainlyAbsent || slotsByName.find(hash: hash, matches: { records[Int($0)]?.name == restored.name }) == nil else {
             return false
         }
-        var record = Record(persisted, generation: 0, now: now)
-        setCycle(persisted.cycle, of: &record)
+        var record = restored
+        setCycle(cycle, of: &record)
         var boundaryPassed: CountdownCycle?
         if !configuration.decidesLocally {
             // A replica restores what it held; the shared store finishes and forgets (`takeDue`).
         } else if record.state == .running && record.deadline <= now {
-            if let cycle = persisted.cycle, !cycle.isLastPhase {
+            if let cycle, !cycle.isLastPhase {
                 // Its next phases begin below, once it has its slot, each with how late.
                 boundaryPassed = cycle
             } else {
@@ -509,7 +523,7 @@ public struct CountdownEngine {
         record.generation = record.generation &+ firstGeneration
         slotsByName.insert(hash: hash, slot: slot)
         countHeld(by: record.owner, 1)
-        if record.state == .done && persisted.state == .running {
+        if record.state == .done && restored.state == .running {
             emit(in: slot, .done, record, remaining: 0, into: &events)
         }
         place(record, in: slot, now: now)

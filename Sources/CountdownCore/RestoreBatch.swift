@@ -1,52 +1,101 @@
 /// Countdowns read from storage, handed to the engine a batch at a time
-/// (`CountdownEngine.restore(_:replacing:now:events:)`), each with its name and the name's
-/// `NameIndex.hash`.
+/// (`CountdownEngine.restore(_:replacing:events:)`), each with the name's `NameIndex.hash`.
 ///
-/// Kept as three arrays side by side, not one array of entries: the engine first reads every
-/// hash's bucket in its name index in one tight loop, so that those cache misses overlap, and
-/// read from an array of whole entries, each hash came with a copy of its countdown.
+/// Each countdown is kept as the engine's own record, made when it is appended: recovery
+/// appends on the threads that read storage, so the thread that fills the engine only places
+/// records, which was a tenth of its work when it converted each `PersistedCountdown` itself.
+/// Hashes and records are kept side by side, not as one array of entries: the engine first reads
+/// every hash's bucket in its name index in one tight loop, so that those cache misses overlap.
 public struct RestoreBatch: Sendable {
-    /// Each entry's name (its key: `owner/name`, or the bare name for root's).
-    public private(set) var names: [String] = []
-    /// Each name's `NameIndex.hash`.
+    /// The instant the batch is restored as of: a countdown's missing instants are taken as it,
+    /// and a running countdown whose deadline is not after it is late
+    /// (`takeLateCountdowns()`).
+    public let now: Instant
+    /// Each entry's `NameIndex.hash`.
     public private(set) var hashes: [UInt32] = []
-    /// Each entry's countdown; `nil` for a name whose countdown a later record removed.
-    public private(set) var countdowns: [PersistedCountdown?] = []
+    /// Each entry as a record of generation 0. A removal (`append` without a countdown) is a
+    /// record of no duration, which the engine never restores, as it restores no such countdown.
+    private(set) var records: [CountdownEngine.Record] = []
+    /// The cycles among the entries, by index, in order: a plain countdown pays nothing for them.
+    private(set) var cycles: [(index: Int, cycle: CountdownCycle)] = []
+    /// The entries that are late, by index.
+    private var lateIndices: [Int] = []
 
-    /// An empty batch with room for `capacity` entries.
-    public init(capacity: Int) {
-        names.reserveCapacity(capacity)
+    /// An empty batch with room for `capacity` entries, to be restored as of `now`.
+    public init(capacity: Int, now: Instant) {
+        self.now = now
         hashes.reserveCapacity(capacity)
-        countdowns.reserveCapacity(capacity)
+        records.reserveCapacity(capacity)
     }
 
     /// How many entries it holds.
     public var count: Int { hashes.count }
     public var isEmpty: Bool { hashes.isEmpty }
 
+    /// The name of entry `index`.
+    public func name(at index: Int) -> String { records[index].name }
+
     /// Adds `countdown` (or, with `nil`, the removal of `name`), whose name hashes to `hash`.
     public mutating func append(name: String, hash: UInt32, countdown: PersistedCountdown?) {
-        names.append(name)
         hashes.append(hash)
-        countdowns.append(countdown)
+        guard let countdown else {
+            records.append(CountdownEngine.Record(
+                name: name, state: .cancelled, totalMilliseconds: 0, deadline: now, remainingNanoseconds: 0, finishedAt: now,
+                owner: 0, generation: 0, lateMilliseconds: nil
+            ))
+            return
+        }
+        var record = CountdownEngine.Record(countdown, generation: 0, now: now)
+        if let cycle = countdown.cycle {
+            record.isCycle = true
+            cycles.append((records.count, cycle))
+        }
+        if record.state == .running && record.deadline <= now && record.totalMilliseconds > 0 {
+            lateIndices.append(records.count)
+        }
+        records.append(record)
     }
 
     /// Empties it, keeping its room.
     public mutating func removeAll() {
-        names.removeAll(keepingCapacity: true)
         hashes.removeAll(keepingCapacity: true)
-        countdowns.removeAll(keepingCapacity: true)
+        records.removeAll(keepingCapacity: true)
+        cycles.removeAll(keepingCapacity: true)
+        lateIndices.removeAll(keepingCapacity: true)
     }
 
-    /// The same entries, with `nil` in place of each countdown `isKept` says no to: restored
-    /// with `replacing`, such an entry still removes what was restored before under its name.
-    public func keepingCountdowns(where isKept: (PersistedCountdown) -> Bool) -> RestoreBatch {
-        var kept = self
-        for index in countdowns.indices {
-            if let countdown = countdowns[index], !isKept(countdown) {
-                kept.countdowns[index] = nil
-            }
+    /// Its countdowns, in order, removals left out: each with the fields its state has, as
+    /// storage keeps it.
+    public var countdowns: [PersistedCountdown] {
+        var countdowns: [PersistedCountdown] = []
+        var nextCycle = cycles.startIndex
+        for index in records.indices where records[index].totalMilliseconds > 0 {
+            while nextCycle < cycles.endIndex && cycles[nextCycle].index < index { nextCycle += 1 }
+            let cycle = nextCycle < cycles.endIndex && cycles[nextCycle].index == index ? cycles[nextCycle].cycle : nil
+            countdowns.append(records[index].persisted(cycle: cycle))
         }
-        return kept
+        return countdowns
+    }
+
+    /// Whether it holds running countdowns whose deadline is not after `now`.
+    public var hasLateCountdowns: Bool { !lateIndices.isEmpty }
+
+    /// Takes the running countdowns whose deadline is not after `now` out of the batch, in its
+    /// order, each with its hash: each entry becomes the removal of its name, so that restored
+    /// with `replacing` it still removes what was restored before under that name. Recovery
+    /// restores late countdowns after all others, in deadline order, so their `done`s come out
+    /// in the order they were due.
+    public mutating func takeLateCountdowns() -> [(countdown: PersistedCountdown, hash: UInt32)] {
+        var late: [(countdown: PersistedCountdown, hash: UInt32)] = []
+        late.reserveCapacity(lateIndices.count)
+        var nextCycle = cycles.startIndex
+        for index in lateIndices {
+            while nextCycle < cycles.endIndex && cycles[nextCycle].index < index { nextCycle += 1 }
+            let cycle = nextCycle < cycles.endIndex && cycles[nextCycle].index == index ? cycles[nextCycle].cycle : nil
+            late.append((records[index].persisted(cycle: cycle), hashes[index]))
+            records[index].totalMilliseconds = 0
+        }
+        lateIndices.removeAll(keepingCapacity: true)
+        return late
     }
 }

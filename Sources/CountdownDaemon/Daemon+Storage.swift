@@ -26,30 +26,23 @@ extension Daemon {
         // the engine as they are read, in no order (the scheduler orders them): sorting a
         // million took a fifth of the start-up, and gathering them first, a third.
         var late: [(countdown: PersistedCountdown, hash: UInt32, fromSnapshot: Bool)] = []
-        func isLate(_ countdown: PersistedCountdown) -> Bool {
-            countdown.state == .running && (countdown.deadline ?? now) <= now
-        }
         // A batch of the snapshot's rows, or (`replacing`) of the journal's later states, each
         // of which replaces whatever the snapshot restored under its name.
-        func restore(_ batch: RestoreBatch, replacing: Bool) {
-            guard batch.countdowns.contains(where: { $0.map(isLate) == true }) else {
-                engine.restore(batch, replacing: replacing, now: now, events: &events)
-                return
-            }
-            for index in 0..<batch.count {
-                if let countdown = batch.countdowns[index], isLate(countdown) {
-                    late.append((countdown, batch.hashes[index], !replacing))
+        func restore(_ batch: inout RestoreBatch, replacing: Bool) {
+            if batch.hasLateCountdowns {
+                for (countdown, hash) in batch.takeLateCountdowns() {
+                    late.append((countdown, hash, !replacing))
                 }
             }
-            engine.restore(batch.keepingCountdowns { !isLate($0) }, replacing: replacing, now: now, events: &events)
+            engine.restore(batch, replacing: replacing, events: &events)
         }
         var recovered: StateJournal.Recovered
         do throws(StorageError) {
             recovered = try journal.recover(
-                clock: clock, bootID: SystemClock.bootID, replayDepth: configuration.replayEventsPerUser,
+                clock: clock, asOf: now, bootID: SystemClock.bootID, replayDepth: configuration.replayEventsPerUser,
                 prepare: { engine.reserveCapacity(forAdditional: $0) },
-                restore: { restore($0, replacing: false) },
-                replace: { restore($0, replacing: true) }
+                restore: { restore(&$0, replacing: false) },
+                replace: { restore(&$0, replacing: true) }
             )
         } catch {
             throw .storage("cannot start: \(error); \(error.advice)")

@@ -142,18 +142,18 @@ struct EngineSlotReuseTests {
             )
         }
         var events: [CountdownEvent] = []
-        var snapshot = RestoreBatch(capacity: 3)
+        var snapshot = RestoreBatch(capacity: 3, now: start)
         for (name, milliseconds) in [("early", Int64(60_000)), ("x", 300_000), ("later", 3_600_000)] {
             snapshot.append(name: name, hash: NameIndex.hash(name), countdown: running(name, milliseconds))
         }
-        clock.engine.restore(snapshot, replacing: false, now: start, events: &events)
-        var journal = RestoreBatch(capacity: 1)
+        clock.engine.restore(snapshot, replacing: false, events: &events)
+        var journal = RestoreBatch(capacity: 1, now: start)
         let cancelled = PersistedCountdown(
             name: "x", state: .cancelled, totalMilliseconds: 300_000, deadline: nil, remainingNanoseconds: 240_000_000_000,
             finishedAt: start, owner: 0
         )
         journal.append(name: "x", hash: NameIndex.hash("x"), countdown: cancelled)
-        clock.engine.restore(journal, replacing: true, now: start, events: &events)
+        clock.engine.restore(journal, replacing: true, events: &events)
         #expect(events.isEmpty, "nothing announced at the restore")
         clock.advance(byMilliseconds: 400_000)  // Past the snapshot row's deadline (300 s).
         #expect(clock.events(of: "early").filter { $0.1 == .done }.count == 1, "other countdowns came due meanwhile")

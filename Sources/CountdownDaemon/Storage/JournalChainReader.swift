@@ -29,11 +29,13 @@ struct JournalChainReader: Sendable {
     private let bootID: String?
     private let directory: String
     private let clock: WallClockMapping
+    /// The instant the countdowns are restored as of (`RestoreBatch.now`).
+    private let now: Instant
 
     /// Every countdown the journal changed, in the order its last record came, while reading.
     private var changes: [Change] = []
     /// The same, once read: on the daemon's clock, ready for the engine (`nil`: removed).
-    private(set) var changed = RestoreBatch(capacity: 0)
+    private(set) var changed: RestoreBatch
     /// From each change's hash to its place in `changes` and `changed`.
     private var latest = NameIndex()
     /// The snapshot's history with the journal's events after it.
@@ -54,10 +56,11 @@ struct JournalChainReader: Sendable {
 
     /// A reader of `files` (by generation, as `StateJournal.journalFiles` lists them), which
     /// continue a snapshot of journal generation `firstGeneration` (`snapshotGeneration`, `nil`
-    /// without a snapshot), whose history, numbers and phase lists it goes on from.
+    /// without a snapshot), whose history, numbers and phase lists it goes on from. The
+    /// countdowns it changed are put on the daemon's `clock`, to be restored as of `now`.
     init(
         files: [(UInt64, String)], firstGeneration: UInt64, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool,
-        bootID: String?, directory: String, clock: WallClockMapping, ring: EventRing, lastSequence: UInt64, ownerSequences: OwnerSequences,
+        bootID: String?, directory: String, clock: WallClockMapping, now: Instant, ring: EventRing, lastSequence: UInt64, ownerSequences: OwnerSequences,
         phaseLists: CyclePhaseInterner
     ) {
         self.files = files
@@ -67,6 +70,8 @@ struct JournalChainReader: Sendable {
         self.bootID = bootID
         self.directory = directory
         self.clock = clock
+        self.now = now
+        self.changed = RestoreBatch(capacity: 0, now: now)
         self.ring = ring
         self.lastSequence = lastSequence
         self.ownerSequences = ownerSequences
@@ -77,7 +82,7 @@ struct JournalChainReader: Sendable {
     /// Whether the journal changed the countdown `key` (whose `NameIndex.hash` is `hash`); once
     /// `read` has returned.
     func changed(_ key: String, hash: UInt32) -> Bool {
-        latest.find(hash: hash, matches: { changed.names[Int($0)] == key }) != nil
+        latest.find(hash: hash, matches: { changed.name(at: Int($0)) == key }) != nil
     }
 
     /// Reads every file, checking that each continues the one before it (or the snapshot) and
@@ -148,7 +153,7 @@ struct JournalChainReader: Sendable {
             sawEvents = sawEvents || eventCount > 0
         }
         // On this thread, not the one that fills the engine: the states on the daemon's clock.
-        changed = RestoreBatch(capacity: changes.count)
+        changed = RestoreBatch(capacity: changes.count, now: now)
         for change in changes {
             changed.append(
                 name: change.key, hash: change.hash, countdown: change.state?.persisted(clock: clock, sameBoot: change.sameBoot, key: change.key)

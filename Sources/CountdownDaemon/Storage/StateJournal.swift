@@ -181,10 +181,10 @@ final class StateJournal: @unchecked Sendable {
         var countdowns: [PersistedCountdown] = []
         var changed: [PersistedCountdown] = []
         var recovered = try recover(
-            clock: clock, bootID: bootID, replayDepth: replayDepth,
+            clock: clock, asOf: time.now(), bootID: bootID, replayDepth: replayDepth,
             prepare: { countdowns.reserveCapacity($0) },
-            restore: { batch in countdowns.append(contentsOf: batch.countdowns.compactMap { $0 }) },
-            replace: { batch in changed.append(contentsOf: batch.countdowns.compactMap { $0 }) }
+            restore: { batch in countdowns.append(contentsOf: batch.countdowns) },
+            replace: { batch in changed.append(contentsOf: batch.countdowns) }
         )
         let journalChanged = recovered.journalChanged
         recovered.countdowns = countdowns.filter { !journalChanged($0.name, NameIndex.hash($0.name)) } + changed
@@ -199,17 +199,18 @@ final class StateJournal: @unchecked Sendable {
     /// Order: the snapshot's header and replay history; then the snapshot's countdowns go to
     /// `restore`, decoded on a thread of their own, while the journal is read on a third; then
     /// every countdown the journal changed goes to `replace` (the journal's records are later:
-    /// they win), with `nil` for one it removed. `restore` and `replace` are called on the
-    /// caller's thread. `prepare` is called once before the first, with how many may
-    /// come. `Recovered.journalChanged` says which keys the journal changed. Nothing in the
+    /// they win), with a removal for one it removed. Every batch is on the daemon's `clock`, to
+    /// be restored as of `now`; `restore` and `replace` are called on the caller's thread, and
+    /// may take entries out of the batch they are given (`RestoreBatch.takeLateCountdowns()`).
+    /// `prepare` is called once before the first, with how many may come. `Recovered.journalChanged` says which keys the journal changed. Nothing in the
     /// directory is changed (a torn tail is cut) unless everything verifies; on a throw, some
     /// countdowns may have been handed over already.
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(
-        clock: WallClockMapping, bootID: String?, replayDepth: Int,
+        clock: WallClockMapping, asOf now: Instant, bootID: String?, replayDepth: Int,
         prepare: (Int) -> Void,
-        restore: (RestoreBatch) -> Void,
-        replace: (RestoreBatch) -> Void
+        restore: (inout RestoreBatch) -> Void,
+        replace: (inout RestoreBatch) -> Void
     ) throws(StorageError) -> Recovered {
         try FileSystem.createDirectory(directory)
         let lockedBefore = access(directory + "/" + StateDirectoryLock.fileName, F_OK) == 0
@@ -257,7 +258,7 @@ final class StateJournal: @unchecked Sendable {
         let files = try journalFiles()
         let chain = JournalChainReader(
             files: files, firstGeneration: firstGeneration, snapshotGeneration: snapshot != nil ? firstGeneration : nil,
-            snapshotIsDatabase: snapshot?.isDatabase == true, bootID: bootID, directory: directory, clock: clock, ring: recovered.ring,
+            snapshotIsDatabase: snapshot?.isDatabase == true, bootID: bootID, directory: directory, clock: clock, now: now, ring: recovered.ring,
             lastSequence: recovered.lastSequence, ownerSequences: recovered.ownerSequences, phaseLists: phaseLists
         )
         let clockForJournal = time
@@ -281,7 +282,7 @@ final class StateJournal: @unchecked Sendable {
         let decoding = BackgroundResult(thread: .snapshotDecoder) { () -> SnapshotFile.Reader? in
             defer { decoded.close() }
             guard var reader = snapshot else { return nil }
-            var batch = RestoreBatch(capacity: Self.restoreBatch)
+            var batch = RestoreBatch(capacity: Self.restoreBatch, now: now)
             reader.readCountdowns { row in
                 let key = row.key
                 batch.append(name: key, hash: NameIndex.hash(key), countdown: row.persisted(clock: clock, sameBoot: rowsSameBoot, key: key))
@@ -291,15 +292,15 @@ final class StateJournal: @unchecked Sendable {
                         batch = used
                         batch.removeAll()  // Here, not on the thread that fills the engine.
                     } else {
-                        batch = RestoreBatch(capacity: Self.restoreBatch)
+                        batch = RestoreBatch(capacity: Self.restoreBatch, now: now)
                     }
                 }
             }
             if !batch.isEmpty { decoded.send(batch) }
             return reader
         }
-        while let batch = decoded.receive() {
-            restore(batch)
+        while var batch = decoded.receive() {
+            restore(&batch)
             emptied.offer(batch)
         }
         var snapshotDamage: StorageError?
@@ -324,7 +325,10 @@ final class StateJournal: @unchecked Sendable {
         bytesSinceSnapshot += journal.bytesRead
         eventsSinceSnapshot = eventsSinceSnapshot || journal.sawEvents
         let highest = journal.highest, chainStart = journal.chainStart, tornTails = journal.tornTails
-        if !journal.changed.isEmpty { replace(journal.changed) }
+        if !journal.changed.isEmpty {
+            var changed = journal.changed
+            replace(&changed)
+        }
         recovered.journalChanged = { key, hash in journal.changed(key, hash: hash) }
         recovered.countdownsMilliseconds = (snapshotRowsRead.nanoseconds(since: historyRead) + time.now().nanoseconds(since: journalJoined)) / 1_000_000
         recovered.waitedForJournalMilliseconds = journalJoined.nanoseconds(since: snapshotRowsRead) / 1_000_000
