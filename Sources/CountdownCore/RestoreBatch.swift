@@ -35,8 +35,10 @@ public struct RestoreBatch: Sendable {
     /// The name of entry `index`.
     public func name(at index: Int) -> String { records[index].name }
 
-    /// Adds `countdown` (or, with `nil`, the removal of `name`), whose name hashes to `hash`.
+    /// Adds `countdown` (or, with `nil`, the removal of `name`), whose name hashes to `hash`;
+    /// a countdown's `name` is its own.
     public mutating func append(name: String, hash: UInt32, countdown: PersistedCountdown?) {
+        assert(countdown == nil || countdown?.name == name, "a countdown is appended under its own name")
         hashes.append(hash)
         guard let countdown else {
             records.append(CountdownEngine.Record(
@@ -64,8 +66,8 @@ public struct RestoreBatch: Sendable {
         lateIndices.removeAll(keepingCapacity: true)
     }
 
-    /// Its countdowns, in order, removals left out: each with the fields its state has, as
-    /// storage keeps it.
+    /// Its countdowns, in order, removals (and countdowns of no duration) left out, each as the
+    /// engine would hold it: only the fields its state has, and a missing instant as `now`.
     public var countdowns: [PersistedCountdown] {
         var countdowns: [PersistedCountdown] = []
         var nextCycle = cycles.startIndex

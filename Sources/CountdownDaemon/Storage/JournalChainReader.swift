@@ -34,7 +34,8 @@ struct JournalChainReader: Sendable {
 
     /// Every countdown the journal changed, in the order its last record came, while reading.
     private var changes: [Change] = []
-    /// The same, once read: on the daemon's clock, ready for the engine (`nil`: removed).
+    /// The same, once read: on the daemon's clock, ready for the engine (a removal where the
+    /// journal removed the countdown).
     private(set) var changed: RestoreBatch
     /// From each change's hash to its place in `changes` and `changed`.
     private var latest = NameIndex()

@@ -166,7 +166,7 @@ final class StateJournal: @unchecked Sendable {
     // MARK: - Recovery
 
     /// How many countdowns recovery hands over at a time (from the snapshot's decoding thread,
-    /// then to the engine): few hand-overs between threads, and a batch of each (some 80 KB)
+    /// then to the engine): few hand-overs between threads, and a batch of each (some 26 KB)
     /// stays in the cache from one thread to the other.
     static let restoreBatch = 512
 
@@ -175,7 +175,8 @@ final class StateJournal: @unchecked Sendable {
 
     /// Locks the state directory, then reads the snapshot and the journal that continues it,
     /// keeping each uid's last `replayDepth` lifecycle events for the replay ring; the countdowns are
-    /// gathered into `Recovered.countdowns` (see the other `recover` for the daemon's way).
+    /// gathered into `Recovered.countdowns` (see the other `recover` for the daemon's way), each
+    /// as the engine would hold it (`RestoreBatch.countdowns`).
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(clock: WallClockMapping, bootID: String?, replayDepth: Int) throws(StorageError) -> Recovered {
         var countdowns: [PersistedCountdown] = []
