@@ -159,9 +159,14 @@ public struct Cdctl {
                 return try display.run()
             }
             // One line per event, for as long as it takes: across a daemon restart too, resuming
-            // after the last event printed, so a script's log has no gap and no repeat.
+            // after the last event printed, or, with none yet, from where the subscription began
+            // (a restart announces late `done`s before it listens), so a script's log has no gap
+            // and no repeat.
             var current = connection
             var lastSequence = since
+            if since == nil, case .ok(let text) = reply.outcome {
+                lastSequence = Self.subscribedSequence(in: text)
+            }
             while true {
                 while let event = try current.nextEvent() {
                     lastSequence = max(lastSequence ?? 0, event.sequence)
@@ -440,6 +445,13 @@ public struct Cdctl {
         return text + "\n"
     }
 
+    /// The number of the last event as of a subscription, from its `OK subscribed … seq N`.
+    private static func subscribedSequence(in reply: String) -> UInt64? {
+        let words = reply.split(separator: " ")
+        guard let index = words.firstIndex(of: "seq"), index + 1 < words.count else { return nil }
+        return UInt64(words[index + 1])
+    }
+
     /// Subscribes, optionally replaying what happened after event `since`.
     /// - Returns: the number of the last event as of the subscription (from `OK subscribed … seq N`),
     ///   or `nil` when a replay was refused as too old (`ERR gone`).
@@ -453,11 +465,7 @@ public struct Cdctl {
         let reply = try connection.request((["SUBSCRIBE"] + names + options).joined(separator: " "))
         switch reply.outcome {
         case .ok(let text):
-            let words = text.split(separator: " ")
-            if let index = words.firstIndex(of: "seq"), index + 1 < words.count, let sequence = UInt64(words[index + 1]) {
-                return sequence
-            }
-            return since ?? 0
+            return Self.subscribedSequence(in: text) ?? since ?? 0
         case .error(.gone?, _, _) where since != nil:
             return nil
         case .error(_, let code, let message):

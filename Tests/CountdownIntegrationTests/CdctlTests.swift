@@ -94,6 +94,44 @@ extension Integration {
             #expect(try daemon.connect().request("STATUS build").countdowns.first?.state == .done)
         }
 
+        @Test("watch into a pipe, having printed nothing yet, rides through a restart whose late done comes before it is back: it resumes from the number it subscribed at, so that done is printed, once, before what follows")
+        func watchResumesFromItsSubscription() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let started = monotonicNow()
+            _ = try cdctl(["start", "tea", "3s"], socket: daemon.socketPath)
+            let outPath = directory.file("watch.out")
+            let out = open(outPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            let watcher: ChildProcess
+            do {
+                defer { close(out) }
+                watcher = try ChildProcess(
+                    TestBinaries.cdctl, ["--socket", daemon.socketPath, "watch", "--events", "lifecycle"],
+                    environment: ProcessInfo.processInfo.environment, stdout: out
+                )
+            }
+            defer {
+                watcher.signal(SIGKILL)
+                watcher.wait()
+            }
+            func lines() -> [String] {
+                let text = (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
+                return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+            }
+            try waitUntil(timeout: 60) { subscriberCount(daemon) >= 1 }
+            #expect(daemon.terminate() == 0)
+            // Down past tea's deadline: the restart announces its done (late) before it listens.
+            try waitUntil(timeout: 60) { monotonicNow() - started > 3.5 }
+            daemon = try DaemonProcess(directory: directory)
+            try waitUntil(timeout: 60) { subscriberCount(daemon) >= 1 }  // The watcher is back.
+            _ = try cdctl(["start", "marker", "1h"], socket: daemon.socketPath)
+            try waitUntil(timeout: 60) { lines().contains { $0.contains(" started marker ") } }
+            let printed = lines()
+            let done = printed.indices.filter { printed[$0].contains(" done tea ") }
+            #expect(done.count == 1, "tea's done, once: \(printed)")
+            #expect(done.first.map { $0 < printed.firstIndex { $0.contains(" started marker ") }! } == true, "in order: \(printed)")
+        }
+
         @Test("start --wait blocks until the countdown is done")
         func startWait() throws {
             let daemon = try DaemonProcess()
