@@ -180,6 +180,10 @@ public struct Cdctl {
                 var resumed = false
                 if let since = lastSequence {
                     resumed = try subscribe(current, to: names, since: since, events: events) != nil
+                    if !resumed {
+                        // Said, not skipped over: a log read later must not look whole.
+                        console.error("cdctl: countdownd no longer has the events after \(since) (its history moved on, or its state was lost); some may be missing here; following from now\n")
+                    }
                 }
                 if !resumed {
                     lastSequence = try subscribe(current, to: names, events: events)
@@ -454,7 +458,8 @@ public struct Cdctl {
 
     /// Subscribes, optionally replaying what happened after event `since`.
     /// - Returns: the number of the last event as of the subscription (from `OK subscribed … seq N`),
-    ///   or `nil` when a replay was refused as too old (`ERR gone`).
+    ///   or `nil` when a replay was refused: too old (`ERR gone`), or after a number the daemon
+    ///   never gave (its state was lost: `ERR bad-request` advising to subscribe without it).
     @discardableResult
     /// `events` limits the kinds received (`SUBSCRIBE … EVENTS`): `wait` takes no ticks, so the
     /// countdowns it waits for cost the daemon nothing per second.
@@ -467,6 +472,8 @@ public struct Cdctl {
         case .ok(let text):
             return Self.subscribedSequence(in: text) ?? since ?? 0
         case .error(.gone?, _, _) where since != nil:
+            return nil
+        case .error where since != nil && reply.errorFields["advice"] == ProtocolError.Advice.subscribeWithoutSince.rawValue:
             return nil
         case .error(_, let code, let message):
             throw .protocolViolation("SUBSCRIBE was refused: \(code) \(message)")

@@ -82,14 +82,15 @@ public enum Formatting {
     /// One event as a stable, space-separated line for `while read` loops:
     /// `<seq> <kind> <name> <remaining_ms> <total_ms>`, plus `<state>` for a snapshot,
     /// `suspend` for a `paused` or `resumed` that the machine's sleep caused, and `late <ms>` for
-    /// a `done` announced late (the daemon was down, or the machine asleep, at its deadline).
+    /// a `done` or `phase` announced late (the daemon was down, or the machine asleep, when it
+    /// was due).
     public static func eventLine(_ event: EventInfo) -> String {
         var line = "\(event.sequence) \(event.kind.rawValue) \(event.name) \(event.remainingMilliseconds) \(event.totalMilliseconds)"
         if event.kind == .snapshot, let state = event.state {
             line += " \(state.rawValue)"
         } else if event.causedBySuspend == true {
             line += " suspend"
-        } else if event.kind == .done, let late = event.lateMilliseconds {
+        } else if event.kind == .done || event.kind == .phase, let late = event.lateMilliseconds {
             line += " late \(late)"
         }
         return line + "\n"

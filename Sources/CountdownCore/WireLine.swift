@@ -172,7 +172,8 @@ public struct EventInfo: Sendable, Equatable, Codable {
     public var remainingMilliseconds: Int64
     /// Total duration, in milliseconds.
     public var totalMilliseconds: Int64
-    /// For `done`: how late it was delivered, when the daemon was not running at the deadline.
+    /// For `done` and `phase`: how late it was delivered, when the daemon was not running (or
+    /// the machine was asleep) when it was due.
     public var lateMilliseconds: Int64?
     /// For `snapshot`: the countdown's state.
     public var state: CountdownState?

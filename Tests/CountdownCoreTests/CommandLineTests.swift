@@ -202,6 +202,8 @@ struct FormattingTests {
         #expect(Formatting.eventLine(event) == "4 tick tea 2000 3000\n")
         let late = EventInfo(sequence: 5, kind: .done, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 3000, lateMilliseconds: 1537)
         #expect(Formatting.eventLine(late) == "5 done tea 0 3000 late 1537\n", "how late, where the wire says it")
+        let phase = EventInfo(sequence: 6, kind: .phase, name: "focus", remainingMilliseconds: 300_000, totalMilliseconds: 300_000, lateMilliseconds: 20)
+        #expect(Formatting.eventLine(phase) == "6 phase focus 300000 300000 late 20\n")
         #expect(Formatting.json(late) == #"{"kind":"done","late_ms":1537,"name":"tea","remaining_ms":0,"seq":5,"total_ms":3000}"# + "\n")
         // An array; Booleans; a name another uid's (its slash not escaped); every string escaped
         // as JSON asks, and the result read back by a JSON parser (Foundation's, in the test only).

@@ -132,6 +132,43 @@ extension Integration {
             #expect(done.first.map { $0 < printed.firstIndex { $0.contains(" started marker ") }! } == true, "in order: \(printed)")
         }
 
+        @Test("watch into a pipe, when the daemon that comes back no longer has the events after the last it printed (its state was lost), says so on stderr and follows on")
+        func watchSaysWhenItCannotResume() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let (outPath, errPath) = (directory.file("watch.out"), directory.file("watch.err"))
+            let out = open(outPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            let err = open(errPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            let watcher: ChildProcess
+            do {
+                defer { close(out); close(err) }
+                watcher = try ChildProcess(
+                    TestBinaries.cdctl, ["--socket", daemon.socketPath, "watch", "--events", "lifecycle"],
+                    environment: ProcessInfo.processInfo.environment, stdout: out, stderr: err
+                )
+            }
+            defer {
+                watcher.signal(SIGKILL)
+                watcher.wait()
+            }
+            func lines(_ path: String) -> [String] {
+                let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+                return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+            }
+            try waitUntil(timeout: 60) { subscriberCount(daemon) >= 1 }
+            for name in ["a", "b", "c"] { _ = try cdctl(["start", name, "1h"], socket: daemon.socketPath) }
+            try waitUntil(timeout: 60) { lines(outPath).count == 3 }
+            #expect(daemon.terminate() == 0)
+            // The same socket, a state directory that starts from nothing: its numbers begin again.
+            daemon = try DaemonProcess(arguments: ["--state-dir", directory.file("another-state")], directory: directory)
+            try waitUntil(timeout: 60) { subscriberCount(daemon) >= 1 }
+            _ = try cdctl(["start", "z", "1h"], socket: daemon.socketPath)
+            try waitUntil(timeout: 60) { lines(outPath).contains { $0.contains(" started z ") } || !watcher.isRunning }
+            #expect(watcher.isRunning, "it follows on")
+            #expect(lines(outPath).last?.hasPrefix("1 started z ") == true, "\(lines(outPath))")
+            #expect(lines(errPath).contains { $0.contains("no longer has the events after 3") }, "\(lines(errPath))")
+        }
+
         @Test("start --wait blocks until the countdown is done")
         func startWait() throws {
             let daemon = try DaemonProcess()
