@@ -169,7 +169,7 @@ public struct Cdctl {
             }
             while true {
                 while let event = try current.nextEvent() {
-                    lastSequence = max(lastSequence ?? 0, event.sequence)
+                    lastSequence = event.resumePoint(after: lastSequence)
                     console.out(json ? Formatting.json(event) : Formatting.eventLine(event))
                 }
                 guard let next = reconnect(reason: current.shutdownReason, purpose: "follow \(names.isEmpty ? "every countdown" : names.joined(separator: ", "))") else {
@@ -313,7 +313,7 @@ public struct Cdctl {
                 }
             }
             while let event = try connection.nextEvent() {
-                lastSequence = max(lastSequence ?? 0, event.sequence)
+                lastSequence = event.resumePoint(after: lastSequence)
                 let state: CountdownState
                 switch event.kind {
                 case .snapshot: state = event.state ?? .running
@@ -593,7 +593,7 @@ public struct Cdctl {
                 }
             }
             while !outstanding.isEmpty, let event = try connection.nextEvent() {
-                lastSequence = max(lastSequence ?? 0, event.sequence)
+                lastSequence = event.resumePoint(after: lastSequence)
                 guard outstanding.contains(event.name) else { continue }
                 if event.kind == .done || event.kind == .cancelled {
                     outstanding.remove(event.name)

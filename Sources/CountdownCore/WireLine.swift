@@ -160,6 +160,16 @@ public struct CyclePosition: Sendable, Equatable {
 extension CountdownState: Codable {}
 extension EventKind: Codable {}
 
+extension EventInfo {
+    /// The number a subscriber that has read this event resumes after (`SUBSCRIBE … SINCE`),
+    /// given the one it would have resumed after before (`last`): a lifecycle event's own. A
+    /// tick or a snapshot carries the number of the last change instead, which need not have
+    /// reached this subscriber yet, so it moves nothing: resuming after it could skip that change.
+    public func resumePoint(after last: UInt64?) -> UInt64? {
+        kind.isLifecycle ? max(last ?? 0, sequence) : last
+    }
+}
+
 /// An event as a client reads it from an `EVENT` line.
 public struct EventInfo: Sendable, Equatable, Codable {
     /// The daemon's sequence number.

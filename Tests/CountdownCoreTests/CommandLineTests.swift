@@ -202,6 +202,12 @@ struct FormattingTests {
         #expect(Formatting.eventLine(event) == "4 tick tea 2000 3000\n")
         let late = EventInfo(sequence: 5, kind: .done, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 3000, lateMilliseconds: 1537)
         #expect(Formatting.eventLine(late) == "5 done tea 0 3000 late 1537\n", "how late, where the wire says it")
+        // Resuming after a restart: a lifecycle event's number counts; a tick's or a snapshot's
+        // (the last change's, perhaps not read yet) does not.
+        #expect(late.resumePoint(after: 4) == 5 && late.resumePoint(after: 9) == 9 && late.resumePoint(after: nil) == 5)
+        #expect(event.resumePoint(after: 3) == 3 && event.resumePoint(after: nil) == nil, "a tick numbered 4 moves nothing")
+        let snapshot = EventInfo(sequence: 7, kind: .snapshot, name: "tea", remainingMilliseconds: 1, totalMilliseconds: 2, state: .running)
+        #expect(snapshot.resumePoint(after: 2) == 2)
         let phase = EventInfo(sequence: 6, kind: .phase, name: "focus", remainingMilliseconds: 300_000, totalMilliseconds: 300_000, lateMilliseconds: 20)
         #expect(Formatting.eventLine(phase) == "6 phase focus 300000 300000 late 20\n")
         #expect(Formatting.json(late) == #"{"kind":"done","late_ms":1537,"name":"tea","remaining_ms":0,"seq":5,"total_ms":3000}"# + "\n")
