@@ -35,7 +35,7 @@ def percentiles(values):
 
 def build_tools():
     os.makedirs(TOOLS, exist_ok=True)
-    for tool in ("eventlog", "loadgen", "floor", "feed", "bystander", "lister"):
+    for tool in ("eventlog", "loadgen", "floor", "floorserver", "feed", "bystander", "lister"):
         subprocess.run(["cc", "-O2", "-o", os.path.join(TOOLS, tool), os.path.join(ROOT, "bench", tool + ".c"), "-lpthread", "-Wall"], check=True)
 
 
@@ -201,15 +201,7 @@ def countdownd_lateness(workdir, n, seed, mixed=False):
         deadlines = journal_deadlines(kept)
         if len(deadlines) != n:
             raise RuntimeError("found %d of %d deadlines in the journal" % (len(deadlines), n))
-        done, ticks, delivered = [], [], 0
-        for line in open(events_file):
-            arrived, _real, kind, name, remaining = line.split()
-            delivered += 1
-            deadline = deadlines.get(name)
-            if deadline is None:
-                continue
-            nominal = deadline - int(remaining) * 1_000_000
-            (done if kind == "done" else ticks).append((int(arrived) - nominal) / 1e6)
+        done, ticks, delivered = event_lateness(events_file, deadlines)
         return {
             "done": percentiles(done), "tick": percentiles(ticks), "errors": errors,
             # Alone: the daemon's CPU from the last START to the last event, per event delivered.
@@ -220,6 +212,55 @@ def countdownd_lateness(workdir, n, seed, mixed=False):
         }
     finally:
         daemon.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def event_lateness(events_file, deadlines):
+    """Lateness (ms) of the `done`s and of the `tick`s the subscriber logged, each against its
+    nominal instant (the deadline less the remaining time it announces), and the events delivered."""
+    done, ticks, delivered = [], [], 0
+    for line in open(events_file):
+        arrived, _real, kind, name, remaining = line.split()
+        delivered += 1
+        deadline = deadlines.get(name)
+        if deadline is None:
+            continue
+        nominal = deadline - int(remaining) * 1_000_000
+        (done if kind == "done" else ticks).append((int(arrived) - nominal) / 1e6)
+    return done, ticks, delivered
+
+
+def floorserver_lateness(workdir, n, seed):
+    """The same run as countdownd's, events alone, against `bench/floorserver.c`: the bare C
+    server with countdownd's lines, wake-up rule and journal write per wake-up (issue 40)."""
+    directory = fresh_dir(workdir, "floorserver")
+    path = os.path.join(directory, "s.sock")
+    deadlines_file = os.path.join(directory, "deadlines")
+    server = subprocess.Popen([os.path.join(TOOLS, "floorserver"), path, os.path.join(directory, "journal"), deadlines_file],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        if server.stdout.readline().strip() != "READY":
+            raise RuntimeError("floorserver did not start")
+        events_file = os.path.join(directory, "events.log")
+        logger = start_eventlog("countdownd", path, events_file, n, 60)
+        lines = ["START c%d %dms\n" % (i, d) for i, d in enumerate(durations_ms(n, seed))]
+        _, errors = feed(path, lines, directory, greeting=True, chunk=2000)
+        cpu_before = cpu_seconds(server.pid)
+        logger.wait(90)
+        cpu_after = cpu_seconds(server.pid)
+        stop_process(server)
+        deadlines = {}
+        for line in open(deadlines_file):
+            name, deadline = line.split()
+            deadlines[name] = int(deadline)
+        if len(deadlines) != n:
+            raise RuntimeError("floorserver kept %d of %d deadlines" % (len(deadlines), n))
+        done, ticks, delivered = event_lateness(events_file, deadlines)
+        return {"done": percentiles(done), "tick": percentiles(ticks), "errors": errors,
+                "cpu_per_event_us": (cpu_after - cpu_before) / max(delivered, 1) * 1e6}
+    finally:
+        if server.poll() is None:
+            stop_process(server)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -692,8 +733,8 @@ def main():
     if args.report_from:
         raw = json.load(open(args.report_from))
         r = raw["r"]
-        for key in ("alone", "redis", "floor"):
-            r[key] = {int(n): runs for n, runs in r[key].items()}
+        for key in ("alone", "redis", "floor", "floorserver"):
+            r[key] = {int(n): runs for n, runs in r.get(key, {}).items()}
         r.setdefault("cluster", [])
         # The run's own date, commit and machine: kept in the raw figures, or (for figures
         # written before they were) in the report being rewritten.
@@ -715,6 +756,7 @@ def main():
     have_etcd = bool(shutil.which("etcd"))
     workdir = tempfile.mkdtemp(prefix="cdbench.")
     r = {"alone": {n: [] for n in sizes}, "redis": {n: [] for n in sizes}, "floor": {n: [] for n in sizes},
+         "floorserver": {n: [] for n in sizes},
          "mixed": [], "throughput": {}, "million": [], "redis_million": [], "restore": [], "cluster": []}
     try:
         for run in range(args.runs):
@@ -723,6 +765,7 @@ def main():
                 log("  lateness, N=%d" % n)
                 r["alone"][n].append(countdownd_lateness(workdir, n, seed=n + run))
                 r["floor"][n].append(floor_lateness(workdir, n, seed=n + run))
+                r["floorserver"][n].append(floorserver_lateness(workdir, n, seed=n + run))
                 if have_redis:
                     r["redis"][n].append(redis_lateness(workdir, n, seed=n + run))
             log("  mixed load, N=%d" % sizes[-1])
@@ -810,6 +853,11 @@ def write_report(args, sizes, million, restore_n, r, have_redis, header=None):
         if None not in per_countdown:
             like = [c / max(rc, 1e-9) for c, rc in zip(per_countdown, redis_cpu)]
             w("| CPU per countdown (its ticks and its `done`) ÷ Redis's per key expired, within each round | | %s× | |" % cell(like, "%.2f"))
+    floor_cpu = [x.get("cpu_per_event_us") for x in r.get("floorserver", {}).get(big, [])]
+    if floor_cpu and len(floor_cpu) == len(cpu_event):
+        floor_ratio = [c / max(fc, 1e-9) for c, fc in zip(cpu_event, floor_cpu)]
+        w("| the same ÷ the floor server's (`bench/floorserver.c`: the same lines, wake-up rule and journal write per wake-up), within each round (floor server: %s µs) | ≤ 1.25 | %s× | %s |" % (
+            cell(floor_cpu, "%.2f"), cell(floor_ratio, "%.2f"), met(floor_ratio, 1.25)))
     for depth in (1, 32):
         for durability, fsync in (("process", "everysec"), ("power", "always")):
             values = ratios(depth, durability)
@@ -827,22 +875,24 @@ def write_report(args, sizes, million, restore_n, r, have_redis, header=None):
     w("- **Lateness, mixed load**: %s countdowns of 3–6 s, started at %s a second (500 per pipelined chunk), so that for four seconds requests keep arriving while ticks and `done`s fall due; same subscriber and measurement." % (N(big), N(MIXED_RATE)))
     w("- **Redis** (%s): `redis-server --port 0 --unixsocket … --save '' --notify-keyspace-events Ex`, default `hz 10`; the same N and spread as `SET k 1 PXAT <deadline>` by the same feeder, the same C subscriber on `__keyevent@0__:expired`, measured against the deadline on the wall clock." % redis_version)
     w("- **Floor** (`bench/floor.c`): one thread sleeping with `clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)` to each of the same number of sorted deadlines, recording its own lateness.")
+    w("- **Floor server** (`bench/floorserver.c`): a bare C server in countdownd's shape for the event path, run as countdownd is in each round (same N, spread, feeder and subscriber): one `CLOCK_BOOTTIME` timerfd for the earliest due event, no sooner than 400 µs after it last fired; per wake-up every due `tick` and `done` formatted as countdownd's lines into one write, and one journal frame (CRC-32C, a 110-byte record per `done`) in one `pwrite`: five system calls per wake-up. Nothing else (no limits, replay, statistics or per-user state): the distance from countdownd to it is what countdownd's own work costs.")
     w("- **START throughput**: `bench/loadgen.c`, 8 connections, %s `START`s in all, 1 or 32 in flight per connection; against `redis-benchmark -c 8 -n %s -P 1|32 SET key:__rand_int__ 1 PX 60000` with the append-only file at the same durability: `--durability process` (written to the OS before the reply) against `appendfsync everysec`, and `--durability power` (`fdatasync` before the reply) against `appendfsync always`." % (N(THROUGHPUT_N), N(THROUGHPUT_N)))
     w("- **%s countdowns**: one-hour countdowns started as above with no subscriber. RSS growth per countdown while the snapshot that follows is written (peak: the engine's pages are shared copy-on-write with it, so each changed page exists twice) and once it is written (settled); Redis: the same number of `SET m 1 PX 3600000`. Then `bench/lister.c` reads %d `LIST`s of all of them in a row, as fast as it can, while `bench/bystander.c` sends `PING` every millisecond and records each reply's latency. Launch to READY: on a fresh state directory, %s STARTs, SIGKILL right after the last reply (mid-snapshot, with the journal's tail as long as it gets), then a new daemon's launch to its `READY=1`." % (N(million), LIST_REPEATS, N(million)))
     w("")
     for kind in ("done", "tick"):
         w("## `%s` lateness, events alone (ms)" % kind)
         w("")
-        w("| N | | countdownd | Redis | floor | countdownd ÷ Redis | countdownd ÷ floor |")
-        w("|---|---|---|---|---|---|---|")
+        w("| N | | countdownd | floor server | Redis | floor | countdownd ÷ Redis | countdownd ÷ floor |")
+        w("|---|---|---|---|---|---|---|---|")
         for n in sizes:
             for q in ("p50", "p90", "p99", "max"):
                 c = [x[kind][q] for x in r["alone"][n]]
+                server = [x[kind][q] for x in r.get("floorserver", {}).get(n, [])]
                 f = [x["done"][q] for x in r["floor"][n]]
                 red = [x["done"][q] for x in r["redis"][n]] if kind == "done" else []
                 cr = [a / b for a, b in zip(c, red) if b] if red else []
                 cf = [a / b for a, b in zip(c, f) if b]
-                w("| %s | %s | %s | %s | %s | %s | %s |" % (N(n) if q == "p50" else "", q, cell(c), cell(red) if red else "—", cell(f),
+                w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (N(n) if q == "p50" else "", q, cell(c), cell(server) if server else "—", cell(red) if red else "—", cell(f),
                                                        cell(cr, "%.2g") + "×" if cr else "—", cell(cf, "%.2f") + "×"))
         w("")
     w("## Mixed load (ms)")
