@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 #include <sys/prctl.h>
@@ -81,6 +83,26 @@ int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int 
         events[i] = ready[i].events;
     }
     return count;
+}
+
+int countdownd_epoll_wait_nanoseconds(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int64_t timeout_ns) {
+#ifdef SYS_epoll_pwait2
+    struct epoll_event ready[256];
+    if (capacity > 256) capacity = 256;
+    struct timespec timeout = {.tv_sec = timeout_ns / 1000000000, .tv_nsec = timeout_ns % 1000000000};
+    int count = (int)syscall(SYS_epoll_pwait2, epoll_fd, ready, capacity, timeout_ns < 0 ? NULL : &timeout, NULL, (size_t)0);
+    // A seccomp filter may answer EPERM for a system call it does not know: the same as absent.
+    if (count < 0 && errno == EPERM) errno = ENOSYS;
+    for (int i = 0; i < count; i++) {
+        tokens[i] = ready[i].data.u64;
+        events[i] = ready[i].events;
+    }
+    return count;
+#else
+    (void)epoll_fd; (void)tokens; (void)events; (void)capacity; (void)timeout_ns;
+    errno = ENOSYS;
+    return -1;
+#endif
 }
 
 int countdownd_set_mmap_threshold(int bytes) {

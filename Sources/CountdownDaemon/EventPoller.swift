@@ -56,8 +56,14 @@ final class EventPoller: @unchecked Sendable {
         fileprivate let count: Int
         fileprivate let poller: EventPoller
 
-        /// Runs the handlers of the ready urgent registrations (the wake-up timer).
+        /// Runs the handlers of the ready urgent registrations (the wake-up timer), the poll's own
+        /// wake-up first once its instant has come (`setPollWakeup`).
         func deliverUrgent() {
+            dispatchPrecondition(condition: .onQueue(poller.queue))
+            if let instant = poller.pollWakeup, SystemClock.kernelBootNow() >= instant {
+                poller.pollWakeup = nil
+                poller.pollWakeupHandler?()
+            }
             deliver(urgent: true)
         }
 
@@ -98,12 +104,44 @@ final class EventPoller: @unchecked Sendable {
     private var registrations: [UInt64: Registration] = [:]
     private var nextToken: UInt64 = 1
 
+    /// Whether the poll can wait to the nanosecond (`epoll_pwait2`, Linux 5.11), and so serve
+    /// near wake-ups itself (`setPollWakeup`). Asked once, at creation.
+    let servesPollWakeups: Bool
+
+    /// The instant of the poll's own wake-up, in kernel `CLOCK_BOOTTIME` nanoseconds (`nil`:
+    /// none): the poll waits no longer than until then, and the batch that follows runs
+    /// `pollWakeupHandler` first. Changed only on the queue.
+    private var pollWakeup: Int64?
+    private var pollWakeupHandler: (() -> Void)?
+
     /// Creates the epoll instance; nothing is watched until `register` and `start`.
     init(queue: DispatchQueue) throws(DaemonError) {
         let fd = countdownd_epoll_create()
         guard fd >= 0 else { throw .system("epoll_create1", errno) }
         epollDescriptor = fd
         self.queue = queue
+        // A wait that returns at once: 0 (nothing is watched yet), or -1 where the kernel or a
+        // seccomp filter has no epoll_pwait2 (ENOSYS); the wake-up timer then uses its timerfd
+        // for every instant.
+        var token: UInt64 = 0
+        var events: UInt32 = 0
+        servesPollWakeups = countdownd_epoll_wait_nanoseconds(fd, &token, &events, 1, 0) >= 0
+    }
+
+    /// Whether a batch is running: the poll's next wait is still to come, and will see a poll
+    /// wake-up set now. (Work the queue runs between batches does not wake the waiting poll.)
+    private(set) var isRunningBatch = false
+
+    /// Has the poll itself wake up at `kernelBootNanoseconds` (a `CLOCK_BOOTTIME` reading), or
+    /// not (`nil`), and run `handler` first in the batch that follows. For `WakeupTimer`'s near
+    /// instants: waiting for them costs no timer re-arm or read. Only where `servesPollWakeups`,
+    /// and (for an instant) within a batch.
+    func setPollWakeup(_ kernelBootNanoseconds: Int64?, handler: @escaping () -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        precondition(kernelBootNanoseconds == nil || (servesPollWakeups && isRunningBatch),
+                     "a poll wake-up the poll would not see")
+        pollWakeup = kernelBootNanoseconds
+        pollWakeupHandler = handler
     }
 
     /// Watches `descriptor`; `handler` runs on the queue, within a batch, while it is ready.
@@ -185,9 +223,29 @@ final class EventPoller: @unchecked Sendable {
         let capacity = Self.batchCapacity
         let tokens = UnsafeMutablePointer<UInt64>.allocate(capacity: capacity)
         let events = UnsafeMutablePointer<UInt32>.allocate(capacity: capacity)
-        var timeout: Int32 = -1
+        if servesPollWakeups {
+            // A poll wake-up is as punctual as the timerfd it stands for (which has no slack),
+            // not up to 50 µs late. Ignored on purpose when refused: wake-ups are then that much
+            // later, which only the lateness figures see.
+            _ = countdownd_set_timer_slack(1)
+        }
+        var workLeft = false
+        var idleWake: Int32?
+        var wakeup: Int64?
         while true {
-            let count = countdownd_epoll_wait(epollDescriptor, tokens, events, Int32(capacity), timeout)
+            let count: Int32
+            if servesPollWakeups {
+                // Until the poll's wake-up, measured now, just before waiting (its instant is on
+                // the boot clock; the wait's timeout is relative).
+                var timeout: Int64 = workLeft ? 0 : idleWake.map { Int64($0) * 1_000_000 } ?? -1
+                if !workLeft, let wakeup {
+                    let untilWakeup = max(wakeup - SystemClock.kernelBootNow(), 0)
+                    timeout = timeout < 0 ? untilWakeup : min(timeout, untilWakeup)
+                }
+                count = countdownd_epoll_wait_nanoseconds(epollDescriptor, tokens, events, Int32(capacity), timeout)
+            } else {
+                count = countdownd_epoll_wait(epollDescriptor, tokens, events, Int32(capacity), workLeft ? 0 : idleWake ?? -1)
+            }
             if count < 0 {
                 // EINTR is a signal; anything else (EBADF, EINVAL) would be a bug, and spinning on
                 // it is worse than stopping.
@@ -195,9 +253,12 @@ final class EventPoller: @unchecked Sendable {
                 continue
             }
             let batch = Batch(tokens: tokens, events: events, count: Int(count), poller: self)
-            // `idleWakeMilliseconds` is set on the queue, inside the batch just run.
-            let (workLeft, idleWake) = queue.sync { (runBatch(batch), idleWakeMilliseconds) }
-            timeout = workLeft ? 0 : idleWake ?? -1
+            // `idleWakeMilliseconds` and `pollWakeup` are set on the queue, inside the batch just run.
+            (workLeft, idleWake, wakeup) = queue.sync {
+                isRunningBatch = true
+                defer { isRunningBatch = false }
+                return (runBatch(batch), idleWakeMilliseconds, pollWakeup)
+            }
         }
     }
 }

@@ -68,6 +68,11 @@ int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t event
 /// Returns how many are ready, or -1 with errno.
 int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int timeout_ms);
 
+/// The same with a timeout in nanoseconds (negative: none), through `epoll_pwait2`, whose timeout
+/// is a `timespec` rather than whole milliseconds (Linux 5.11). Returns -1 with errno ENOSYS where
+/// the kernel (or a seccomp filter) refuses it.
+int countdownd_epoll_wait_nanoseconds(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int64_t timeout_ns);
+
 /// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread it creates later),
 /// so that they stay pending until read from a signalfd. Returns 0, or -1 with errno.
 int countdownd_block_termination_signals(void);

@@ -28,6 +28,12 @@ enum SystemClock {
     /// machine. Always 0 in service.
     static let simulatedSleep = Atomic<Int64>(0)
 
+    /// `CLOCK_BOOTTIME` as the kernel reads it now, without any simulated sleep: what
+    /// `kernelBootNanoseconds(of:)` is compared with.
+    static func kernelBootNow() -> Int64 {
+        read(CLOCK_BOOTTIME)
+    }
+
     /// An instant as the kernel's `CLOCK_BOOTTIME` has it, for arming a timer on that clock.
     static func kernelBootNanoseconds(of instant: Instant) -> Int64 {
         instant.nanoseconds &- simulatedSleep.load(ordering: .relaxed)

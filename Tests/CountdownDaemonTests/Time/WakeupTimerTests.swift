@@ -103,4 +103,83 @@ struct WakeupTimerTests {
             }
         }
     }
+
+    /// Whether this kernel (and seccomp filter) has `epoll_pwait2`, which poll wake-ups need.
+    static let pollWakeupsWork: Bool = {
+        guard let poller = try? EventPoller(queue: DispatchQueue(label: "probe")) else { return false }
+        return poller.servesPollWakeups
+    }()
+
+    /// What a poll wake-up test saw, touched only on the queue.
+    final class NearWakeup: @unchecked Sendable {
+        var requested: Instant?
+        var firedAt: Instant?
+        var timerfdLeftAfterArming: Int64?? = .none
+        var farTimerfdLeft: Int64?? = .none
+    }
+
+    @Test("an instant a few milliseconds off, armed within a batch, is served by the poll's own timeout: the timerfd is not armed, and the handler runs in a later batch, not before the instant",
+          .enabled(if: pollWakeupsWork, "this kernel (or its seccomp filter) has no epoll_pwait2: every instant is served by the timerfd, as armAndFire tests"))
+    func nearInstantServedByThePoll() throws {
+        let queue = DispatchQueue(label: "timer-near-test")
+        let poller = try EventPoller(queue: queue)
+        let seen = NearWakeup()
+        let firedSignal = DispatchSemaphore(value: 0)
+        let armedSignal = DispatchSemaphore(value: 0)
+        let timer = try #require(queue.sync {
+            try? WakeupTimer(poller: poller) {
+                if seen.firedAt == nil {
+                    seen.firedAt = SystemClock.now()
+                    firedSignal.signal()
+                }
+            }
+        })
+        defer { queue.sync { timer.cancel() } }
+        // A socket whose input starts a batch; its handler arms the timer from within it, as
+        // the daemon does at the end of each batch.
+        var ends: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        let token = try queue.sync { () throws(DaemonError) in
+            try poller.register(ends[0], interest: .readable) { _ in
+                var byte: UInt8 = 0
+                _ = read(ends[0], &byte, 1)  // Ignored on purpose: readiness was the message.
+                do throws(DaemonError) {
+                    // An hour off: beyond the horizon, so the timerfd.
+                    try timer.arm(at: SystemClock.now().advanced(byMilliseconds: 3_600_000))
+                    seen.farTimerfdLeft = .some(try timer.kernelTimeLeft())
+                    let instant = SystemClock.now().advanced(byMilliseconds: 5)
+                    seen.requested = instant
+                    try timer.arm(at: instant)
+                    try timer.arm(at: nil)  // Disarmed, then near: only the poll's wake-up stays.
+                    try timer.arm(at: instant)
+                    seen.timerfdLeftAfterArming = .some(try timer.kernelTimeLeft())
+                } catch {
+                    Issue.record("arming failed: \(error)")
+                }
+                armedSignal.signal()
+            }
+        }
+        defer { queue.sync { poller.unregister(token) } }
+        try poller.start { batch in
+            batch.deliverUrgent()
+            batch.deliverOthers()
+            return false
+        }
+        var byte: UInt8 = 1
+        #expect(write(ends[1], &byte, 1) == 1)
+        #expect(armedSignal.wait(timeout: .now() + 30) == .success, "the batch armed the timer")
+        #expect(firedSignal.wait(timeout: .now() + 30) == .success, "the near instant woke the poll")
+        queue.sync {
+            let far = seen.farTimerfdLeft.flatMap { $0 }
+            #expect(far != nil && far! > 3_000 * 1_000_000_000, "an hour off is the timerfd's: \(String(describing: far))")
+            #expect(seen.timerfdLeftAfterArming == .some(nil), "a near instant leaves the timerfd disarmed: \(String(describing: seen.timerfdLeftAfterArming))")
+            if let requested = seen.requested, let firedAt = seen.firedAt {
+                #expect(firedAt >= requested, "fired at \(firedAt), before the instant armed, \(requested)")
+            } else {
+                Issue.record("nothing armed or fired")
+            }
+        }
+    }
 }
+
