@@ -171,6 +171,12 @@ public struct CountdownEngine {
             get { state == .done && numberField != CountdownEngine.notPinned ? numberField : nil }
             set { numberField = newValue ?? CountdownEngine.notPinned }
         }
+
+        /// Whether it is running with its deadline not after `now`: due, or (restored after a
+        /// stop) late. The one rule recovery and the engine both ask.
+        func isPastDeadline(at now: Instant) -> Bool {
+            state == .running && deadline <= now
+        }
     }
 
     /// Bytes of the engine's record for each countdown slot (48): the benchmark's memory figure
@@ -467,11 +473,7 @@ public struct CountdownEngine {
                                 homeSlot = slotsByName.homeSlot(of: hash)
                             }
                         }
-                        var cycle: CountdownCycle?
-                        if nextCycle < batch.cycles.endIndex && batch.cycles[nextCycle].index == index {
-                            cycle = batch.cycles[nextCycle].cycle
-                            nextCycle += 1
-                        }
+                        let cycle = batch.cycle(at: index, cursor: &nextCycle)
                         restore(records[index], cycle: cycle, hash: hash, homeSlot: homeSlot, now: now, events: &events)
                     }
                 }
@@ -511,7 +513,7 @@ public struct CountdownEngine {
         var boundaryPassed: CountdownCycle?
         if !configuration.decidesLocally {
             // A replica restores what it held; the shared store finishes and forgets (`takeDue`).
-        } else if record.state == .running && record.deadline <= now {
+        } else if record.isPastDeadline(at: now) {
             if let cycle, !cycle.isLastPhase {
                 // Its next phases begin below, once it has its slot, each with how late.
                 boundaryPassed = cycle

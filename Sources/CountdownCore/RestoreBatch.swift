@@ -52,7 +52,7 @@ public struct RestoreBatch: Sendable {
             record.isCycle = true
             cycles.append((records.count, cycle))
         }
-        if record.state == .running && record.deadline <= now && record.totalMilliseconds > 0 {
+        if record.isPastDeadline(at: now) && record.totalMilliseconds > 0 {
             lateIndices.append(records.count)
         }
         records.append(record)
@@ -72,11 +72,17 @@ public struct RestoreBatch: Sendable {
         var countdowns: [PersistedCountdown] = []
         var nextCycle = cycles.startIndex
         for index in records.indices where records[index].totalMilliseconds > 0 {
-            while nextCycle < cycles.endIndex && cycles[nextCycle].index < index { nextCycle += 1 }
-            let cycle = nextCycle < cycles.endIndex && cycles[nextCycle].index == index ? cycles[nextCycle].cycle : nil
-            countdowns.append(records[index].persisted(cycle: cycle))
+            countdowns.append(records[index].persisted(cycle: cycle(at: index, cursor: &nextCycle)))
         }
         return countdowns
+    }
+
+    /// The cycle of entry `index`, if it is one. Entries are asked in rising order, each walk
+    /// with its own `cursor` (starting at `cycles.startIndex`), which moves past the cycles of
+    /// entries before it: a whole walk reads each cycle once.
+    func cycle(at index: Int, cursor: inout Int) -> CountdownCycle? {
+        while cursor < cycles.endIndex && cycles[cursor].index < index { cursor += 1 }
+        return cursor < cycles.endIndex && cycles[cursor].index == index ? cycles[cursor].cycle : nil
     }
 
     /// Whether it holds running countdowns whose deadline is not after `now`.
@@ -92,9 +98,7 @@ public struct RestoreBatch: Sendable {
         late.reserveCapacity(lateIndices.count)
         var nextCycle = cycles.startIndex
         for index in lateIndices {
-            while nextCycle < cycles.endIndex && cycles[nextCycle].index < index { nextCycle += 1 }
-            let cycle = nextCycle < cycles.endIndex && cycles[nextCycle].index == index ? cycles[nextCycle].cycle : nil
-            late.append((records[index].persisted(cycle: cycle), hashes[index]))
+            late.append((records[index].persisted(cycle: cycle(at: index, cursor: &nextCycle)), hashes[index]))
             records[index].totalMilliseconds = 0
         }
         lateIndices.removeAll(keepingCapacity: true)
