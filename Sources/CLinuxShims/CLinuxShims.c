@@ -75,8 +75,8 @@ int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t event
 }
 
 int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int timeout_ms) {
-    struct epoll_event ready[256];
-    if (capacity > 256) capacity = 256;
+    struct epoll_event ready[COUNTDOWND_POLL_BATCH_MAX];
+    if (capacity > COUNTDOWND_POLL_BATCH_MAX) capacity = COUNTDOWND_POLL_BATCH_MAX;
     int count = epoll_wait(epoll_fd, ready, capacity, timeout_ms);
     for (int i = 0; i < count; i++) {
         tokens[i] = ready[i].data.u64;
@@ -87,8 +87,8 @@ int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int 
 
 int countdownd_epoll_wait_nanoseconds(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int64_t timeout_ns) {
 #ifdef SYS_epoll_pwait2
-    struct epoll_event ready[256];
-    if (capacity > 256) capacity = 256;
+    struct epoll_event ready[COUNTDOWND_POLL_BATCH_MAX];
+    if (capacity > COUNTDOWND_POLL_BATCH_MAX) capacity = COUNTDOWND_POLL_BATCH_MAX;
     struct timespec timeout = {.tv_sec = timeout_ns / 1000000000, .tv_nsec = timeout_ns % 1000000000};
     int count = (int)syscall(SYS_epoll_pwait2, epoll_fd, ready, capacity, timeout_ns < 0 ? NULL : &timeout, NULL, (size_t)0);
     // A seccomp filter may answer EPERM for a system call it does not know: the same as absent.

@@ -8,11 +8,20 @@ extension Daemon {
     /// - Returns: how many event lines were queued on subscribers.
     @discardableResult
     func publish(_ events: [CountdownEvent]) -> Int {
+        publish(events[...])
+    }
+
+    /// The same for a part of an array (the batch's events time caused, published where the
+    /// engine appended them).
+    @discardableResult
+    func publish(_ events: ArraySlice<CountdownEvent>) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
         // Events belong to a batch: noted before its commit, written after it.
         precondition(phase == .serving || phase == .sealing, "events published outside a batch")
         var clock: WallClockMapping?
-        for event in events where event.kind.isLifecycle {
+        // By index: a tick is only looked at, not copied out.
+        for index in events.indices where events[index].kind.isLifecycle {
+            let event = events[index]
             let mapping = clock ?? time.mapping()
             clock = mapping
             journal.note(event, state: engine.persistentState(of: event.name, hint: event.slotHint), clock: mapping)

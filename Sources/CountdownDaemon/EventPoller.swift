@@ -9,7 +9,8 @@ import Glibc
 /// through libdispatch cost about eleven system calls and two context switches (its manager thread
 /// polls, then wakes a worker to run the handler), and each client's readiness arrived as a
 /// separate handler, so requests from several clients were rarely committed together. Here the
-/// poll thread blocks in `epoll_wait` and runs the whole batch with `queue.sync`, which libdispatch
+/// poll thread blocks in `epoll_wait` (`epoll_pwait2` where the kernel has it, whose timeout also
+/// serves the wake-up timer's near instants) and runs the whole batch with `queue.sync`, which libdispatch
 /// executes on the calling thread when the queue is idle: one wake-up, no hand-off, and every
 /// ready client's requests in one storage commit.
 ///
@@ -97,7 +98,9 @@ final class EventPoller: @unchecked Sendable {
     /// became ready): with 256 a batch its first PING took 40-90 ms (six runs, release build),
     /// with 1,024 0.7-48 ms. A batch of 1,024 hang-ups takes about 4 ms; requests are bounded by
     /// the batch's time budget whatever this is.
-    static let batchCapacity = 1024
+    /// (The C shim read at most 256 a wait, whatever this said, until the shim and this took one
+    /// constant: the "1,024" runs above had 256 in effect, and have not been taken again.)
+    static let batchCapacity = Int(COUNTDOWND_POLL_BATCH_MAX)
 
     private let epollDescriptor: Int32
     private let queue: DispatchQueue
@@ -218,14 +221,27 @@ final class EventPoller: @unchecked Sendable {
         poll(runBatch)
     }
 
+    /// How long the poll waits, in nanoseconds (-1: until something is ready): not at all with
+    /// work left, else until the sooner of the idle wake-up (while the timer cannot be armed)
+    /// and the poll's wake-up at `wakeup`, both on the kernel's boot clock, which reads `now`.
+    static func waitNanoseconds(workLeft: Bool, idleWakeMilliseconds: Int32?, wakeup: Int64?, now: Int64) -> Int64 {
+        if workLeft { return 0 }
+        let idle = idleWakeMilliseconds.map { Int64($0) * 1_000_000 }
+        guard let wakeup else { return idle ?? -1 }
+        let untilWakeup = max(wakeup - now, 0)
+        return idle.map { min($0, untilWakeup) } ?? untilWakeup
+    }
+
     /// The poll thread's loop: wait, then run the batch on the queue. Never returns.
     fileprivate func poll(_ runBatch: (Batch) -> Bool) -> Never {
         let capacity = Self.batchCapacity
         let tokens = UnsafeMutablePointer<UInt64>.allocate(capacity: capacity)
         let events = UnsafeMutablePointer<UInt32>.allocate(capacity: capacity)
         if servesPollWakeups {
-            // A poll wake-up is as punctual as the timerfd it stands for (which has no slack),
-            // not up to 50 µs late. Ignored on purpose when refused: wake-ups are then that much
+            // A poll wake-up is then late by the kernel's 0.1 % of the wait (20 µs at most within
+            // `WakeupTimer.pollWakeupHorizon`), not by the default 50 µs of slack; a timerfd has
+            // none. Threads created later start from the default again (the kernel copies the
+            // default, not this). Ignored on purpose when refused: wake-ups are then that much
             // later, which only the lateness figures see.
             _ = countdownd_set_timer_slack(1)
         }
@@ -237,11 +253,8 @@ final class EventPoller: @unchecked Sendable {
             if servesPollWakeups {
                 // Until the poll's wake-up, measured now, just before waiting (its instant is on
                 // the boot clock; the wait's timeout is relative).
-                var timeout: Int64 = workLeft ? 0 : idleWake.map { Int64($0) * 1_000_000 } ?? -1
-                if !workLeft, let wakeup {
-                    let untilWakeup = max(wakeup - SystemClock.kernelBootNow(), 0)
-                    timeout = timeout < 0 ? untilWakeup : min(timeout, untilWakeup)
-                }
+                let timeout = Self.waitNanoseconds(workLeft: workLeft, idleWakeMilliseconds: idleWake, wakeup: wakeup,
+                                                   now: wakeup == nil ? 0 : SystemClock.kernelBootNow())
                 count = countdownd_epoll_wait_nanoseconds(epollDescriptor, tokens, events, Int32(capacity), timeout)
             } else {
                 count = countdownd_epoll_wait(epollDescriptor, tokens, events, Int32(capacity), workLeft ? 0 : idleWake ?? -1)

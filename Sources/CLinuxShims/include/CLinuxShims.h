@@ -64,8 +64,12 @@ int countdownd_epoll_create(void);
 /// epoll_ctl with `token` as the event's data. Returns 0 or -1 with errno.
 int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t events, uint64_t token);
 
-/// epoll_wait into two plain arrays: the token and the readiness bits of each ready descriptor.
-/// Returns how many are ready, or -1 with errno.
+/// The most descriptors one wait reports (`EventPoller.batchCapacity`); its events are read onto
+/// the stack (12 KiB) before being split into the two arrays.
+enum { COUNTDOWND_POLL_BATCH_MAX = 1024 };
+
+/// epoll_wait into two plain arrays: the token and the readiness bits of each ready descriptor
+/// (at most `COUNTDOWND_POLL_BATCH_MAX` of them). Returns how many are ready, or -1 with errno.
 int countdownd_epoll_wait(int epoll_fd, uint64_t *tokens, uint32_t *events, int capacity, int timeout_ms);
 
 /// The same with a timeout in nanoseconds (negative: none), through `epoll_pwait2`, whose timeout

@@ -416,6 +416,13 @@ final class EventFanOut {
     /// - Returns: how many lines were queued (the work the events caused).
     @discardableResult
     func deliver(_ events: [CountdownEvent], batch: Int) -> Int {
+        deliver(events[...], batch: batch)
+    }
+
+    /// The same for a part of an array: the events time caused, delivered from the batch's own
+    /// list without a copy.
+    @discardableResult
+    func deliver(_ events: ArraySlice<CountdownEvent>, batch: Int) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
         queuedLines = 0
         let streamsToRoot = !allStreamSubscribers.isEmpty

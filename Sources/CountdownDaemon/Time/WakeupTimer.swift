@@ -11,13 +11,18 @@ import Glibc
 /// An instant armed within a batch and at most `pollWakeupHorizon` off is served by the poll's
 /// own timeout instead (`EventPoller.setPollWakeup`, where `epoll_pwait2` works): a busy
 /// daemon, waking every few hundred microseconds, then pays neither the timerfd's re-arm nor its
-/// read, two of the six system calls its wake-ups cost.
+/// read (of a wake-up's six system calls where something finished, four where only ticks went
+/// out, these two). Its wait runs on `CLOCK_MONOTONIC`, hence the horizon's bound below.
 final class WakeupTimer {
     private let descriptor: Int32
     private let poller: EventPoller
     private let handler: () -> Void
     private var token: EventPoller.Token?
     private var armedFor: Instant?
+    /// Whether the last `timerfd_settime` failed: until one succeeds, near instants go to the
+    /// timerfd too, so the caller keeps hearing the failure (and keeps its fallback) rather than
+    /// success and failure by turns as instants come near and go far.
+    private var kernelRefused = false
     /// When the timer last fired.
     private var lastFired = Instant(nanoseconds: .min / 2)
 
@@ -88,11 +93,13 @@ final class WakeupTimer {
     ///   (the next `arm` tries again), and the caller must wake up by other means.
     func arm(at requested: Instant?) throws(DaemonError) {
         let instant = requested.map { max($0, lastFired.advanced(byNanoseconds: Self.minimumWakeInterval)) }
-        if let instant, poller.servesPollWakeups, poller.isRunningBatch {
+        if let instant, poller.servesPollWakeups, poller.isRunningBatch, !kernelRefused {
             let kernelInstant = SystemClock.kernelBootNanoseconds(of: instant)
             if kernelInstant - SystemClock.kernelBootNow() <= Self.pollWakeupHorizon {
                 // The timerfd is left as it is: disarmed once it fired (a busy daemon's case), or
-                // armed for another instant, when it wakes a batch that finds nothing due.
+                // armed for another instant, when it wakes a batch that finds nothing due (were
+                // both due at once, the handler runs twice in that batch, the second time to
+                // find nothing due either).
                 poller.setPollWakeup(kernelInstant, handler: handler)
                 return
             }
@@ -108,8 +115,10 @@ final class WakeupTimer {
         }
         guard timerfd_settime(descriptor, Int32(TFD_TIMER_ABSTIME), &spec, nil) == 0 else {
             armedFor = nil
+            kernelRefused = true
             throw .system("timerfd_settime", errno)
         }
+        kernelRefused = false
         armedFor = instant
     }
 
