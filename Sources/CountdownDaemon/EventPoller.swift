@@ -93,13 +93,15 @@ final class EventPoller: @unchecked Sendable {
         let handler: (Readiness) -> Void
     }
 
-    /// The most descriptors taken from one `epoll_wait`. When 10,000 clients hang up at once, a
-    /// client that connects then waits behind all of them (epoll reports in the order things
-    /// became ready): with 256 a batch its first PING took 40-90 ms (six runs, release build),
-    /// with 1,024 0.7-48 ms. A batch of 1,024 hang-ups takes about 4 ms; requests are bounded by
-    /// the batch's time budget whatever this is.
-    /// (The C shim read at most 256 a wait, whatever this said, until the shim and this took one
-    /// constant: the "1,024" runs above had 256 in effect, and have not been taken again.)
+    /// The most descriptors taken from one wait (`COUNTDOWND_POLL_BATCH_MAX`, 256). When 10,000
+    /// clients hang up at once, a client that connects then waits behind them (epoll reports in
+    /// the order things became ready). Past the batch's time budget only
+    /// `Daemon.minimumTurnsPerBatch` connections get a turn, about 65 hang-ups closed a batch
+    /// whatever this is; the others are reported again by the next wait. Taking 1,024 a wait
+    /// (which this said from d5bf8fc on, while the C shim still read 256) only read each
+    /// hung-up socket about 15 times instead of 4: with 9,800 clients hanging up at once, seven
+    /// runs each, the hang-ups took 228-410 ms to clear instead of 97-194, and a fresh client's
+    /// first PING 117-295 ms instead of 40-102 (a helper's attack on d94d0b3).
     static let batchCapacity = Int(COUNTDOWND_POLL_BATCH_MAX)
 
     private let epollDescriptor: Int32

@@ -65,8 +65,8 @@ int countdownd_epoll_create(void);
 int countdownd_epoll_control(int epoll_fd, int operation, int fd, uint32_t events, uint64_t token);
 
 /// The most descriptors one wait reports (`EventPoller.batchCapacity`); its events are read onto
-/// the stack (12 KiB) before being split into the two arrays.
-enum { COUNTDOWND_POLL_BATCH_MAX = 1024 };
+/// the stack (3 KiB) before being split into the two arrays.
+enum { COUNTDOWND_POLL_BATCH_MAX = 256 };
 
 /// epoll_wait into two plain arrays: the token and the readiness bits of each ready descriptor
 /// (at most `COUNTDOWND_POLL_BATCH_MAX` of them). Returns how many are ready, or -1 with errno.
