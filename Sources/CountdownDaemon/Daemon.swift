@@ -285,12 +285,19 @@ public final class Daemon: @unchecked Sendable {
     func advanceTime(to now: Instant) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard let due = engine.nextWakeup, due <= now else { return }
-        // Appended to the batch's own list and published from there: every tick is copied once
-        // less than through a list of its own.
-        let first = batch.timeEvents.endIndex
-        engine.advance(to: now, events: &batch.timeEvents)
-        publish(batch.timeEvents[first...])
+        publishTimeEvents { engine.advance(to: now, events: &$0) }
         raceDueChanges()
+    }
+
+    /// Has `cause` (an engine call) append the events it causes to the batch's own list of
+    /// time's events, which stand whatever the batch's commit does, and publishes those: each is
+    /// appended once, not copied there from a list of its own.
+    @discardableResult
+    func publishTimeEvents<Result>(_ cause: (inout [CountdownEvent]) -> Result) -> Result {
+        let first = batch.timeEvents.endIndex
+        let result = cause(&batch.timeEvents)
+        publish(batch.timeEvents[first...])
+        return result
     }
 
     /// The wall clock was set: countdowns to a time of day follow it (plain durations, on the
@@ -313,10 +320,7 @@ public final class Daemon: @unchecked Sendable {
         guard slept > 0 else { return }
         let now = time.now()
         timer?.clockMoved()
-        events.removeAll(keepingCapacity: true)
-        let stoodStill = engine.machineSlept(for: slept, now: now, awakeUntil: lastBatchEnded, events: &events)
-        batch.timeEvents.append(contentsOf: events)
-        publish(events)
+        let stoodStill = publishTimeEvents { engine.machineSlept(for: slept, now: now, awakeUntil: lastBatchEnded, events: &$0) }
         raceDueChanges()
         logger.log(.notice, "the machine slept for \(CountdownDuration.format(milliseconds: slept / 1_000_000)); \(stoodStill) countdowns that pause on suspend stood still meanwhile, the others counted on")
     }

@@ -137,16 +137,22 @@ final class EventPoller: @unchecked Sendable {
     /// wake-up set now. (Work the queue runs between batches does not wake the waiting poll.)
     private(set) var isRunningBatch = false
 
+    /// What runs first in the batch after a poll wake-up (`setPollWakeup`): the wake-up timer's
+    /// handler, set once by the timer.
+    func handlePollWakeups(with handler: @escaping () -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        pollWakeupHandler = handler
+    }
+
     /// Has the poll itself wake up at `kernelBootNanoseconds` (a `CLOCK_BOOTTIME` reading), or
-    /// not (`nil`), and run `handler` first in the batch that follows. For `WakeupTimer`'s near
-    /// instants: waiting for them costs no timer re-arm or read. Only where `servesPollWakeups`,
-    /// and (for an instant) within a batch.
-    func setPollWakeup(_ kernelBootNanoseconds: Int64?, handler: @escaping () -> Void) {
+    /// not (`nil`), and run the handler of `handlePollWakeups` first in the batch that follows.
+    /// For `WakeupTimer`'s near instants: waiting for them costs no timer re-arm or read. Only
+    /// where `servesPollWakeups`, and (for an instant) within a batch.
+    func setPollWakeup(_ kernelBootNanoseconds: Int64?) {
         dispatchPrecondition(condition: .onQueue(queue))
         precondition(kernelBootNanoseconds == nil || (servesPollWakeups && isRunningBatch),
                      "a poll wake-up the poll would not see")
         pollWakeup = kernelBootNanoseconds
-        pollWakeupHandler = handler
     }
 
     /// Watches `descriptor`; `handler` runs on the queue, within a batch, while it is ready.

@@ -90,16 +90,16 @@ extension Daemon {
     /// its place in its transaction).
     private func applyReplicated(_ key: String, _ value: ClusterValue?, sequence: UInt64) {
         let now = time.now()
-        var changes: [CountdownEvent] = []
-        engine.applyReplicated(
-            key, state: value?.persisted(key: key, clock: time.mapping(at: now)), event: value?.event ?? .removed,
-            eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0,
-            replacedRemainingMilliseconds: value?.replacedRemainingMilliseconds, sequence: sequence, now: now, events: &changes
-        )
+        let state = value?.persisted(key: key, clock: time.mapping(at: now))
         // Like time's events, they stand whatever this batch's commit does (they are etcd's), and
         // each `done`'s lateness is measured when it is written, as on a daemon of its own.
-        batch.timeEvents.append(contentsOf: changes)
-        publish(changes)
+        publishTimeEvents { changes in
+            engine.applyReplicated(
+                key, state: state, event: value?.event ?? .removed,
+                eventRemainingMilliseconds: value?.eventRemainingMilliseconds ?? 0,
+                replacedRemainingMilliseconds: value?.replacedRemainingMilliseconds, sequence: sequence, now: now, events: &changes
+            )
+        }
     }
 
     /// A change asked for by a client, computed against the replica (`Daemon.decide`), goes to

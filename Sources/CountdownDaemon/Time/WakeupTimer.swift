@@ -16,7 +16,6 @@ import Glibc
 final class WakeupTimer {
     private let descriptor: Int32
     private let poller: EventPoller
-    private let handler: () -> Void
     private var token: EventPoller.Token?
     private var armedFor: Instant?
     /// Whether the last `timerfd_settime` failed: until one succeeds, near instants go to the
@@ -63,7 +62,7 @@ final class WakeupTimer {
     init(descriptor fd: Int32, poller: EventPoller, handler: @escaping () -> Void) throws(DaemonError) {
         descriptor = fd
         self.poller = poller
-        self.handler = handler
+        poller.handlePollWakeups(with: handler)
         do {
             token = try poller.register(fd, interest: .readable, urgent: true) { [unowned self] _ in
                 // A one-shot timer that fired is disarmed: the next `arm` re-arms even for the same
@@ -100,11 +99,11 @@ final class WakeupTimer {
                 // armed for another instant, when it wakes a batch that finds nothing due (were
                 // both due at once, the handler runs twice in that batch, the second time to
                 // find nothing due either).
-                poller.setPollWakeup(kernelInstant, handler: handler)
+                poller.setPollWakeup(kernelInstant)
                 return
             }
         }
-        poller.setPollWakeup(nil, handler: handler)
+        poller.setPollWakeup(nil)
         guard instant != armedFor else { return }
         var spec = itimerspec()
         if let instant {
@@ -133,7 +132,7 @@ final class WakeupTimer {
     /// Stops the timer and closes its descriptor.
     func cancel() {
         guard let token else { return }
-        poller.setPollWakeup(nil, handler: {})
+        poller.setPollWakeup(nil)
         poller.unregister(token)
         self.token = nil
         countdownd_close(descriptor)
