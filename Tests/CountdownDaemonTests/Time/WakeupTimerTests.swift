@@ -12,6 +12,62 @@ extension BootClockSuites {
             var count = 0
         }
 
+        /// A connected pair of stream sockets (close-on-exec). A socket is also a real descriptor
+        /// the poller can watch and `timerfd_settime` refuses (EINVAL).
+        static func socketPair() throws -> (Int32, Int32) {
+            var ends: [Int32] = [0, 0]
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+            return (ends[0], ends[1])
+        }
+
+        /// Starts `poller`'s thread, each batch delivering the urgent registrations first, as
+        /// the daemon's does.
+        static func startPolling(_ poller: EventPoller) throws {
+            try poller.start { batch in
+                batch.deliverUrgent()
+                batch.deliverOthers()
+                return false
+            }
+        }
+
+        /// Starts batches on a poller: each `poke` writes a byte to a socket pair whose other end
+        /// the poller watches, and `body` runs within the batch that follows, on the queue, where
+        /// the daemon arms its timer.
+        final class BatchStarter: @unchecked Sendable {
+            private let reading: Int32
+            private let writing: Int32
+            private let poller: EventPoller
+            private let queue: DispatchQueue
+            private var token: EventPoller.Token?
+
+            init(poller: EventPoller, queue: DispatchQueue, body: @escaping (BatchStarter) -> Void) throws {
+                (reading, writing) = try WakeupTimerTests.socketPair()
+                self.poller = poller
+                self.queue = queue
+                let reading = reading
+                token = try queue.sync { () throws(DaemonError) in
+                    try poller.register(reading, interest: .readable) { [unowned self] _ in
+                        var byte: UInt8 = 0
+                        _ = read(reading, &byte, 1)  // Ignored on purpose: readiness was the message.
+                        body(self)
+                    }
+                }
+            }
+
+            /// Starts one more batch; whether its byte was written.
+            func poke() -> Bool {
+                var byte: UInt8 = 1
+                return write(writing, &byte, 1) == 1
+            }
+
+            /// Stops watching, and closes both ends.
+            func stop() {
+                if let token { queue.sync { poller.unregister(token) } }
+                close(reading)
+                close(writing)
+            }
+        }
+
         @Test("arming, re-arming earlier and later, and disarming reach the kernel; an armed instant fires the handler on the queue")
         func armAndFire() throws {
             let queue = DispatchQueue(label: "timer-test")
@@ -47,11 +103,7 @@ extension BootClockSuites {
                 try timer.arm(at: nil)
                 #expect(try timer.kernelTimeLeft() == nil, "nil disarms")
             }
-            try poller.start { batch in
-                batch.deliverUrgent()
-                batch.deliverOthers()
-                return false
-            }
+            try Self.startPolling(poller)
             // An instant already past fires at once, through the poller, on the queue.
             try queue.sync { () throws in try timer.arm(at: SystemClock.now()) }
             #expect(firedSignal.wait(timeout: .now() + 30) == .success, "the timer fired")
@@ -86,11 +138,10 @@ extension BootClockSuites {
         func failedSettime() throws {
             let queue = DispatchQueue(label: "timer-failure-test")
             let poller = try EventPoller(queue: queue)
-            // A socket is a real descriptor the poller can watch, and timerfd_settime refuses it (EINVAL).
-            var ends: [Int32] = [0, 0]
-            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
-            defer { close(ends[1]) }
-            let timer = try #require(queue.sync { try? WakeupTimer(descriptor: ends[0], poller: poller) {} })
+            // A socket, which timerfd_settime refuses.
+            let (timerEnd, otherEnd) = try Self.socketPair()
+            defer { close(otherEnd) }
+            let timer = try #require(queue.sync { try? WakeupTimer(descriptor: timerEnd, poller: poller) {} })
             defer { queue.sync { timer.cancel() } }
             queue.sync {
                 let instant = SystemClock.now().advanced(byMilliseconds: 1000)
@@ -138,46 +189,32 @@ extension BootClockSuites {
                 }
             })
             defer { queue.sync { timer.cancel() } }
-            // A socket whose input starts a batch; its handler arms the timer from within it, as
-            // the daemon does at the end of each batch.
-            var ends: [Int32] = [0, 0]
-            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
-            defer { close(ends[0]); close(ends[1]) }
-            let token = try queue.sync { () throws(DaemonError) in
-                try poller.register(ends[0], interest: .readable) { _ in
-                    var byte: UInt8 = 0
-                    _ = read(ends[0], &byte, 1)  // Ignored on purpose: readiness was the message.
-                    seen.batchesWoken += 1
-                    // The second byte's batch comes before the instant (unless this machine took
-                    // the whole 15 ms to get there): a handler run early would show in firedAt.
-                    guard seen.batchesWoken == 1 else { return }
-                    do throws(DaemonError) {
-                        // An hour off: beyond the horizon, so the timerfd.
-                        try timer.arm(at: SystemClock.now().advanced(byMilliseconds: 3_600_000))
-                        seen.farTimerfdLeft = .some(try timer.kernelTimeLeft())
-                        let instant = SystemClock.now().advanced(byMilliseconds: 15)
-                        seen.requested = instant
-                        try timer.arm(at: instant)
-                        try timer.arm(at: nil)  // Disarmed, then near: only the poll's wake-up stays.
-                        try timer.arm(at: instant)
-                        seen.timerfdLeftAfterArming = .some(try timer.kernelTimeLeft())
-                        // Wakes the poll again at once, long before the instant.
-                        var again: UInt8 = 2
-                        seen.wokeAgain = write(ends[1], &again, 1) == 1
-                    } catch {
-                        Issue.record("arming failed: \(error)")
-                    }
-                    armedSignal.signal()
+            // The first batch arms the timer from within it, as the daemon does at the end of each.
+            let batches = try BatchStarter(poller: poller, queue: queue) { batches in
+                seen.batchesWoken += 1
+                // The second poke's batch comes before the instant (unless this machine took the
+                // whole 15 ms to get there): a handler run early would show in firedAt.
+                guard seen.batchesWoken == 1 else { return }
+                do throws(DaemonError) {
+                    // An hour off: beyond the horizon, so the timerfd.
+                    try timer.arm(at: SystemClock.now().advanced(byMilliseconds: 3_600_000))
+                    seen.farTimerfdLeft = .some(try timer.kernelTimeLeft())
+                    let instant = SystemClock.now().advanced(byMilliseconds: 15)
+                    seen.requested = instant
+                    try timer.arm(at: instant)
+                    try timer.arm(at: nil)  // Disarmed, then near: only the poll's wake-up stays.
+                    try timer.arm(at: instant)
+                    seen.timerfdLeftAfterArming = .some(try timer.kernelTimeLeft())
+                    // Wakes the poll again at once, long before the instant.
+                    seen.wokeAgain = batches.poke()
+                } catch {
+                    Issue.record("arming failed: \(error)")
                 }
+                armedSignal.signal()
             }
-            defer { queue.sync { poller.unregister(token) } }
-            try poller.start { batch in
-                batch.deliverUrgent()
-                batch.deliverOthers()
-                return false
-            }
-            var byte: UInt8 = 1
-            #expect(write(ends[1], &byte, 1) == 1)
+            defer { batches.stop() }
+            try Self.startPolling(poller)
+            #expect(batches.poke())
             #expect(armedSignal.wait(timeout: .now() + 30) == .success, "the batch armed the timer")
             #expect(firedSignal.wait(timeout: .now() + 30) == .success, "the near instant woke the poll")
             queue.sync {
@@ -215,42 +252,29 @@ extension BootClockSuites {
         func refusedStaysRefused() throws {
             let queue = DispatchQueue(label: "timer-refused-test")
             let poller = try EventPoller(queue: queue)
-            // A socket is a real descriptor the poller can watch, and timerfd_settime refuses it.
-            var timerEnds: [Int32] = [0, 0]
-            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &timerEnds) == 0)
-            defer { close(timerEnds[1]) }
-            let timer = try #require(queue.sync { try? WakeupTimer(descriptor: timerEnds[0], poller: poller) {} })
+            // A socket, which timerfd_settime refuses.
+            let (timerEnd, otherEnd) = try Self.socketPair()
+            defer { close(otherEnd) }
+            let timer = try #require(queue.sync { try? WakeupTimer(descriptor: timerEnd, poller: poller) {} })
             defer { queue.sync { timer.cancel() } }
-            var ends: [Int32] = [0, 0]
-            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
-            defer { close(ends[0]); close(ends[1]) }
             let seen = Refusals()
             let done = DispatchSemaphore(value: 0)
-            let token = try queue.sync { () throws(DaemonError) in
-                try poller.register(ends[0], interest: .readable) { _ in
-                    var byte: UInt8 = 0
-                    _ = read(ends[0], &byte, 1)  // Ignored on purpose: readiness was the message.
-                    let now = SystemClock.now()
-                    for (label, instant) in [("far", now.advanced(byMilliseconds: 60_000)), ("near", now.advanced(byMilliseconds: 5)),
-                                             ("far again", now.advanced(byMilliseconds: 60_000)), ("near again", now.advanced(byMilliseconds: 5))] {
-                        do throws(DaemonError) {
-                            try timer.arm(at: instant)
-                            seen.answers.append("\(label): armed")
-                        } catch {
-                            seen.answers.append("\(label): refused")
-                        }
+            let batches = try BatchStarter(poller: poller, queue: queue) { _ in
+                let now = SystemClock.now()
+                for (label, instant) in [("far", now.advanced(byMilliseconds: 60_000)), ("near", now.advanced(byMilliseconds: 5)),
+                                         ("far again", now.advanced(byMilliseconds: 60_000)), ("near again", now.advanced(byMilliseconds: 5))] {
+                    do throws(DaemonError) {
+                        try timer.arm(at: instant)
+                        seen.answers.append("\(label): armed")
+                    } catch {
+                        seen.answers.append("\(label): refused")
                     }
-                    done.signal()
                 }
+                done.signal()
             }
-            defer { queue.sync { poller.unregister(token) } }
-            try poller.start { batch in
-                batch.deliverUrgent()
-                batch.deliverOthers()
-                return false
-            }
-            var byte: UInt8 = 1
-            #expect(write(ends[1], &byte, 1) == 1)
+            defer { batches.stop() }
+            try Self.startPolling(poller)
+            #expect(batches.poke())
             #expect(done.wait(timeout: .now() + 30) == .success, "the batch ran")
             queue.sync {
                 #expect(seen.answers == ["far: refused", "near: refused", "far again: refused", "near again: refused"], "\(seen.answers)")
