@@ -1,15 +1,17 @@
 // eventlog: a fast subscriber for the benchmark. Records, for every event of interest, the
 // CLOCK_BOOTTIME and CLOCK_REALTIME at which it was read, so lateness can be computed exactly.
 //
-//   eventlog countdownd SOCKET OUT EXPECTED_DONE TIMEOUT_S
+//   eventlog countdownd SOCKET OUT EXPECTED_DONE TIMEOUT_S [REQUEST]
 //   eventlog redis      SOCKET OUT EXPECTED_EXPIRED TIMEOUT_S
 //
 // Writes "READY\n" on stdout once subscribed, then one line per event to OUT:
 //   <boot_ns> <real_ns> <kind> <name> <remaining_ms>
-// and exits once EXPECTED done/expired events arrived, or after TIMEOUT_S.
+// and exits once EXPECTED done/expired events arrived, after TIMEOUT_S, or at SIGTERM. REQUEST replaces
+// countdownd's plain SUBSCRIBE (`SUBSCRIBE EVENTS done`: no ticks asked for, so none are made).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,10 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+// SIGTERM ends the wait early, with what was read written out.
+static volatile sig_atomic_t stopping;
+static void stop(int signal_number) { (void)signal_number; stopping = 1; }
 
 static int64_t now_ns(clockid_t clock) {
     struct timespec t;
@@ -34,7 +40,7 @@ static int connect_unix(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) { fprintf(stderr, "usage: eventlog countdownd|redis SOCKET OUT EXPECTED TIMEOUT_S\n"); return 2; }
+    if (argc != 6 && argc != 7) { fprintf(stderr, "usage: eventlog countdownd|redis SOCKET OUT EXPECTED TIMEOUT_S [REQUEST]\n"); return 2; }
     int redis = strcmp(argv[1], "redis") == 0;
     int fd = connect_unix(argv[2]);
     FILE *out = fopen(argv[3], "w");
@@ -42,14 +48,18 @@ int main(int argc, char **argv) {
     setvbuf(out, outbuf, _IOFBF, sizeof outbuf);
     long expected = atol(argv[4]);
     int64_t give_up = now_ns(CLOCK_MONOTONIC) + (int64_t)atol(argv[5]) * 1000000000LL;
-    const char *subscribe = redis ? "SUBSCRIBE __keyevent@0__:expired\r\n" : "SUBSCRIBE\n";
+    char request[256];
+    snprintf(request, sizeof request, "%s\n", argc == 7 ? argv[6] : "SUBSCRIBE");
+    const char *subscribe = redis ? "SUBSCRIBE __keyevent@0__:expired\r\n" : request;
     if (write(fd, subscribe, strlen(subscribe)) < 0) { perror("write"); return 2; }
 
     static char buf[1 << 22];
     size_t have = 0;
     long finished = 0;
     int subscribed = 0, next_is_key = 0, skip_length = 0;
-    while (finished < expected) {
+    struct sigaction on_term = {.sa_handler = stop};  // no SA_RESTART: poll returns EINTR
+    sigaction(SIGTERM, &on_term, NULL);
+    while (finished < expected && !stopping) {
         int64_t left_ms = (give_up - now_ns(CLOCK_MONOTONIC)) / 1000000;
         if (left_ms <= 0) break;
         struct pollfd p = {.fd = fd, .events = POLLIN};

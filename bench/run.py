@@ -144,8 +144,8 @@ def feed(sock_path, lines, workdir, greeting, chunk=2000, rate=None):
     return int(out[0]), int(out[1])
 
 
-def start_eventlog(mode, sock_path, out, expected, timeout):
-    proc = subprocess.Popen([os.path.join(TOOLS, "eventlog"), mode, sock_path, out, str(expected), str(timeout)],
+def start_eventlog(mode, sock_path, out, expected, timeout, request=None):
+    proc = subprocess.Popen([os.path.join(TOOLS, "eventlog"), mode, sock_path, out, str(expected), str(timeout)] + ([request] if request else []),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.stdout.readline().strip() != "READY":
         raise RuntimeError("eventlog did not subscribe: " + proc.stderr.read())
