@@ -543,7 +543,7 @@ extension Integration {
             let stats = Dictionary(try hostB.connect().request("STATS").stats.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
             #expect(Int(stats["cluster_revision"] ?? "").map { $0 >= revisions.last ?? 0 } == true, "the copy reached the last change")
             #expect(stats["cluster_watching"] == "1" && stats["cluster_members"] == "3")
-            // Each host estimates the other's clock from its heartbeats (every 2 s), B too, which
+            // Each host estimates the other's clock from its heartbeats (every second), B too, which
             // changed nothing: one host seen by each, both on this machine's clock.
             func clockStats(_ host: DaemonProcess) throws -> [String: String] {
                 Dictionary(try host.connect().request("STATS").stats.map { ($0.key, $0.value) }, uniquingKeysWith: { a, _ in a })
@@ -736,8 +736,8 @@ extension Integration.ClusterTests {
         }
         // Without the heartbeat's check the quiet host's watch stays on the stopped member (TCP
         // keeps the stream open), and nothing comes until SIGCONT. With it: a heartbeat fails on
-        // the stopped member (1 s), a read and the next heartbeat go to another member (2 s
-        // apart), and 2 s later the watch moves: about 5 s; 30 s is far from both.
+        // the stopped member (1 s), a read and the next heartbeat go to another member (1 s
+        // apart), and 2 s later the watch moves: about 4 s; 30 s is far from both.
         let event = try subscriber.waitForEvent(timeout: 30) { $0.name == "during" }
         #expect(event.kind == .started)
         #expect(quiet.stderrText.contains("did not bring a committed change within 2 s"), "the move is logged")

@@ -17,10 +17,12 @@ import FoundationEssentials
 final class ClockHeartbeat {
     /// Where heartbeats live, under the countdown prefix: `<prefix>.hosts/`.
     static let keyInfix = ".hosts/"
-    /// How often a host writes its heartbeat.
-    static let intervalNanoseconds: Int64 = 2_000_000_000
+    /// How often a host writes its heartbeat: also how soon a silent watch is noticed
+    /// (`ClusterReplica.expectFromWatch`) and a gone host's countdowns taken over
+    /// (`TakeOverPolicy.silenceNanoseconds`).
+    static let intervalNanoseconds: Int64 = 1_000_000_000
     /// How many samples per host the estimate is taken over (about a minute of heartbeats).
-    static let samplesKept = 32
+    static let samplesKept = 64
     /// Past this, a host's clock offset is logged as a warning (deadlines would be off by it).
     static let warningMilliseconds: Int64 = 250
 

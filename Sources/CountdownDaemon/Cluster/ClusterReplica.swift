@@ -71,10 +71,10 @@ final class ClusterReplica: @unchecked Sendable {
     /// another host's `done` made a second one.
     private(set) var appliedAt: [String: Int64] = [:]
     /// Which host wrote each countdown's current value (`ClusterValue.host`): that host
-    /// proposes its `done`; the others wait a grace period for it (`takeOver`).
+    /// proposes its `done`; the others wait for it while it lives (`takeOver`).
     private(set) var writers: [String: String] = [:]
     /// Who proposes a change that falls due.
-    let takeOver: TakeOverPolicy
+    private(set) var takeOver: TakeOverPolicy
     private var watch: EtcdWatch?
     /// Whether the watch is running (for STATUS and STATS).
     private(set) var isWatching = false
@@ -235,9 +235,13 @@ final class ClusterReplica: @unchecked Sendable {
         ]
     }
 
-    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`).
+    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`). One
+    /// whose copy is behind the watch takes over nobody's: the heartbeats it has not applied
+    /// yet may be the writer's, and its compare would fail on a revision already moved on.
     func proposes(_ key: String, dueAt due: Instant, now: Instant) -> Bool {
-        takeOver.proposes(dueAt: due, writtenBy: writers[key], now: now)
+        let writer = writers[key]
+        if writer != hostID, isCatchingUp { return false }
+        return takeOver.proposes(dueAt: due, writtenBy: writer, now: now)
     }
 
     /// Runs `action` within a batch, `seconds` from now.
@@ -407,6 +411,7 @@ final class ClusterReplica: @unchecked Sendable {
                 var slots: [(slot: QuotaSlots.Slot, holder: String)] = []
                 appliedAt.removeAll(keepingCapacity: true)
                 writers.removeAll(keepingCapacity: true)
+                dueInFlight.removeAll()  // What was on its way is in this read, or lost its race.
                 for keyValue in keyValues {
                     let key = String(keyValue.key.dropFirst(configuration.prefix.count))
                     guard !ClockHeartbeat.isHeartbeat(key) else { continue }
@@ -523,12 +528,15 @@ final class ClusterReplica: @unchecked Sendable {
         if isHeartbeat {
             if event.kind == .put {
                 let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
-                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: time.now())
+                let now = time.now()
+                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: now)
+                takeOver.heard(from: host, at: now)
             }
             appliedSequence = sequence
             revision = changedAt
             return
         }
+        if !dueInFlight.isEmpty { dueInFlight[key] = nil }  // Decided, by whichever host: the copy has it now.
         switch event.kind {
         case .put:
             guard let value else { return }  // Not a countdown this version reads.
@@ -711,6 +719,34 @@ final class ClusterReplica: @unchecked Sendable {
                     logger.log(.notice, "cluster: deleted quota slot \(prefix)\(slot.key), left by a countdown deleted without it")
                 }
             }
+        }
+    }
+
+    /// The due changes (a `done`, a removal) this host proposed that its copy has not yet
+    /// seen decided, each with its operation id: not proposed again meanwhile. The engine hands
+    /// a due countdown back every second until its copy changes (`CountdownEngine.takeDue`);
+    /// in a burst that etcd takes longer than that to carry, each would be sent again and
+    /// again (3.3 changes sent per `done` at 30,000 deadlines), and a second proposal that
+    /// fails its compare fails the whole transaction it went in.
+    private var dueInFlight: [String: String] = [:]
+
+    /// Whether this host has a due change of `key` on its way (`proposeDue`).
+    func isProposingDue(_ key: String) -> Bool {
+        dueInFlight[key] != nil
+    }
+
+    /// Proposes a due change of `key` (a `done`, or `nil`: its removal), compared on `revision`,
+    /// the change this host's copy holds, unless one is on its way already. It counts as on its
+    /// way until the copy applies a change of `key` (the watch brings etcd's decision, whoever
+    /// made it), or until it fails or loses its race.
+    func proposeDue(_ key: String, to value: ClusterValue?, comparedOn revision: Int64) {
+        guard dueInFlight[key] == nil else { return }
+        let operation = value?.operation ?? nextOperation()
+        dueInFlight[key] = operation
+        change(key, to: value, expecting: .unchangedSince(revision)) { [self] outcome in
+            // Committed: on its way until the watch brings it (`applyWatched`).
+            guard !outcome.isCommitted, dueInFlight[key] == operation else { return }
+            dueInFlight[key] = nil
         }
     }
 

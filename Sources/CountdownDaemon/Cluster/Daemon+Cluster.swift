@@ -235,7 +235,7 @@ extension Daemon {
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
         let now = time.now()
         let clock = time.mapping(at: now)
-        for key in due.finish {
+        for key in due.finish where !cluster.isProposingDue(key) {
             guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
             guard cluster.proposes(key, dueAt: deadline, now: now) else { continue }
             guard let finished = engine.dueDone(for: key, now: now), let state = finished.state else { continue }
@@ -243,10 +243,10 @@ extension Daemon {
             cluster.withRevision(of: key) { [unowned self] revision in
                 // Still running in the replica, at the revision it finishes: else someone was first.
                 guard let revision, engine.persistentState(of: key)?.state == .running else { return }
-                cluster.change(key, to: value, expecting: .unchangedSince(revision)) { _ in }
+                cluster.proposeDue(key, to: value, comparedOn: revision)
             }
         }
-        for key in due.forget {
+        for key in due.forget where !cluster.isProposingDue(key) {
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
             // The end of its retention is the removal's deadline.
             if let finishedAt = state.finishedAt,
@@ -255,7 +255,7 @@ extension Daemon {
             }
             cluster.withRevision(of: key) { [unowned self] revision in
                 guard let revision, engine.persistentState(of: key).map({ !$0.state.isActive }) == true else { return }
-                cluster.change(key, to: nil, expecting: .unchangedSince(revision)) { _ in }
+                cluster.proposeDue(key, to: nil, comparedOn: revision)
             }
         }
     }

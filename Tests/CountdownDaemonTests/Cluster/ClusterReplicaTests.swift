@@ -253,6 +253,16 @@ struct ClusterReplicaTests {
         }
     }
 
+    /// A replica on `store` resumed after revision 10 (a kept copy), and its watch.
+    func watchingReplica(_ store: ScriptedEtcd, later: DelayedWork? = nil) throws -> (ClusterReplica, ScriptedEtcd.Watch) {
+        let replica = try replica(store, later: later)
+        queue.sync {
+            replica.resume(from: 10_999)
+            replica.start()
+        }
+        return (replica, try #require(queue.sync { store.watches.first }))
+    }
+
     @Test("a race lost to another host is a conflict with the winner's value; the replica's revision stays the one it applied (a done compared on the winner's revision was a second done)")
     func lostRace() throws {
         let store = ScriptedEtcd()
@@ -267,6 +277,60 @@ struct ClusterReplicaTests {
         }
         #expect(found.operation == "other-host-1-9")
         #expect(queue.sync { replica.appliedAt["otp:1"] } == nil, "only the watch sets it, when it brings the winner's change")
+    }
+
+    @Test("a due change on its way is not proposed again: not while unanswered, nor once committed until the watch brings the key's change; one that lost its race may be proposed again at once")
+    func dueChangeProposedOnce() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let done = value(replica)
+        try queue.sync {
+            replica.proposeDue("otp:1", to: done, comparedOn: 5)
+            replica.sendPending()
+            #expect(store.transactions.count == 1 && replica.isProposingDue("otp:1"))
+            replica.proposeDue("otp:1", to: done, comparedOn: 5)
+            replica.sendPending()
+            #expect(store.transactions.count == 1, "unanswered: not sent again")
+            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 12, ranges: [])))
+            replica.proposeDue("otp:1", to: done, comparedOn: 5)
+            replica.sendPending()
+            #expect(store.transactions.isEmpty && replica.isProposingDue("otp:1"), "committed, the watch has not brought it: not sent again")
+            // Another key's change says nothing of this one.
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(done, revision: 11, key: "other"))], 11)
+            #expect(replica.isProposingDue("otp:1"))
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(done, revision: 12))], 12)
+            #expect(!replica.isProposingDue("otp:1"), "the watch brought it: decided")
+            // A proposal that loses its race is no longer on its way.
+            replica.proposeDue("otp:1", to: done, comparedOn: 12)
+            replica.sendPending()
+            let lost = try #require(store.transactions.first)
+            #expect(lost.compares.count == 1)
+            store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 14, ranges: [[self.stored(value(replica, operation: "other-host-1-9"), revision: 13)]])))
+            #expect(!replica.isProposingDue("otp:1"))
+        }
+    }
+
+    @Test("a host whose copy is behind its watch takes over nobody's due change, past the grace or not; its own it still proposes")
+    func noTakeOverWhileBehind() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let other = value(replica, operation: "other-host~1-1")
+        let mine = value(replica)
+        queue.sync {
+            // More than a slice at once: the copy applies 256 and is behind by the rest.
+            let events = (0..<300).map { index in
+                EtcdWatchEvent(kind: .put, keyValue: stored(index == 0 ? mine : other, revision: Int64(11 + index), key: "k\(index)"))
+            }
+            watch.onEvents(events, 310)
+            let due = time.clock.now()
+            let later = due.advanced(byNanoseconds: TakeOverPolicy.graceNanoseconds + TakeOverPolicy.silenceNanoseconds)
+            #expect(replica.isCatchingUp)
+            #expect(!replica.proposes("k1", dueAt: due, now: later), "behind: another host's is not taken over")
+            #expect(replica.proposes("k0", dueAt: due, now: due), "its own, at once")
+            replica.continueCatchUp()
+            #expect(!replica.isCatchingUp)
+            #expect(replica.proposes("k1", dueAt: due, now: later), "caught up, the writer never heard from: taken over past the grace")
+        }
     }
 
     @Test("the watch resumes at the kept revision, numbers each change by its revision and its place in its transaction, applies each once, in order, and releases a waiter at its revision")
@@ -528,12 +592,7 @@ struct ClusterReplicaTests {
     @Test("clock offsets come from other hosts' heartbeats that arrive live: the smallest of the last 32 counts, so one held back by an outage is no offset; countdown changes, history and this host's own heartbeat are no samples")
     func skewFromHeartbeats() throws {
         let store = ScriptedEtcd()
-        let replica = try replica(store)
-        queue.sync {
-            replica.resume(from: 10_999)
-            replica.start()
-        }
-        let watch = try #require(queue.sync { store.watches.first })
+        let (replica, watch) = try watchingReplica(store)
         func beat(_ host: String, writtenAgo: Int64, revision: Int64) -> EtcdWatchEvent {
             let written = DaemonClock.system.mapping().unixMilliseconds - writtenAgo
             let value = Array(#"{"written_unix_ms":\#(written)}"#.utf8)
@@ -568,7 +627,7 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("heartbeats: at most one every 2 s and one in flight; after one fails, a read must succeed before the next is written")
+    @Test("heartbeats: at most one a second and one in flight; after one fails, a read must succeed before the next is written")
     func heartbeatPacing() throws {
         let store = ScriptedEtcd()
         let heartbeat = ClockHeartbeat(client: store, prefix: "/countdownd/", hostID: "me:/state", logger: Logger(threshold: .error, environment: [:]))
@@ -586,9 +645,9 @@ struct ClusterReplicaTests {
         heartbeat.beat(now: at(3000))
         #expect(store.transactions.count == 1 && !isPut(store.transactions[0]), "after a failure, a read first")
         store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 5, ranges: [[]])))
+        heartbeat.beat(now: at(3999))
+        #expect(store.transactions.isEmpty, "not due: 1 s after the last")
         heartbeat.beat(now: at(4000))
-        #expect(store.transactions.isEmpty, "not due: 2 s after the last")
-        heartbeat.beat(now: at(5100))
         #expect(store.transactions.count == 1 && isPut(store.transactions[0]))
     }
 
@@ -597,17 +656,12 @@ struct ClusterReplicaTests {
         for brings in [true, false] {
             let store = ScriptedEtcd()
             let later = DelayedWork(queue: queue)
-            let replica = try replica(store, later: later)
-            queue.sync {
-                replica.resume(from: 10_999)
-                replica.start()
-            }
-            let watch = try #require(queue.sync { store.watches.first })
+            let (replica, watch) = try watchingReplica(store, later: later)
             #expect(watch.handle.endpoint == store.endpoints[0])
             final class Committed: @unchecked Sendable { var revisions: [Int64] = [] }
             let committed = Committed()
-            // 3 s of housekeeping, every heartbeat committed at once: the first at 0.2 s, the
-            // next 2 s later.
+            // 3 s of housekeeping, every heartbeat committed at once: the first at 0.2 s, then
+            // one a second.
             for _ in 0..<15 {
                 time.advance(byMilliseconds: 200)
                 queue.sync {
@@ -624,9 +678,9 @@ struct ClusterReplicaTests {
                     }
                 }
             }
-            #expect(queue.sync { committed.revisions } == [11, 12], "a heartbeat at 0.2 s and at 2.2 s")
+            #expect(queue.sync { committed.revisions } == [11, 12, 13], "a heartbeat at 0.2 s, 1.2 s and 2.2 s")
             if brings {
-                #expect(queue.sync { (store.cancelled, store.currentEndpoint, replica.revision) } == (0, 0, 12), "a watch that brings them is left")
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint, replica.revision) } == (0, 0, 13), "a watch that brings them is left")
             } else {
                 #expect(queue.sync { (store.cancelled, store.currentEndpoint, replica.revision) } == (1, 1, 10), "moved at 2.2 s, once, to the next member")
             }

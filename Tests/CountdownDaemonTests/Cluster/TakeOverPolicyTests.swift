@@ -5,7 +5,7 @@ import Testing
 @Suite("Cluster mode: which host proposes a change that falls due")
 struct TakeOverPolicyTests {
     let due = Instant(nanoseconds: 50_000_000_000)
-    let policy = TakeOverPolicy(hostID: "a:/var/lib/countdownd")
+    var policy = TakeOverPolicy(hostID: "a:/var/lib/countdownd")
 
     @Test("the writer proposes at the due instant; another host only once the grace has passed, to the nanosecond")
     func writerFirstThenAnyone() {
@@ -21,6 +21,33 @@ struct TakeOverPolicyTests {
     func unknownWriter() {
         #expect(!policy.proposes(dueAt: due, writtenBy: nil, now: due.advanced(byMilliseconds: 1999)))
         #expect(policy.proposes(dueAt: due, writtenBy: nil, now: due.advanced(byMilliseconds: 2000)))
+    }
+
+    @Test("a writer heard from within three heartbeat intervals is live: nobody takes over its due changes, however late; once silent that long, anyone past the grace does, to the nanosecond")
+    mutating func liveWriterIsNotOvertaken() {
+        let writer = "b:/var/lib/countdownd"
+        let lastBeat = due.advanced(byMilliseconds: 5000)
+        policy.heard(from: writer, at: lastBeat)
+        let silentSince = lastBeat.advanced(byNanoseconds: TakeOverPolicy.silenceNanoseconds)
+        #expect(TakeOverPolicy.silenceNanoseconds == 3 * ClockHeartbeat.intervalNanoseconds)
+        #expect(!policy.proposes(dueAt: due, writtenBy: writer, now: silentSince.advanced(byNanoseconds: -1)), "7.99... s late, writer live")
+        #expect(policy.proposes(dueAt: due, writtenBy: writer, now: silentSince))
+        // Heard again: live again.
+        policy.heard(from: writer, at: silentSince)
+        #expect(!policy.proposes(dueAt: due, writtenBy: writer, now: silentSince.advanced(byMilliseconds: 1)))
+        // The writer itself never waits for anyone, and another host's heartbeat says nothing of this writer.
+        policy.heard(from: "c:/srv", at: silentSince)
+        #expect(policy.proposes(dueAt: due, writtenBy: "d:/srv", now: silentSince))
+        #expect(policy.proposes(dueAt: due, writtenBy: "a:/var/lib/countdownd", now: due))
+    }
+
+    @Test("a writer heard from only before the grace ended: taken over once both the grace and its silence are over")
+    mutating func graceAndSilenceBoth() {
+        let writer = "b:/var/lib/countdownd"
+        policy.heard(from: writer, at: due.advanced(byMilliseconds: -2500))
+        // Silent since 0.5 s past due, but the grace runs to 2 s.
+        #expect(!policy.proposes(dueAt: due, writtenBy: writer, now: due.advanced(byMilliseconds: 1999)))
+        #expect(policy.proposes(dueAt: due, writtenBy: writer, now: due.advanced(byMilliseconds: 2000)))
     }
 
     @Test("a host on the same machine with another state directory is another host")
