@@ -41,6 +41,28 @@ struct ClusterValue: Codable, Equatable {
         case eventRemainingMilliseconds = "event_remaining_ms", operation = "op", writtenUnixMilliseconds = "written_unix_ms"
     }
 
+    /// A value of these fields (`decode`).
+    init(
+        version: Int, state: CountdownState, totalMilliseconds: Int64, deadlineUnixMilliseconds: Int64?, remainingMilliseconds: Int64?,
+        finishedUnixMilliseconds: Int64?, owner: UInt32, pinned: Bool?, lateMilliseconds: Int64?, event: EventKind,
+        eventRemainingMilliseconds: Int64, replacedRemainingMilliseconds: Int64?, operation: String, writtenUnixMilliseconds: Int64?
+    ) {
+        self.version = version
+        self.state = state
+        self.totalMilliseconds = totalMilliseconds
+        self.deadlineUnixMilliseconds = deadlineUnixMilliseconds
+        self.remainingMilliseconds = remainingMilliseconds
+        self.finishedUnixMilliseconds = finishedUnixMilliseconds
+        self.owner = owner
+        self.pinned = pinned
+        self.lateMilliseconds = lateMilliseconds
+        self.event = event
+        self.eventRemainingMilliseconds = eventRemainingMilliseconds
+        self.replacedRemainingMilliseconds = replacedRemainingMilliseconds
+        self.operation = operation
+        self.writtenUnixMilliseconds = writtenUnixMilliseconds
+    }
+
     /// A value for `state`, announcing `event` (after a `cancelled` with `replacedRemaining` left).
     init(
         _ state: PersistedCountdown, event: EventKind, eventRemainingMilliseconds: Int64, replacedRemaining: Int64? = nil,
@@ -84,14 +106,76 @@ struct ClusterValue: Codable, Equatable {
         )
     }
 
-    /// The JSON stored in etcd.
+    /// The JSON stored in etcd, written by hand (`FlatJSONWriter`) with `CodingKeys`' names.
+    /// `Codable`'s synthesized form, which `JSONDecoder` reads, is the reference the tests hold
+    /// both directions to.
     var encoded: [UInt8] {
-        // Encoding a struct of numbers and strings cannot fail.
-        (try? Array(JSONEncoder().encode(self))) ?? []
+        var writer = FlatJSONWriter()
+        writer.member("v", Int64(version))
+        writer.member("state", state.rawValue)
+        writer.member("total_ms", totalMilliseconds)
+        writer.member("deadline_unix_ms", deadlineUnixMilliseconds)
+        writer.member("remaining_ms", remainingMilliseconds)
+        writer.member("finished_unix_ms", finishedUnixMilliseconds)
+        writer.member("owner", Int64(owner))
+        writer.member("pinned", pinned)
+        writer.member("late_ms", lateMilliseconds)
+        writer.member("event", event.rawValue)
+        writer.member("event_remaining_ms", eventRemainingMilliseconds)
+        writer.member("replaced_remaining_ms", replacedRemainingMilliseconds)
+        writer.member("op", operation)
+        writer.member("written_unix_ms", writtenUnixMilliseconds)
+        return writer.bytes
     }
 
-    /// A stored value, or `nil` for one this version cannot read.
+    /// A stored value, or `nil` for one this version cannot read: read by hand
+    /// (`FlatJSONObject`), as `JSONDecoder` reads `Codable`'s form. Every member without `?`
+    /// must be there, of its type (a `null` only for optional ones); members this version does
+    /// not know are passed over; a name given twice counts its last value.
     static func decode(_ bytes: [UInt8]) -> ClusterValue? {
-        try? JSONDecoder().decode(ClusterValue.self, from: Data(bytes))
+        guard let object = FlatJSONObject(bytes) else { return nil }
+        var version: Int64?, state: CountdownState?, total: Int64?, owner: Int64?, event: EventKind?, eventRemaining: Int64?
+        var operation: String?
+        var deadline: Int64?, remaining: Int64?, finished: Int64?, late: Int64?, replaced: Int64?, written: Int64?
+        var pinned: Bool?
+        /// An optional integer: absent or `null` is `nil`; another kind makes the value unreadable.
+        func optional(_ value: FlatJSONObject.Value) -> Int64?? {
+            switch value {
+            case .integer(let number): return .some(number)
+            case .null: return .some(nil)
+            default: return nil
+            }
+        }
+        for (name, value) in object.members {
+            switch (name, value) {
+            case ("v", .integer(let number)): version = number
+            case ("state", .string(let text)): guard let known = CountdownState(rawValue: text) else { return nil }; state = known
+            case ("total_ms", .integer(let number)): total = number
+            case ("owner", .integer(let number)): owner = number
+            case ("event", .string(let text)): guard let known = EventKind(rawValue: text) else { return nil }; event = known
+            case ("event_remaining_ms", .integer(let number)): eventRemaining = number
+            case ("op", .string(let text)): operation = text
+            case ("pinned", .boolean(let flag)): pinned = flag
+            case ("pinned", .null): pinned = nil
+            case ("deadline_unix_ms", _): guard let number = optional(value) else { return nil }; deadline = number
+            case ("remaining_ms", _): guard let number = optional(value) else { return nil }; remaining = number
+            case ("finished_unix_ms", _): guard let number = optional(value) else { return nil }; finished = number
+            case ("late_ms", _): guard let number = optional(value) else { return nil }; late = number
+            case ("replaced_remaining_ms", _): guard let number = optional(value) else { return nil }; replaced = number
+            case ("written_unix_ms", _): guard let number = optional(value) else { return nil }; written = number
+            case ("v", _), ("state", _), ("total_ms", _), ("owner", _), ("event", _), ("event_remaining_ms", _), ("op", _), ("pinned", _):
+                return nil  // A known member of the wrong kind.
+            default:
+                continue  // A later version's.
+            }
+        }
+        guard let version, let versionNumber = Int(exactly: version), let state, let total, let owner, let ownerID = UInt32(exactly: owner),
+              let event, let eventRemaining, let operation else { return nil }
+        return ClusterValue(
+            version: versionNumber, state: state, totalMilliseconds: total, deadlineUnixMilliseconds: deadline, remainingMilliseconds: remaining,
+            finishedUnixMilliseconds: finished, owner: ownerID, pinned: pinned, lateMilliseconds: late, event: event,
+            eventRemainingMilliseconds: eventRemaining, replacedRemainingMilliseconds: replaced, operation: operation,
+            writtenUnixMilliseconds: written
+        )
     }
 }
