@@ -223,6 +223,33 @@ extension Integration {
             }
         }
 
+        @Test("a host restarted (SIGTERM) before its countdowns' deadlines proposes their dones itself, as their writer, not as a take-over after the grace: it learns from etcd which countdowns it wrote; the other host, hearing it live, proposes none", .timeLimit(.minutes(2)))
+        func restartedWriterProposesItsOwn() throws {
+            let etcd = try EtcdCluster()
+            let directoryA = TemporaryDirectory()
+            var hostA = try clusterDaemon(etcd, directory: directoryA)
+            let hostB = try clusterDaemon(etcd)
+            let names = (0..<20).map { "own\($0)" }
+            let a = try hostA.connect()
+            // Far enough ahead for the restart and the read of the writers on a slow machine.
+            for (index, name) in names.enumerated() {
+                #expect(try a.request("START \(name) \(8000 + 25 * index)ms").countdown?.state == .running)
+            }
+            _ = hostA.terminate()
+            hostA = try clusterDaemon(etcd, directory: directoryA)
+            for host in [hostA, hostB] {
+                try waitUntil(timeout: 60) { try host.connect().request("LIST STATE done").countdowns.count == 20 }
+            }
+            func stat(_ host: DaemonProcess, _ key: String) throws -> Int? {
+                Int(try host.connect().request("STATS").stats.first { $0.key == key }?.value ?? "")
+            }
+            #expect(try stat(hostA, "cluster_due_proposed") == 20, "the restarted host proposed each done as its writer")
+            #expect(try stat(hostA, "cluster_due_taken_over") == 0)
+            #expect(try stat(hostB, "cluster_due_proposed") == 0 && stat(hostB, "cluster_due_taken_over") == 0, "the other left them to the live writer")
+            let versions = try #require(etcd.versions(under: "/countdownd/"), "etcd answered")
+            #expect(names.allSatisfy { versions["/countdownd/\($0)"]?.version == 2 }, "each done written once")
+        }
+
         @Test("group commit: 200 countdowns due at one moment are finished by the host that started them in a few etcd transactions of at most 128 (two when they fall due in one batch), each done written once, numbered alike on both hosts by revision and place")
         func burstOfDeadlines() throws {
             let etcd = try EtcdCluster()

@@ -232,12 +232,23 @@ final class ClusterReplica: @unchecked Sendable {
             ("cluster_skew_max_ms", "\(largestSkewMilliseconds)"),
             ("cluster_transactions", "\(transactionCounts.transactions)"),
             ("cluster_changes_sent", "\(transactionCounts.changes)"),
+            ("cluster_due_proposed", "\(dueProposals.own)"),
+            ("cluster_due_taken_over", "\(dueProposals.takenOver)"),
         ]
     }
 
-    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`). One
-    /// whose copy is behind the watch takes over nobody's: the heartbeats it has not applied
-    /// yet may be the writer's, and its compare would fail on a revision already moved on.
+    /// Whether this host leaves the due change of `key` to another host for now, whatever its
+    /// due instant (`TakeOverPolicy.leavesToWriter`): asked first of every due countdown, every
+    /// second. One whose copy is behind its watch takes over nobody's: the heartbeats it has
+    /// not applied yet may be the writer's, and its compare would fail on a revision already
+    /// moved on.
+    func leavesToOthers(_ key: String, now: Instant) -> Bool {
+        let writer = writers[key]
+        guard writer != hostID else { return false }
+        return isCatchingUp || takeOver.leavesToWriter(writer, now: now)
+    }
+
+    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`).
     func proposes(_ key: String, dueAt due: Instant, now: Instant) -> Bool {
         let writer = writers[key]
         if writer != hostID, isCatchingUp { return false }
@@ -314,6 +325,9 @@ final class ClusterReplica: @unchecked Sendable {
                 // The copy keeps countdowns, not the quota slots: those are read now (what the
                 // watch brings of them meanwhile waits for the read, `slotChangesBeforeRead`).
                 readSlots()
+                // Nor which host wrote each: without that, this host would wait out the grace
+                // for its own countdowns like everyone else after every restart.
+                readWriters()
             } else {
                 readEverything(first: true)
             }
@@ -349,6 +363,30 @@ final class ClusterReplica: @unchecked Sendable {
                 body(current.modRevision)
             } else {
                 afterRevision(current.modRevision, answerBy: deadline) { [self] _ in body(appliedAt[key]) }
+            }
+        }
+    }
+
+    /// Learns which host wrote each countdown after a restart from the local copy, which does
+    /// not keep it: every countdown under the prefix is read once, and each one the watch has
+    /// not brought since gets the writer of etcd's current value, which is the host that
+    /// proposes its next due change (a value newer than this host's copy only makes this
+    /// host's proposal fail its compare, as any proposal from a copy behind). Tried again each
+    /// second until etcd answers; until then the writers are unknown (`TakeOverPolicy`: the
+    /// grace, for everyone).
+    private func readWriters() {
+        client.range(prefix: configuration.prefix) { [self] result in
+            switch result {
+            case .failure(let error):
+                logger.log(.warning, "cluster: cannot read \(configuration.prefix) from etcd to learn which host wrote each countdown (\(error)); trying again in a second")
+                schedule(after: 1) { [self] in readWriters() }
+            case .success(let (keyValues, _)):
+                for keyValue in keyValues {
+                    let key = String(keyValue.key.dropFirst(configuration.prefix.count))
+                    guard writers[key] == nil, !ClockHeartbeat.isHeartbeat(key), !QuotaSlots.isSlotKey(key),
+                          let value = ClusterValue.decode(keyValue.value) else { continue }
+                    writers[key] = value.host
+                }
             }
         }
     }
@@ -445,6 +483,7 @@ final class ClusterReplica: @unchecked Sendable {
 
     private func startWatch() {
         isWatching = true
+        takeOver.startListening(at: time.now())
         // From the revision last applied, inclusive: a transaction's events could have come in
         // two answers, and the numbering skips those applied already.
         placed = (0, 0)
@@ -580,7 +619,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// Notes that etcd committed `revision` under the prefix, so the watch must bring it: if it
     /// has not within `catchUpTimeout` (and no backlog explains it), the housekeeping moves the
     /// watch to another member. Called for this host's changes and for its heartbeats, every
-    /// 2 s: without them a host nobody sent changes to kept a silent watch for as long as TCP
+    /// second: without them a host nobody sent changes to kept a silent watch for as long as TCP
     /// took to give up (25-95 s after a healed partition; for as long as a stopped member
     /// stayed stopped). Returns the instant the watch is suspected.
     @discardableResult
@@ -730,6 +769,9 @@ final class ClusterReplica: @unchecked Sendable {
     /// fails its compare fails the whole transaction it went in.
     private var dueInFlight: [String: String] = [:]
 
+    /// Due changes this host proposed as their writer, and for others (`STATS`).
+    private(set) var dueProposals = (own: 0, takenOver: 0)
+
     /// Whether this host has a due change of `key` on its way (`proposeDue`).
     func isProposingDue(_ key: String) -> Bool {
         dueInFlight[key] != nil
@@ -743,6 +785,7 @@ final class ClusterReplica: @unchecked Sendable {
         guard dueInFlight[key] == nil else { return }
         let operation = value?.operation ?? nextOperation()
         dueInFlight[key] = operation
+        if writers[key] == hostID { dueProposals.own += 1 } else { dueProposals.takenOver += 1 }
         change(key, to: value, expecting: .unchangedSince(revision)) { [self] outcome in
             // Committed: on its way until the watch brings it (`applyWatched`).
             guard !outcome.isCommitted, dueInFlight[key] == operation else { return }

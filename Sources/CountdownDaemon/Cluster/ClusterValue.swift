@@ -107,8 +107,9 @@ struct ClusterValue: Codable, Equatable {
     }
 
     /// The JSON stored in etcd, written by hand (`FlatJSONWriter`) with `CodingKeys`' names.
-    /// `Codable`'s synthesized form, which `JSONDecoder` reads, is the reference the tests hold
-    /// both directions to.
+    /// `Codable`'s synthesized form is the reference the tests hold both directions to: the
+    /// text differs only in escapes (`JSONEncoder` writes `/` as `\/`, this writer leaves it),
+    /// and means the same to either reader.
     var encoded: [UInt8] {
         var writer = FlatJSONWriter()
         writer.member("v", Int64(version))

@@ -235,7 +235,9 @@ extension Daemon {
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
         let now = time.now()
         let clock = time.mapping(at: now)
-        for key in due.finish where !cluster.isProposingDue(key) {
+        // Most of a burst's due countdowns are on their way, or another live host's: passed
+        // over before anything else is looked up (they come back every second).
+        for key in due.finish where !cluster.isProposingDue(key) && !cluster.leavesToOthers(key, now: now) {
             guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
             guard cluster.proposes(key, dueAt: deadline, now: now) else { continue }
             guard let finished = engine.dueDone(for: key, now: now), let state = finished.state else { continue }
@@ -246,7 +248,7 @@ extension Daemon {
                 cluster.proposeDue(key, to: value, comparedOn: revision)
             }
         }
-        for key in due.forget where !cluster.isProposingDue(key) {
+        for key in due.forget where !cluster.isProposingDue(key) && !cluster.leavesToOthers(key, now: now) {
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
             // The end of its retention is the removal's deadline.
             if let finishedAt = state.finishedAt,

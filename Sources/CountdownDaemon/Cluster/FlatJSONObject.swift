@@ -6,7 +6,9 @@
 /// Members that are strings, integers, booleans or null are read; a member of another kind (an
 /// object, an array, a number with a fraction or an exponent, or an integer beyond `Int64`: a
 /// later version's) is `other`, read past and checked, so a later version's additions never
-/// make a value unreadable. Strings must be valid UTF-8, with JSON's escapes.
+/// make a value unreadable. Strings must be valid UTF-8, with JSON's escapes. Numbers for
+/// integer members must be written as integers (`60000`, not `6e4` or `60000.0`, which no
+/// version writes).
 struct FlatJSONObject {
     /// A member's value.
     enum Value: Equatable {
@@ -28,8 +30,9 @@ struct FlatJSONObject {
         self.members = members
     }
 
-    /// How deep objects and arrays may nest inside a member before the text is refused.
-    static let maximumDepth = 32
+    /// How deep objects and arrays may nest inside a member before the text is refused
+    /// (`JSONDecoder`'s limit).
+    static let maximumDepth = 512
 
     private struct Reader {
         let bytes: [UInt8]

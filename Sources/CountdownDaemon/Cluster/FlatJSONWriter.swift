@@ -2,6 +2,8 @@
 /// order given; strings are escaped as RFC 8259 requires (the quote, the backslash and control
 /// characters), everything else is written as it is (UTF-8).
 struct FlatJSONWriter {
+    private static let hex = Array("0123456789abcdef".utf8)
+
     /// The text so far; `bytes` closes the object.
     private var text: [UInt8] = [UInt8(ascii: "{")]
 
@@ -45,8 +47,7 @@ struct FlatJSONWriter {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"):
                 text.append(contentsOf: [UInt8(ascii: "\\"), byte])
             case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                text.append(contentsOf: Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                text.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), Self.hex[Int(byte >> 4)], Self.hex[Int(byte & 0xF)]])
             default:
                 text.append(byte)
             }

@@ -200,8 +200,16 @@ final class GroupCommit {
             groups.append(group)
             places -= 1
         }
-        // Settled before anything is sent: a transaction's completion may propose and send again.
-        for group in groups { transmit(group, now: now) }
+        // Settled before anything is sent: a transaction's completion may propose and send again,
+        // and one that completes at once (a transfer refused before it started) may have sent
+        // what takes the places counted here: a group without a place goes back to the front.
+        for (index, group) in groups.enumerated() {
+            guard inFlight < Self.maximumInFlight else {
+                enqueue(groups[index...].flatMap { $0 }, atFront: true)
+                break
+            }
+            transmit(group, now: now)
+        }
     }
 
     /// Fails the changes still waiting within 250 ms of their deadline.

@@ -310,6 +310,34 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("after a restart from the local copy, which keeps no writers, the host reads them from etcd and proposes its own countdowns' due changes at once again; a writer the watch brought first stands; a failed read is asked again a second later")
+    func writersAfterRestart() throws {
+        let store = ScriptedEtcd()
+        let later = DelayedWork(queue: queue)
+        let (replica, watch) = try watchingReplica(store, later: later)
+        let due = time.clock.now()
+        let mine = value(replica), theirs = value(replica, operation: "other-host~1-1")
+        try queue.sync {
+            #expect(store.ranges.map(\.prefix) == ["/countdownd/.slots/", "/countdownd/"])
+            #expect(!replica.proposes("otp:1", dueAt: due, now: due), "the writer unknown: the grace first")
+            store.ranges.removeLast().completion(.failure(.unreachable("down")))
+            #expect(store.ranges.count == 1, "asked again later, not at once")
+            _ = later.runDue(now: due.advanced(byMilliseconds: 999))
+            #expect(store.ranges.count == 1)
+            _ = later.runDue(now: due.advanced(byMilliseconds: 1000))
+            let read = try #require(store.ranges.last)
+            #expect(read.prefix == "/countdownd/")
+            // The watch brings another host's change of "b" before the read answers.
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(theirs, revision: 11, key: "b"))], 11)
+            store.ranges.removeLast().completion(.success((
+                [stored(mine, revision: 9), stored(mine, revision: 12, key: "b"), stored(theirs, revision: 8, key: "c")], 12
+            )))
+            #expect(replica.writers["otp:1"] == replica.hostID && replica.writers["c"] == "other-host")
+            #expect(replica.writers["b"] == "other-host", "the watch's writer stands")
+            #expect(replica.proposes("otp:1", dueAt: due, now: due), "its own: at once")
+        }
+    }
+
     @Test("a host whose copy is behind its watch takes over nobody's due change, past the grace or not; its own it still proposes")
     func noTakeOverWhileBehind() throws {
         let store = ScriptedEtcd()
@@ -502,6 +530,7 @@ struct ClusterReplicaTests {
             let watch = try #require(store.watches.first, "the watch starts at once: reads go on")
             let read = try #require(store.ranges.first)
             #expect(read.prefix == "/countdownd/.slots/")
+            store.ranges.removeLast()  // The writers' read (its own test) is never answered here.
             // A removal now could not say which slots it frees: refused, nothing sent.
             replica.change("1000/old", to: nil, expecting: .unchangedSince(8)) { seen.outcomes.append($0) }
             replica.sendPending()
@@ -589,7 +618,7 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("clock offsets come from other hosts' heartbeats that arrive live: the smallest of the last 32 counts, so one held back by an outage is no offset; countdown changes, history and this host's own heartbeat are no samples")
+    @Test("clock offsets come from other hosts' heartbeats that arrive live: the smallest of the last 64 counts, so one held back by an outage is no offset; countdown changes, history and this host's own heartbeat are no samples")
     func skewFromHeartbeats() throws {
         let store = ScriptedEtcd()
         let (replica, watch) = try watchingReplica(store)
@@ -697,13 +726,16 @@ struct ClusterReplicaTests {
             replica.load = { countdowns, revision in loaded.loads.append((countdowns.count, revision)) }
             replica.resume(from: 10_999)
             replica.start()
-            #expect(store.ranges.map(\.prefix) == ["/countdownd/.slots/"], "resumed from the copy: the quota slots are read")
+            #expect(store.ranges.map(\.prefix) == ["/countdownd/.slots/", "/countdownd/"], "resumed from the copy: the quota slots and the writers are read")
             store.watches[0].onEnd(.compacted(at: 30))
-            #expect(store.ranges.count == 2, "read everything again")
+            #expect(store.ranges.count == 3, "read everything again")
             store.ranges.removeLast().completion(.success(([self.stored(value(replica, operation: "h-1-1"), revision: 25)], 31)))
             // The slots' read answers late, older than the full read: it changes nothing.
             let slot = EtcdKeyValue(key: "/countdownd/.slots/all/0", value: Array("gone".utf8), createRevision: 3, modRevision: 3)
             store.ranges.removeFirst().completion(.success(([slot], 29)))
+            // So does the writers' read.
+            store.ranges.removeFirst().completion(.success(([self.stored(value(replica, operation: "late~1-1"), revision: 20)], 29)))
+            #expect(replica.writers["otp:1"] == "h-1", "the full read's writer stands (an id of the form before runs: up to its count)")
         }
         queue.sync {
             #expect(loaded.loads.map(\.0) == [1] && loaded.loads.map(\.1) == [31_999], "numbered after every change of the revision read")
