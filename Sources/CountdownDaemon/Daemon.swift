@@ -352,7 +352,7 @@ public final class Daemon: @unchecked Sendable {
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
         endBatch()
-        if let signalNumber = service.stopSignal {
+        if let signalNumber = service.stopSignal, mayStopNow(signal: signalNumber) {
             stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
         }
         return clients.hasWorkLeft || store.hasWorkLeft || fanOut.hasWorkLeft
@@ -516,11 +516,42 @@ public final class Daemon: @unchecked Sendable {
 
     // MARK: - Stopping
 
+    /// How long a stop waits, at most, for etcd's answers to changes already sent (cluster
+    /// mode): every change is answered within `changeTimeoutMilliseconds` of its request, and
+    /// every one waiting was asked for before the stop, so this covers them all, with room for
+    /// the batch that writes the last answer.
+    static let drainMilliseconds = Int64(ClusterReplica.changeTimeoutMilliseconds) + 500
+    /// Set when a stop waits for etcd's answers first: the instant it stops whatever is left.
+    private var drainingUntil: Instant?
+
+    /// Whether the stop asked for by a signal happens at the end of this batch. On a daemon of
+    /// its own, at once: every change is decided in its batch. In cluster mode, changes already
+    /// sent to etcd may commit whatever the daemon does, so their clients are answered with the
+    /// outcome first (within `drainMilliseconds`; issue 38 counted 160 of 192 committed STARTs
+    /// answered only with the stop's notice): nothing more is accepted, read or served
+    /// meanwhile (`ClientTable.beginDraining`).
+    private func mayStopNow(signal signalNumber: Int32) -> Bool {
+        guard store.replica != nil else { return true }
+        let now = time.now()
+        guard let until = drainingUntil else {
+            let waiting = clients.changesInFlight
+            guard waiting > 0 else { return true }
+            drainingUntil = now.advanced(byMilliseconds: Self.drainMilliseconds)
+            service.stopping()
+            clients.beginDraining()
+            logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"); answering the \(waiting) changes already sent to etcd before stopping (at most \(Self.drainMilliseconds) ms)")
+            // A batch at the bound, should no answer come to wake one.
+            laterInBatch.schedule(at: now.advanced(byMilliseconds: Self.drainMilliseconds)) { _ in }
+            return false
+        }
+        return clients.changesInFlight == 0 || now >= until
+    }
+
     private func stop(signal signalNumber: Int32) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isStopping else { return }
         isStopping = true
-        service.stopping()
+        if drainingUntil == nil { service.stopping() }
         logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
         timer?.cancel()
         var notice: [UInt8] = []

@@ -250,6 +250,47 @@ extension Integration {
             #expect(names.allSatisfy { versions["/countdownd/\($0)"]?.version == 2 }, "each done written once")
         }
 
+        @Test("SIGTERM with 192 STARTs in etcd's hands (its members stopped until just after the signal): each is answered with its outcome before the stop's notice, an OK only for what etcd has, and everything etcd has answered", .timeLimit(.minutes(2)))
+        func stopAnswersWhatWasSent() throws {
+            let etcd = try EtcdCluster()
+            let host = try clusterDaemon(etcd)
+            let control = try host.connect()
+            func changesSent() throws -> Int {
+                Int(try control.request("STATS").stats.first { $0.key == "cluster_changes_sent" }?.value ?? "") ?? -1
+            }
+            let before = try changesSent()
+            for member in 0..<3 { etcd.signal(member, SIGSTOP) }
+            let clients = try (0..<4).map { _ in try host.connect() }
+            for (index, client) in clients.enumerated() {
+                try client.send((0..<48).map { "START stop\(index)-\($0) 1h\n" }.joined())
+            }
+            // Transactions in etcd's hands, none answered, before the signal (each START claims
+            // quota slots too, so the two in flight carry fewer than 192; the rest wait their turn).
+            try waitUntil(timeout: 30) { try changesSent() > before }
+            kill(host.pid, SIGTERM)
+            for member in 0..<3 { etcd.signal(member, SIGCONT) }
+            #expect(host.terminate() == 0)
+            var made = Set<String>(), mayBeMade = Set<String>()
+            for (index, client) in clients.enumerated() {
+                for place in 0..<48 {
+                    let name = "stop\(index)-\(place)"
+                    // The stop's notice (or the end) after the last answer: the rest were never read.
+                    guard let reply = try? client.readReply(timeout: 10) else { break }
+                    if reply.countdown?.name == name {
+                        made.insert(name)
+                    } else if case .error(_, _, let message) = reply.outcome, message.contains("may or may not have been made") {
+                        mayBeMade.insert(name)
+                    }
+                }
+            }
+            #expect(made.count + mayBeMade.count > 0, "the stop waited for etcd's answers")
+            #expect(host.stderrText.contains("changes already sent to etcd before stopping"), "\(host.stderrText.suffix(400))")
+            let versions = try #require(etcd.versions(under: "/countdownd/stop"), "etcd answered")
+            let committed = Set(versions.keys.map { String($0.dropFirst("/countdownd/".count)) })
+            #expect(made.isSubset(of: committed), "an OK for a START etcd does not have: \(made.subtracting(committed).prefix(5))")
+            #expect(committed.isSubset(of: made.union(mayBeMade)), "committed, not answered so: \(committed.subtracting(made.union(mayBeMade)).prefix(5))")
+        }
+
         @Test("group commit: 200 countdowns due at one moment are finished by the host that started them in a few etcd transactions of at most 128 (two when they fall due in one batch), each done written once, numbered alike on both hosts by revision and place")
         func burstOfDeadlines() throws {
             let etcd = try EtcdCluster()

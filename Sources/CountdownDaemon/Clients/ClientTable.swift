@@ -174,7 +174,33 @@ final class ClientTable: @unchecked Sendable {
     /// Whether the next batch has work at once: connections carried over, or a listing with
     /// room to go on.
     var hasWorkLeft: Bool {
-        !carried.isEmpty || listing.values.contains { $0.output.byteCount < Self.listingOutputThreshold }
+        guard !isDraining else { return false }
+        return !carried.isEmpty || listing.values.contains { $0.output.byteCount < Self.listingOutputThreshold }
+    }
+
+    // MARK: - Draining
+
+    /// A stop that waits for the store's answers (`beginDraining`): nothing more is accepted,
+    /// read or served, and replies, store answers and events still go out.
+    private(set) var isDraining = false
+
+    /// Begins a stop that first answers the changes the store holds: the listening socket is
+    /// closed (new clients are refused, not greeted and left waiting), and no connection is read
+    /// or served again. What a client sent and was not served is never acknowledged: it gets the
+    /// stop's notice with everyone else.
+    func beginDraining() {
+        isDraining = true
+        listener?.close()
+        listener = nil
+        carried.removeAll()
+        // Not watched for input any more, so that a client that sends (or hangs up) meanwhile
+        // does not wake every batch for nothing.
+        for connection in connections.values { connection.pauseReading() }
+    }
+
+    /// Changes waiting for the store's decision, across every connection.
+    var changesInFlight: Int {
+        connections.values.reduce(0) { $0 + $1.replies.changesInFlight.count }
     }
 
     // MARK: - Accepting
@@ -335,6 +361,7 @@ final class ClientTable: @unchecked Sendable {
     /// one (see `takeCarriedOver` for `rotation`), then continues every listing whose connection
     /// has room (fewer than `listingOutputThreshold` bytes waiting) by a slice.
     func continueWork(rotation: Int) {
+        guard !isDraining else { return }
         for connection in takeCarriedOver(rotation: rotation) {
             turn(connection)
         }
@@ -398,20 +425,22 @@ final class ClientTable: @unchecked Sendable {
         }
     }
 
-    /// Whether a connection's turn may serve requests now: it is open, no listing is in progress
-    /// on it, and it is read (or, with changes in etcd, holds framed requests to serve beside them).
+    /// Whether a connection's turn may serve requests now: the table is not draining, the
+    /// connection is open, no listing is in progress on it, and it is read (or, with changes in etcd, holds framed requests to serve beside them).
     func mayServe(_ connection: Connection) -> Bool {
-        switch connection.lifecycle {
+        guard !isDraining else { return false }
+        return switch connection.lifecycle {
         case .reading, .closing: true
         case .paused: connection.replies.isHeld
         case .listing, .closed: false
         }
     }
 
-    /// Whether more may be read from a connection's socket in this turn: it is reading, no
-    /// reply is in progress, and fewer than `readPauseThreshold` bytes of replies wait.
+    /// Whether more may be read from a connection's socket in this turn: the table is not
+    /// draining, the connection is reading, no reply is in progress, and fewer than
+    /// `readPauseThreshold` bytes of replies wait.
     func mayRead(_ connection: Connection) -> Bool {
-        guard case .reading = connection.lifecycle else { return false }
+        guard !isDraining, case .reading = connection.lifecycle else { return false }
         return !connection.replies.isHeld && connection.output.byteCount < configuration.readPauseThreshold
     }
 

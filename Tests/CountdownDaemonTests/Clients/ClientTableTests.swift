@@ -111,6 +111,40 @@ struct ClientTableTests {
         #expect(harness.readLines(client, count: 4) == ["OK a", "ERR busy 'x' is running", "OK b", "OK 2"])
     }
 
+    @Test("draining (a stop that waits for etcd's answers): no connection is read, served or carried over, nor a new one accepted; the answers still go out, and the changes in flight are counted down to none")
+    func draining() throws {
+        let harness = try TableHarness()
+        defer { harness.finish() }
+        let (held, heldConnection) = try harness.greetedClient()
+        let (idle, idleConnection) = try harness.greetedClient()
+        defer { close(held); close(idle) }
+        let ticket = harness.queue.sync {
+            let ticket = harness.clients.hold(heldConnection, changing: "a")
+            harness.clients.endTurn(idleConnection, budgetUsed: true, skipped: false)
+            #expect(harness.clients.changesInFlight == 1)
+            harness.clients.beginDraining()
+            #expect(!harness.clients.mayRead(idleConnection) && !harness.clients.mayServe(idleConnection) && !harness.clients.mayServe(heldConnection))
+            #expect(!idleConnection.watchedFor.contains(.readable), "its input no longer wakes the daemon")
+            #expect(!harness.clients.hasWorkLeft && harness.clients.takeCarriedOver(rotation: 64).isEmpty)
+            return ticket
+        }
+        // A request sent now is not served, even when its connection's turn comes; a new client
+        // is refused.
+        #expect(write(idle, "PING\n", 5) == 5)
+        let late = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(late) }
+        #expect(NotifySocket.withAddress(harness.socketPath) { Glibc.connect(late, $0, $1) } != 0, "the listening socket is closed")
+        harness.queue.sync {
+            harness.clients.continueWork(rotation: 64)
+            harness.clients.turn(idleConnection)
+            harness.clients.answer(heldConnection, ticket: ticket, with: Array("OK a\n".utf8), batch: harness.batchNumber)
+            #expect(harness.clients.changesInFlight == 0)
+            harness.clients.flushTouched()
+            #expect(harness.lines[idleConnection.id] == nil, "the PING sent while draining was not served")
+        }
+        #expect(harness.readLines(held, count: 1) == ["OK a"])
+    }
+
     @Test("2,000 connections closed at once are all forgotten, and their sockets closed")
     func manyClosedAtOnce() throws {
         // Two descriptors a connection (the test's end and the table's) in this one process.
