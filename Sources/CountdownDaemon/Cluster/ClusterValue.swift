@@ -129,25 +129,27 @@ struct ClusterValue: Codable, Equatable {
         return writer.bytes
     }
 
-    /// A stored value, or `nil` for one this version cannot read: read by hand
-    /// (`FlatJSONObject`), as `JSONDecoder` reads `Codable`'s form. Every member without `?`
-    /// must be there, of its type (a `null` only for optional ones); members this version does
-    /// not know are passed over; a name given twice counts its last value.
+    /// A stored value, or `nil` for one this version cannot read: read by hand (`JSONReader`),
+    /// as `JSONDecoder` reads `Codable`'s form. Every member without `?` must be there, of its
+    /// type (a `null` only for optional ones; an integer written as an integer, `60000`, not
+    /// `6e4`, as every version writes it); members this version does not know, of any kind, are
+    /// passed over; a name given twice counts its last value.
     static func decode(_ bytes: [UInt8]) -> ClusterValue? {
-        guard let object = FlatJSONObject(bytes) else { return nil }
+        guard case .object(let members)? = JSONReader.read(bytes[...]) else { return nil }
         var version: Int64?, state: CountdownState?, total: Int64?, owner: Int64?, event: EventKind?, eventRemaining: Int64?
         var operation: String?
         var deadline: Int64?, remaining: Int64?, finished: Int64?, late: Int64?, replaced: Int64?, written: Int64?
         var pinned: Bool?
         /// An optional integer: absent or `null` is `nil`; another kind makes the value unreadable.
-        func optional(_ value: FlatJSONObject.Value) -> Int64?? {
+        func optional(_ value: JSONValue) -> Int64?? {
             switch value {
             case .integer(let number): return .some(number)
             case .null: return .some(nil)
             default: return nil
             }
         }
-        for (name, value) in object.members {
+        for member in members {
+            let (name, value) = (member.name, member.value)
             switch (name, value) {
             case ("v", .integer(let number)): version = number
             case ("state", .string(let text)): guard let known = CountdownState(rawValue: text) else { return nil }; state = known

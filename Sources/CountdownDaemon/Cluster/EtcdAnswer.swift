@@ -6,8 +6,21 @@ import FoundationEssentials
 /// `kvs` when empty, a revision of 0), so every field is optional.
 enum EtcdAnswer {
     /// A number the gateway writes as a decimal string (int64 fields), or as a JSON number.
-    struct GatewayInteger: Decodable {
+    struct GatewayInteger: Decodable, Equatable {
         var value: Int64
+
+        init(_ value: Int64) {
+            self.value = value
+        }
+
+        /// As `init(from:)` reads it from `JSONReader`'s value: `nil` for another kind.
+        init?(_ json: JSONValue) {
+            switch json {
+            case .string(let text): value = Int64(text) ?? 0
+            case .integer(let number): value = number
+            default: return nil
+            }
+        }
 
         init(from decoder: any Decoder) throws {
             let container = try decoder.singleValueContainer()
@@ -20,12 +33,12 @@ enum EtcdAnswer {
     }
 
     /// The header of every answer: the store's revision when it answered.
-    struct Header: Decodable {
+    struct Header: Decodable, Equatable {
         var revision: GatewayInteger?
     }
 
     /// One key's value and revisions, base64 as the gateway writes bytes.
-    struct KeyValue: Decodable {
+    struct KeyValue: Decodable, Equatable {
         var key: String?
         var value: String?
         var createRevision: GatewayInteger?

@@ -88,12 +88,17 @@ final class EtcdClient {
         completion: @escaping (Result<Answer, EtcdError>) -> Void
     ) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard let bytes = try? JSONEncoder().encode(body) else {
+        let bytes: [UInt8]
+        if let handWritten = body as? any HandWrittenJSON {
+            bytes = handWritten.json
+        } else if let encoded = try? JSONEncoder().encode(body) {
+            bytes = Array(encoded)
+        } else {
             completion(.failure(.malformed("the request to \(path) could not be encoded")))
             return
         }
         let deadline = time.now().advanced(byMilliseconds: Int64(timeoutMilliseconds))
-        attempt(path, Array(bytes), deadline: deadline, triesLeft: endpoints.count) { result in
+        attempt(path, bytes, deadline: deadline, triesLeft: endpoints.count) { result in
             completion(result.flatMap { answer, endpoint in Self.decode(answer, as: Answer.self, from: endpoint) })
         }
     }

@@ -3,7 +3,7 @@ import CountdownCore
 import Foundation
 import Testing
 
-/// The hand-written codec of cluster values (`FlatJSONObject`, `FlatJSONWriter`) held to
+/// The hand-written codec of cluster values (`JSONReader`, `FlatJSONWriter`) held to
 /// `Codable`'s form as `JSONEncoder` writes it and `JSONDecoder` reads it: what older versions
 /// wrote is read, and what this one writes, they read.
 @Suite("Cluster values: the hand-written JSON codec reads and writes what JSONDecoder and JSONEncoder do")

@@ -85,4 +85,50 @@ struct EtcdAnswerTests {
         #expect(try json(EtcdClient.CompactionRequest(revision: "40", physical: true)) == #"{"physical":true,"revision":"40"}"#)
         #expect(try json(EtcdClient.Credentials(name: "countdownd", password: "secret")) == #"{"name":"countdownd","password":"secret"}"#)
     }
+
+    @Test("a transaction's body written by hand means what JSONEncoder writes of it: every kind of compare and operation, and 200 random transactions (keys with slashes and non-ASCII names, values of any bytes, leases, revisions up to Int64.max)")
+    func handWrittenTransaction() throws {
+        /// Objects' members in name order, so that two texts of one meaning compare equal.
+        func normalized(_ value: JSONValue) -> JSONValue {
+            switch value {
+            case .object(let members):
+                return .object(members.map { JSONValue.Member(name: $0.name, value: normalized($0.value)) }.sorted { $0.name < $1.name })
+            case .array(let elements):
+                return .array(elements.map(normalized))
+            default:
+                return value
+            }
+        }
+        func check(_ request: EtcdClient.TransactionRequest) throws {
+            let hand = try #require(JSONReader.read(request.json[...]), "\(String(decoding: request.json, as: UTF8.self))")
+            let reference = try #require(JSONReader.read(Array(try JSONEncoder().encode(request))[...]))
+            #expect(normalized(hand) == normalized(reference), "\(String(decoding: request.json, as: UTF8.self))")
+        }
+        try check(EtcdClient.TransactionRequest(
+            compare: [.absent("k"), .modifiedAt("k", 7), .valueEquals("k", [1])],
+            success: [.put("k", [1], lease: 5), .put("k", [1], lease: nil), .delete("k")], failure: [.get("k")]
+        ))
+        try check(EtcdClient.TransactionRequest(compare: [], success: [], failure: []))
+        var random = SplitMix64(state: 21)
+        func key() -> String { "/countdownd/" + ["1000/otp:+49", "é/名", "tea", ".slots/all/3", "a\"b\\c"].randomElement(using: &random)! + "\(Int.random(in: 0...99, using: &random))" }
+        func bytes() -> [UInt8] { (0..<Int.random(in: 0...300, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) } }
+        for _ in 0..<200 {
+            let compares: [EtcdClient.Compare] = (0..<Int.random(in: 0...10, using: &random)).map { _ in
+                switch Int.random(in: 0..<3, using: &random) {
+                case 0: .absent(key())
+                case 1: .modifiedAt(key(), Int64.random(in: 0...Int64.max, using: &random))
+                default: .valueEquals(key(), bytes())
+                }
+            }
+            let operations: [EtcdClient.Operation] = (0..<Int.random(in: 0...10, using: &random)).map { _ in
+                switch Int.random(in: 0..<4, using: &random) {
+                case 0: .put(key(), bytes(), lease: nil)
+                case 1: .put(key(), bytes(), lease: Int64.random(in: 1...Int64.max, using: &random))
+                case 2: .delete(key())
+                default: .get(key())
+                }
+            }
+            try check(EtcdClient.TransactionRequest(compare: compares, success: operations, failure: operations.reversed()))
+        }
+    }
 }
