@@ -135,4 +135,25 @@ struct ClusterValueCodecTests {
         let twice = try #require(ClusterValue.decode(Array((String(Self.base.dropLast()) + #","owner":7}"#).utf8)))
         #expect(twice.owner == 7)
     }
+
+    @Test("5,000 damaged values (bytes flipped, cut, doubled, brackets and quotes put in): the reader never traps, and whatever it reads, JSONDecoder reads as the same value")
+    func damagedValues() {
+        var random = SplitMix64(state: 99)
+        let noise = Array("{}[]\",:\\u0-9eE.tfn \u{00}".utf8) + [0xC3, 0xFF, 0x80]
+        for _ in 0..<5000 {
+            var bytes = Self.value(&random).encoded
+            for _ in 0..<Int.random(in: 1...4, using: &random) {
+                let at = Int.random(in: 0..<max(1, bytes.count), using: &random)
+                switch Int.random(in: 0..<4, using: &random) {
+                case 0 where !bytes.isEmpty: bytes[at] = noise.randomElement(using: &random)!
+                case 1: bytes.insert(noise.randomElement(using: &random)!, at: min(at, bytes.count))
+                case 2 where !bytes.isEmpty: bytes.removeSubrange(at...)
+                default: bytes.insert(contentsOf: bytes.prefix(at), at: min(at, bytes.count))
+                }
+            }
+            if let ours = ClusterValue.decode(bytes) {
+                #expect(Self.reference(bytes) == ours, "\(String(decoding: bytes, as: UTF8.self))")
+            }
+        }
+    }
 }
