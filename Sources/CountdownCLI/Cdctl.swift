@@ -132,6 +132,7 @@ public struct Cdctl {
                 return report(reply, on: connection, name: name)
             }
             console.out(render(reply.countdowns, style: style, single: true))
+            noteIfBehind(reply)
             return .success
         case .status(nil, let style, false):
             return try list(style: style, states: [], prefix: nil, on: connection)
@@ -271,7 +272,15 @@ public struct Cdctl {
         } else {
             console.out(render(countdowns, style: style, single: false))
         }
+        noteIfBehind(reply)
         return .success
+    }
+
+    /// A read answered by a cluster host whose copy knows it trails etcd (`OK … replica <revision>
+    /// behind`): said on standard error, since what was shown may be out of date.
+    private func noteIfBehind(_ reply: Reply) {
+        guard case .ok(let text) = reply.outcome, text.split(separator: " ").last == "behind" else { return }
+        console.error("cdctl: this countdownd's copy of the cluster trails etcd, so what it shows may be out of date (a finished countdown may still show as running); ask again in a moment, or another host\n")
     }
 
     /// Countdowns in the chosen style: a table, JSON (an object for one, an array for several),

@@ -333,7 +333,7 @@ extension Daemon: RequestServer {
 
     /// The final `OK <count>` of a read, as the store words it (`ChangeStore.appendReadOK`).
     func appendReadOK(count: Int) {
-        store.appendReadOK(count: count, to: &replyBuffer)
+        store.appendReadOK(count: count, now: time.now(), to: &replyBuffer)
     }
 
     /// How long until a wall-clock time (`START … AT`).

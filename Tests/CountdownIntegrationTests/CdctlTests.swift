@@ -5,6 +5,22 @@ import Testing
 extension Integration {
     @Suite("cdctl against the real daemon")
     struct CdctlTests {
+        @Test("a cluster host whose copy trails etcd (OK … replica <revision> behind): cdctl list and status show what it sent, and say on standard error that it may be out of date; without `behind`, nothing is said", arguments: [true, false])
+        func behindCopy(behind: Bool) throws {
+            let directory = TemporaryDirectory()
+            let path = directory.path + "/scripted.sock"
+            let ending = behind ? " behind" : ""
+            let countdown = "COUNTDOWN tea running 0 60000 1798135200000 1000\n"
+            for (arguments, answer) in [(["list"], "OK 0 replica 5\(ending)\n"), (["status", "tea"], countdown + "OK 1 replica 5\(ending)\n")] {
+                let server = try ScriptedServer(path: path, answer: answer)
+                let result = try cdctl(arguments, socket: path)
+                server.finish()
+                #expect(result.status == 0, "\(result.stderr)")
+                #expect(result.stderr.contains("copy of the cluster trails etcd") == behind, "\(arguments): \(result.stderr)")
+                #expect(result.stdout.isEmpty == false)
+            }
+        }
+
         @Test("start, status, list, pause, resume, extend, cancel: output and exit codes")
         func lifecycle() throws {
             let daemon = try DaemonProcess()

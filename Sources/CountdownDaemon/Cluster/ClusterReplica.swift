@@ -616,6 +616,21 @@ final class ClusterReplica: @unchecked Sendable {
         }))
     }
 
+    /// How long a change etcd committed (this host's own, or its heartbeat) may be missing from
+    /// the copy before reads say the copy is behind (`isBehind`).
+    static let behindAfterNanoseconds: Int64 = 1_000_000_000
+
+    /// Whether this host's copy knows it trails etcd: its watch is not running (it is being
+    /// started again), the watch brought changes not applied yet (`isCatchingUp`), or a change
+    /// etcd committed for this host (its own, or its heartbeat, one a second) has been missing
+    /// for `behindAfterNanoseconds`. Reads then say so (`ChangeStore.appendReadOK`): a finished
+    /// countdown may still show as running with 0 left, a new one as not found.
+    func isBehind(now: Instant) -> Bool {
+        guard isWatching, !isCatchingUp else { return true }
+        let overdueAfter = Self.behindAfterNanoseconds - Self.catchUpTimeoutNanoseconds
+        return expected.contains { $0.revision > revision && now >= $0.suspectWatchAt.advanced(byNanoseconds: overdueAfter) }
+    }
+
     /// Notes that etcd committed `revision` under the prefix, so the watch must bring it: if it
     /// has not within `catchUpTimeout` (and no backlog explains it), the housekeeping moves the
     /// watch to another member. Called for this host's changes and for its heartbeats, every

@@ -40,10 +40,11 @@ enum ChangeStore {
 
     /// The final `OK <count>` of a read. In cluster mode it says which copy answered:
     /// `OK <count> replica <revision>`, this host's copy as of that etcd revision (it may trail
-    /// etcd by the watch's delay).
-    func appendReadOK(count: Int, to buffer: inout [UInt8]) {
+    /// etcd by the watch's delay), followed by `behind` when the copy knows it trails
+    /// (`ClusterReplica.isBehind`): what the read shows may be out of date.
+    func appendReadOK(count: Int, now: Instant, to buffer: inout [UInt8]) {
         if let replica {
-            WireEncoder.appendOK("\(count) replica \(replica.revision)", to: &buffer)
+            WireEncoder.appendOK("\(count) replica \(replica.revision)\(replica.isBehind(now: now) ? " behind" : "")", to: &buffer)
         } else {
             WireEncoder.appendOK(count: count, to: &buffer)
         }

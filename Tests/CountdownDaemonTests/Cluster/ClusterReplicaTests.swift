@@ -338,6 +338,35 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("the copy knows it is behind etcd while its watch is not running, while it has changes to apply, and once a change etcd committed for it has been missing a second; not before, and not once the watch brings it")
+    func knowsItIsBehind() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        #expect(queue.sync { replica.isBehind(now: time.clock.now()) }, "no watch yet")
+        let watch = try queue.sync { () throws -> ScriptedEtcd.Watch in
+            replica.resume(from: 10_999)
+            replica.start()
+            return try #require(store.watches.first)
+        }
+        let other = value(replica, operation: "other-host~1-1")
+        queue.sync {
+            let start = time.clock.now()
+            #expect(!replica.isBehind(now: start))
+            replica.expectFromWatch(12)  // A heartbeat etcd committed at revision 12.
+            #expect(!replica.isBehind(now: start.advanced(byNanoseconds: ClusterReplica.behindAfterNanoseconds - 1)))
+            #expect(replica.isBehind(now: start.advanced(byNanoseconds: ClusterReplica.behindAfterNanoseconds)))
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 12))], 12)
+            #expect(!replica.isBehind(now: start.advanced(byNanoseconds: ClusterReplica.behindAfterNanoseconds)), "brought")
+            let many = (0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: Int64(13 + $0), key: "k\($0)")) }
+            watch.onEvents(many, 312)
+            #expect(replica.isBehind(now: start), "changes brought, not applied yet")
+            replica.continueCatchUp()
+            #expect(!replica.isBehind(now: start))
+            watch.onEnd(.failed(.unreachable("cut")))
+            #expect(replica.isBehind(now: start), "the watch is being started again")
+        }
+    }
+
     @Test("a host whose copy is behind its watch takes over nobody's due change, past the grace or not; its own it still proposes")
     func noTakeOverWhileBehind() throws {
         let store = ScriptedEtcd()
