@@ -226,8 +226,8 @@ public struct CountdownEngine {
     /// 100,000 scheduler operations a second for nothing.
     public private(set) var ticksEnabled = true
     /// A replica's countdowns due to finish, and to be forgotten (`takeDue`).
-    private var dueToFinish: [String] = []
-    private var dueToForget: [String] = []
+    private var dueToFinish: [DueChange] = []
+    private var dueToForget: [DueChange] = []
     /// Keys someone follows, with how many followers each.
     private var watchedKeys: [String: Int] = [:]
     /// Owners all of whose countdowns someone follows, with how many followers each.
@@ -1014,9 +1014,17 @@ public struct CountdownEngine {
     /// while the shared store has not done it (it could not be reached, or the change is late).
     static let replicaRetryNanoseconds: Int64 = 1_000_000_000
 
+    /// A countdown a replica's engine found due (`takeDue`), and the instant it fell due: its
+    /// deadline, or the end of its retention.
+    public struct DueChange: Sendable, Equatable {
+        public let name: String
+        public let due: Instant
+    }
+
     /// The countdowns that reached their deadline, and those at the end of their retention,
-    /// since the last call (a replica's engine does neither by itself).
-    public mutating func takeDue() -> (finish: [String], forget: [String]) {
+    /// since the last call, each with its due instant (a replica's engine does neither by
+    /// itself; it names each again a second later until the shared store has).
+    public mutating func takeDue() -> (finish: [DueChange], forget: [DueChange]) {
         defer {
             dueToFinish.removeAll(keepingCapacity: true)
             dueToForget.removeAll(keepingCapacity: true)
@@ -1219,7 +1227,7 @@ public struct CountdownEngine {
             case .done where !configuration.decidesLocally, .cancelled where !configuration.decidesLocally:
                 // Asked again a second later, until the shared store has forgotten it. (Each
                 // pattern needs its own `where`: one clause binds only the last pattern.)
-                dueToForget.append(record.name)
+                dueToForget.append(DueChange(name: record.name, due: record.finishedAt.advanced(byMilliseconds: configuration.retentionMilliseconds)))
                 heap.replaceMinimum(with: TimerHeap.Entry(due: now.nanoseconds + Self.replicaRetryNanoseconds, slot: top.slot, generation: record.generation))
             case .done, .cancelled:
                 heap.popMinimum()
@@ -1394,7 +1402,7 @@ public struct CountdownEngine {
         let left = old.deadline.nanoseconds(since: now)
         if left <= 0 && !configuration.decidesLocally {
             // A replica: the shared store finishes it, once; asked again a second later.
-            dueToFinish.append(old.name)
+            dueToFinish.append(DueChange(name: old.name, due: old.deadline))
             return TimerHeap.Entry(due: now.nanoseconds + Self.replicaRetryNanoseconds, slot: slot, generation: old.generation)
         }
         if left <= 0, old.isCycle, let cycle = cycles[old.name], !cycle.isLastPhase {

@@ -103,7 +103,7 @@ final class ClockHeartbeat {
         if entry.samples.count > Self.samplesKept { entry.samples.removeFirst(entry.samples.count - Self.samplesKept) }
         // The smallest is the least mixed with network and commit delays (which only add).
         entry.estimate = entry.samples.min() ?? sample
-        if abs(entry.estimate) > Self.warningMilliseconds,
+        if abs(entry.estimate) > Self.warningMilliseconds, entry.samples.count >= Self.samplesTrusted,
            entry.warnedAt.map({ now.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
             logger.log(.warning, "cluster: host \(host)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
             entry.warnedAt = now
@@ -117,8 +117,21 @@ final class ClockHeartbeat {
         let written_unix_ms: Int64
     }
 
+    /// How many samples a host's estimate needs before it is reported, warned of or acted on: a
+    /// heartbeat replayed in a restarted host's catch-up can arrive looking live, and alone it
+    /// would read its age as an offset (31 s, for hosts on one clock, in an attack); the
+    /// smallest of several is a prompt one's.
+    static let samplesTrusted = 4
+
     /// The largest clock offset estimated from another host, in ms (0 with none seen).
     var largestSkewMilliseconds: Int64 {
-        skews.values.map(\.estimate).max { abs($0) < abs($1) } ?? 0
+        skews.values.filter { $0.samples.count >= Self.samplesTrusted }.map(\.estimate).max { abs($0) < abs($1) } ?? 0
+    }
+
+    /// How far `host`'s clock is behind this one's, in ms, from its heartbeats: 0 when it is not,
+    /// or not known yet.
+    func offsetBehind(of host: String) -> Int64 {
+        guard let entry = skews[host], entry.samples.count >= Self.samplesTrusted else { return 0 }
+        return max(0, entry.estimate)
     }
 }

@@ -212,12 +212,21 @@ final class ClusterReplica: @unchecked Sendable {
         // and the state directory tells hosts with one name apart.
         _ = gethostname(&name, name.count - 1)
         let hostName = name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
-        hostID = String(decoding: hostName, as: UTF8.self) + ":" + stateDirectory
+        hostID = String(decoding: hostName, as: UTF8.self) + ":" + Self.canonical(stateDirectory)
         takeOver = TakeOverPolicy(hostID: hostID)
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
         self.later = later
         heartbeat.committed = { [unowned self] revision in expectFromWatch(revision) }
         scheduleHousekeeping()
+    }
+
+    /// The state directory as one name however it was written (`state`, `state/`, through a
+    /// link): a host's id must stay the same across its restarts, or it no longer knows which
+    /// countdowns it wrote. The path as given when it cannot be resolved (a test's empty one).
+    static func canonical(_ path: String) -> String {
+        guard !path.isEmpty, let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(decoding: UnsafeBufferPointer(start: resolved, count: strlen(resolved)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// The replica's lines of `STATS` (PROTOCOL.md, *Statistics*).
@@ -237,22 +246,22 @@ final class ClusterReplica: @unchecked Sendable {
         ]
     }
 
-    /// Whether this host leaves the due change of `key` to another host for now, whatever its
-    /// due instant (`TakeOverPolicy.leavesToWriter`): asked first of every due countdown, every
-    /// second. One whose copy is behind its watch takes over nobody's: the heartbeats it has
-    /// not applied yet may be the writer's, and its compare would fail on a revision already
-    /// moved on.
-    func leavesToOthers(_ key: String, now: Instant) -> Bool {
-        let writer = writers[key]
-        guard writer != hostID else { return false }
-        return isCatchingUp || takeOver.leavesToWriter(writer, now: now)
-    }
-
-    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`).
+    /// Whether this host proposes now the change of `key` due at `due` (`TakeOverPolicy`), as
+    /// this host's clock reads the due instant. One whose copy is behind its watch takes over
+    /// nobody's: the heartbeats it has not applied yet may be the writer's, and its compare
+    /// would fail on a revision already moved on. Taking over, the due instant is moved by the
+    /// writer's clock offset when the heartbeats say the writer's clock is behind this one's
+    /// (`ClockHeartbeat.offsetBehind`): its deadlines, written on its clock, read early on this
+    /// one, and a host whose clock is ahead would otherwise finish a gone writer's countdowns
+    /// early.
     func proposes(_ key: String, dueAt due: Instant, now: Instant) -> Bool {
-        let writer = writers[key]
-        if writer != hostID, isCatchingUp { return false }
-        return takeOver.proposes(dueAt: due, writtenBy: writer, now: now)
+        guard let writer = writers[key] else {
+            return !isCatchingUp && takeOver.proposes(dueAt: due, writtenBy: nil, now: now)
+        }
+        if writer == hostID { return true }
+        guard !isCatchingUp else { return false }
+        let behind = heartbeat.offsetBehind(of: writer)
+        return takeOver.proposes(dueAt: due.advanced(byMilliseconds: behind), writtenBy: writer, now: now)
     }
 
     /// Runs `action` within a batch, `seconds` from now.
@@ -784,6 +793,9 @@ final class ClusterReplica: @unchecked Sendable {
     /// fails its compare fails the whole transaction it went in.
     private var dueInFlight: [String: String] = [:]
 
+    /// How long a due change may wait to be sent and decided.
+    static let dueChangeTimeoutMilliseconds: Int64 = 30_000
+
     /// Due changes this host proposed as their writer, and for others (`STATS`).
     private(set) var dueProposals = (own: 0, takenOver: 0)
 
@@ -801,7 +813,11 @@ final class ClusterReplica: @unchecked Sendable {
         let operation = value?.operation ?? nextOperation()
         dueInFlight[key] = operation
         if writers[key] == hostID { dueProposals.own += 1 } else { dueProposals.takenOver += 1 }
-        change(key, to: value, expecting: .unchangedSince(revision)) { [self] outcome in
+        // No client waits for it: it may wait its turn in a burst for longer than a client's
+        // 3 s, instead of expiring unsent and being proposed again (at 100,000 deadlines five
+        // proposals were made for each one sent).
+        let deadline = time.now().advanced(byMilliseconds: Self.dueChangeTimeoutMilliseconds)
+        change(key, to: value, expecting: .unchangedSince(revision), deadline: deadline) { [self] outcome in
             // Committed: on its way until the watch brings it (`applyWatched`).
             guard !outcome.isCommitted, dueInFlight[key] == operation else { return }
             dueInFlight[key] = nil

@@ -235,11 +235,12 @@ extension Daemon {
         guard !due.finish.isEmpty || !due.forget.isEmpty else { return }
         let now = time.now()
         let clock = time.mapping(at: now)
-        // Most of a burst's due countdowns are on their way, or another live host's: passed
-        // over before anything else is looked up (they come back every second).
-        for key in due.finish where !cluster.isProposingDue(key) && !cluster.leavesToOthers(key, now: now) {
-            guard let current = engine.persistentState(of: key), current.state == .running, let deadline = current.deadline else { continue }
-            guard cluster.proposes(key, dueAt: deadline, now: now) else { continue }
+        // Most of a burst's due countdowns are on their way, or left to another live host: passed
+        // over on the due instant the engine gave, before the engine is asked anything (they
+        // come back every second).
+        for change in due.finish where !cluster.isProposingDue(change.name) && cluster.proposes(change.name, dueAt: change.due, now: now) {
+            let key = change.name
+            guard engine.persistentState(of: key)?.state == .running else { continue }
             guard let finished = engine.dueDone(for: key, now: now), let state = finished.state else { continue }
             let value = ClusterValue(state, event: .done, eventRemainingMilliseconds: 0, operation: cluster.nextOperation(), clock: clock)
             cluster.withRevision(of: key) { [unowned self] revision in
@@ -248,13 +249,9 @@ extension Daemon {
                 cluster.proposeDue(key, to: value, comparedOn: revision)
             }
         }
-        for key in due.forget where !cluster.isProposingDue(key) && !cluster.leavesToOthers(key, now: now) {
+        for change in due.forget where !cluster.isProposingDue(change.name) && cluster.proposes(change.name, dueAt: change.due, now: now) {
+            let key = change.name
             guard let state = engine.persistentState(of: key), !state.state.isActive else { continue }
-            // The end of its retention is the removal's deadline.
-            if let finishedAt = state.finishedAt,
-               !cluster.proposes(key, dueAt: finishedAt.advanced(byMilliseconds: engine.configuration.retentionMilliseconds), now: now) {
-                continue
-            }
             cluster.withRevision(of: key) { [unowned self] revision in
                 guard let revision, engine.persistentState(of: key).map({ !$0.state.isActive }) == true else { return }
                 cluster.proposeDue(key, to: nil, comparedOn: revision)

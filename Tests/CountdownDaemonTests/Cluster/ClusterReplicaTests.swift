@@ -1,6 +1,7 @@
 @testable import CountdownDaemon
 import CountdownCore
 import Dispatch
+import Foundation
 import Glibc
 import Testing
 
@@ -365,6 +366,47 @@ struct ClusterReplicaTests {
             watch.onEnd(.failed(.unreachable("cut")))
             #expect(replica.isBehind(now: start), "the watch is being started again")
         }
+    }
+
+    @Test("taking over, a writer whose clock the heartbeats show 5 s behind this one's is given its 5 s: its countdown is proposed 2 s past the deadline it meant, not 3 s before it; a live writer's is taken over 30 s past due all the same")
+    func takeOverAllowsForTheWritersClock() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let writer = "slow-host:/var/lib/countdownd"
+        let theirs = value(replica, operation: writer + "~1-1")
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(theirs, revision: 11))], 11)
+            // Four heartbeats, each arriving live, each written 5 s behind this host's clock.
+            for revision in Int64(12)...15 {
+                let written = time.clock.mapping().unixMilliseconds - 5000
+                let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + writer, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: 12, modRevision: revision)
+                watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], revision)
+            }
+            let lastHeard = time.clock.now()
+            // Due (as this host reads the writer's deadline) when last heard; silent from then on.
+            let due = lastHeard
+            let meant = due.advanced(byMilliseconds: 5000 + 2000)
+            #expect(!replica.proposes("otp:1", dueAt: due, now: meant.advanced(byNanoseconds: -1)), "not before the deadline the writer meant, plus the grace")
+            #expect(replica.proposes("otp:1", dueAt: due, now: meant))
+            // Heard again: live. Taken over only at the cap, counted from the deadline it meant.
+            let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + writer, value: Array(#"{"written_unix_ms":1}"#.utf8), createRevision: 12, modRevision: 16)
+            time.advance(byMilliseconds: 33_000)  // Within the silence of the cap below.
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], 16)
+            let cap = due.advanced(byMilliseconds: 5000).advanced(byNanoseconds: TakeOverPolicy.maximumWaitNanoseconds)
+            #expect(!replica.proposes("otp:1", dueAt: due, now: cap.advanced(byNanoseconds: -1)))
+            #expect(replica.proposes("otp:1", dueAt: due, now: cap), "live, but 30 s past the deadline it meant")
+        }
+    }
+
+    @Test("a host's id names its state directory one way however it was written: with a trailing slash, through a link, or as it is")
+    func canonicalStateDirectory() throws {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("cd-canonical-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: base + "/state", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/state")
+        let names = [base + "/state", base + "/state/", base + "/link", base + "/./state"].map(ClusterReplica.canonical)
+        #expect(Set(names).count == 1, "\(names)")
+        #expect(ClusterReplica.canonical("") == "" && ClusterReplica.canonical("/no/such/dir") == "/no/such/dir")
     }
 
     @Test("a host whose copy is behind its watch takes over nobody's due change, past the grace or not; its own it still proposes")
