@@ -193,8 +193,8 @@ final class ClientTable: @unchecked Sendable {
         listener?.close()
         listener = nil
         carried.removeAll()
-        // Not watched for input any more, so that a client that sends (or hangs up) meanwhile
-        // does not wake every batch for nothing.
+        // Not watched for input any more, so that a client that sends meanwhile does not wake
+        // every batch for nothing (one that hangs up is closed: `turn`).
         for connection in connections.values { connection.pauseReading() }
     }
 
@@ -330,6 +330,13 @@ final class ClientTable: @unchecked Sendable {
     /// end of file).
     func turn(_ connection: Connection) {
         dispatchPrecondition(condition: .onQueue(queue))
+        guard !isDraining else {
+            // No connection is watched for input while draining: what the poller still reports
+            // is a hang-up or an error (epoll always reports those), and, level-triggered, it
+            // would report it at every wait until the stop. The peer is gone: closed now.
+            close(connection)
+            return
+        }
         // While a listing is produced, its connection's next requests wait (they come after it).
         // One with changes in etcd is not read from its socket (reading is paused), but its
         // framed requests are served as far as `mayServeNext` allows.

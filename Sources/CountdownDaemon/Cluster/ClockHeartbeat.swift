@@ -97,7 +97,10 @@ final class ClockHeartbeat {
     func received(from host: String, value: [UInt8], live: Bool, now: Instant) {
         guard live, host != hostID,
               let written = (try? JSONDecoder().decode(Beat.self, from: Data(value)))?.written_unix_ms else { return }
-        let sample = time.mapping(at: now).unixMilliseconds(of: now) - written
+        // A heartbeat is any value written under the prefix: a written time that makes no sense
+        // (more than a day off) is no sample, and never an overflow.
+        let (sample, overflow) = time.mapping(at: now).unixMilliseconds(of: now).subtractingReportingOverflow(written)
+        guard !overflow, abs(sample) <= 86_400_000 else { return }
         var entry = skews[host] ?? (sample, [], nil)
         entry.samples.append(sample)
         if entry.samples.count > Self.samplesKept { entry.samples.removeFirst(entry.samples.count - Self.samplesKept) }
@@ -132,6 +135,11 @@ final class ClockHeartbeat {
     /// or not known yet.
     func offsetBehind(of host: String) -> Int64 {
         guard let entry = skews[host], entry.samples.count >= Self.samplesTrusted else { return 0 }
-        return max(0, entry.estimate)
+        return min(max(0, entry.estimate), Self.largestOffsetAllowedFor)
     }
+
+    /// The most `offsetBehind` gives, in ms: an offset beyond it is a clock to fix (it is
+    /// logged), not one to wait for, and no value in etcd can push a deadline past what an
+    /// instant holds.
+    static let largestOffsetAllowedFor: Int64 = 60_000
 }

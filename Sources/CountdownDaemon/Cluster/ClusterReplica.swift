@@ -220,13 +220,30 @@ final class ClusterReplica: @unchecked Sendable {
         scheduleHousekeeping()
     }
 
-    /// The state directory as one name however it was written (`state`, `state/`, through a
-    /// link): a host's id must stay the same across its restarts, or it no longer knows which
-    /// countdowns it wrote. The path as given when it cannot be resolved (a test's empty one).
+    /// The state directory as one name however it was written (`state`, `state/`,
+    /// `./state`, `a//b`): a host's id must stay the same across its restarts, or it no longer
+    /// knows which countdowns it wrote. Lexical only, relative to the working directory: links
+    /// are not resolved, since that would change the id of every host whose directory is
+    /// reached through one (systemd's `DynamicUser=` puts `/var/lib/countdownd` behind a link to
+    /// `/var/lib/private/countdownd`) the first time it ran a version that resolved them.
     static func canonical(_ path: String) -> String {
-        guard !path.isEmpty, let resolved = realpath(path, nil) else { return path }
-        defer { free(resolved) }
-        return String(decoding: UnsafeBufferPointer(start: resolved, count: strlen(resolved)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard !path.isEmpty else { return path }
+        var absolute = path
+        if !path.hasPrefix("/") {
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            if getcwd(&buffer, buffer.count) != nil {
+                absolute = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) + "/" + path
+            }
+        }
+        var parts: [Substring] = []
+        for part in absolute.split(separator: "/", omittingEmptySubsequences: true) where part != "." {
+            if part == ".." {
+                if !parts.isEmpty { parts.removeLast() }
+            } else {
+                parts.append(part)
+            }
+        }
+        return "/" + parts.joined(separator: "/")
     }
 
     /// The replica's lines of `STATS` (PROTOCOL.md, *Statistics*).
@@ -703,7 +720,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// decided and, if made, this host's copy holds it. A removal frees the countdown's slots.
     func change(
         _ key: String, to value: ClusterValue?, expecting expectation: Expectation, claiming claimed: [QuotaSlots.Slot] = [],
-        deadline: Instant? = nil, completion: @escaping (ChangeOutcome) -> Void
+        deadline: Instant? = nil, isDueChange: Bool = false, completion: @escaping (ChangeOutcome) -> Void
     ) {
         let prefix = configuration.prefix
         guard value != nil || slotsAppliedAt != nil else {
@@ -716,7 +733,7 @@ final class ClusterReplica: @unchecked Sendable {
         commits.propose(
             prefix + key, to: value, expecting: expectation, claiming: claimed.map { prefix + $0.key }, freeing: freed,
             holder: Array(key.utf8),
-            deadline: deadline ?? time.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds))
+            deadline: deadline ?? time.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds)), isDueChange: isDueChange
         ) { [self] outcome in
             if !claimed.isEmpty {
                 if case .committed(let revision) = outcome {
@@ -817,7 +834,7 @@ final class ClusterReplica: @unchecked Sendable {
         // 3 s, instead of expiring unsent and being proposed again (at 100,000 deadlines five
         // proposals were made for each one sent).
         let deadline = time.now().advanced(byMilliseconds: Self.dueChangeTimeoutMilliseconds)
-        change(key, to: value, expecting: .unchangedSince(revision), deadline: deadline) { [self] outcome in
+        change(key, to: value, expecting: .unchangedSince(revision), deadline: deadline, isDueChange: true) { [self] outcome in
             // Committed: on its way until the watch brings it (`applyWatched`).
             guard !outcome.isCommitted, dueInFlight[key] == operation else { return }
             dueInFlight[key] = nil

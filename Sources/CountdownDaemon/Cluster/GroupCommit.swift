@@ -36,6 +36,9 @@ final class GroupCommit {
         /// What a claimed slot holds: the countdown's key without the prefix.
         let holder: [UInt8]
         let deadline: Instant
+        /// A change that fell due (a `done`, a removal), which no client waits for: sent after
+        /// the clients' changes waiting with it.
+        let isDueChange: Bool
         /// It went out once and its answer was lost: it may have committed.
         var sentBefore = false
         /// Refused before anything was proposed (no leader, as in an election): held until
@@ -46,8 +49,9 @@ final class GroupCommit {
 
         init(
             key: String, value: ClusterValue?, expectation: ClusterReplica.Expectation, claimed: [String], freed: [String], holder: [UInt8],
-            deadline: Instant, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+            deadline: Instant, isDueChange: Bool, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
         ) {
+            self.isDueChange = isDueChange
             self.key = key
             self.value = value
             self.expectation = expectation
@@ -113,7 +117,12 @@ final class GroupCommit {
     static let noLeaderPauseMilliseconds: Int64 = 150
 
     private let client: any EtcdTransport
+    /// Clients' changes waiting to be sent, oldest first: they go first, so that a burst of
+    /// deadlines (whose changes may wait their turn for up to 30 s) never makes a client's
+    /// change expire unsent.
     private var pending: [Change] = []
+    /// Due changes waiting to be sent, oldest first, after the clients'.
+    private var pendingDue: [Change] = []
     /// No change in `pending` has an earlier deadline (one may have a later one: sending does
     /// not update it). `expire` reads the queue only when this is near.
     private var earliestDeadline: Instant?
@@ -135,28 +144,32 @@ final class GroupCommit {
     /// holding `holder`, the countdown's key without the prefix), and `freed` ones deleted.
     func propose(
         _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [String],
-        freeing freed: [String], holder: [UInt8], deadline: Instant, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+        freeing freed: [String], holder: [UInt8], deadline: Instant, isDueChange: Bool = false,
+        completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
     ) {
         enqueue([Change(
             key: key, value: value, expectation: expectation, claimed: claimed, freed: freed, holder: holder, deadline: deadline,
-            completion: completion
+            isDueChange: isDueChange, completion: completion
         )])
     }
 
-    /// Puts changes in the queue: at its end, or (sent again) at its front.
+    /// Puts changes in their queue (clients' or due): at its end, or (sent again) at its front.
     private func enqueue(_ changes: [Change], atFront: Bool = false) {
         for change in changes where earliestDeadline.map({ change.deadline < $0 }) ?? true {
             earliestDeadline = change.deadline
         }
+        let clients = changes.filter { !$0.isDueChange }, due = changes.filter(\.isDueChange)
         if atFront {
-            pending.insert(contentsOf: changes, at: 0)
+            pending.insert(contentsOf: clients, at: 0)
+            pendingDue.insert(contentsOf: due, at: 0)
         } else {
-            pending.append(contentsOf: changes)
+            pending.append(contentsOf: clients)
+            pendingDue.append(contentsOf: due)
         }
     }
 
     /// Whether changes wait to be sent.
-    var hasPending: Bool { !pending.isEmpty }
+    var hasPending: Bool { !pending.isEmpty || !pendingDue.isEmpty }
 
     /// Sends what is pending, as few transactions as the limits allow: at the end of each batch,
     /// when a transaction's answer frees its place, and at each housekeeping (changes held for
@@ -170,34 +183,19 @@ final class GroupCommit {
     /// deadlines thousands wait, and reading them all at every batch (copies of each change's
     /// value, then) was 40 % of a host's time at 30,000 deadlines.
     func send() {
-        guard !pending.isEmpty else { return }
+        guard hasPending else { return }
         let now = time.now()
         if earliestDeadline.map({ $0.nanoseconds(since: now) < ClusterReplica.minimumRetryMilliseconds * 1_000_000 }) ?? false {
             expire(now: now)
         }
         var groups: [[Change]] = []
         var places = Self.maximumInFlight - inFlight
-        while places > 0, !pending.isEmpty {
-            var group: [Change] = []
-            var keys = Set<String>()
-            var operations = 0
-            var passedOver: [Change] = []
-            var taken = 0
-            while taken < pending.count {
-                let change = pending[taken]
-                if !group.isEmpty, operations + change.operationCount > Self.maximumOperations { break }
-                taken += 1
-                guard change.isDue(at: now), !change.keys.contains(where: keys.contains) else {
-                    passedOver.append(change)
-                    continue
-                }
-                keys.formUnion(change.keys)
-                operations += change.operationCount
-                group.append(change)
-            }
-            pending.replaceSubrange(0..<taken, with: passedOver)
-            guard !group.isEmpty else { break }  // All held for want of a leader.
-            groups.append(group)
+        while places > 0, hasPending {
+            var group = Group()
+            group.take(from: &pending, now: now)
+            group.take(from: &pendingDue, now: now)
+            guard !group.changes.isEmpty else { break }  // All held for want of a leader.
+            groups.append(group.changes)
             places -= 1
         }
         // Settled before anything is sent: a transaction's completion may propose and send again,
@@ -212,11 +210,42 @@ final class GroupCommit {
         }
     }
 
+    /// One transaction being filled (`send`).
+    private struct Group {
+        var changes: [Change] = []
+        var keys = Set<String>()
+        var operations = 0
+
+        /// Takes changes from the front of `queue`, in order, until the transaction is full,
+        /// passing over those held and those that touch a key it touches already; what it passed
+        /// over goes back to the front.
+        mutating func take(from queue: inout [Change], now: Instant) {
+            var passedOver: [Change] = []
+            var taken = 0
+            while taken < queue.count {
+                let change = queue[taken]
+                if operations + change.operationCount > GroupCommit.maximumOperations {
+                    // Full; a change too big for any transaction still goes alone (etcd refuses it).
+                    guard changes.isEmpty, passedOver.isEmpty else { break }
+                }
+                taken += 1
+                guard change.isDue(at: now), !change.keys.contains(where: keys.contains) else {
+                    passedOver.append(change)
+                    continue
+                }
+                keys.formUnion(change.keys)
+                operations += change.operationCount
+                changes.append(change)
+            }
+            queue.replaceSubrange(0..<taken, with: passedOver)
+        }
+    }
+
     /// Fails the changes still waiting within 250 ms of their deadline.
     func expire(now: Instant) {
         var expired: [Change] = []
         var earliest: Instant?
-        pending.removeAll { change in
+        let removeExpired = { (change: Change) -> Bool in
             if change.isExpired(at: now) {
                 expired.append(change)
                 return true
@@ -224,6 +253,8 @@ final class GroupCommit {
             if earliest.map({ change.deadline < $0 }) ?? true { earliest = change.deadline }
             return false
         }
+        pending.removeAll(where: removeExpired)
+        pendingDue.removeAll(where: removeExpired)
         earliestDeadline = earliest
         fail(expired)
     }
@@ -245,7 +276,9 @@ final class GroupCommit {
     private func transmit(_ group: [Change], now: Instant) {
         // The first attempt of a put gets at most half of its time, so that a member that
         // stopped after taking the request leaves the retry on the next one time to be answered.
-        let remaining = group.map { Int($0.deadline.nanoseconds(since: now) / 1_000_000) }.min() ?? 0
+        // Never longer than a client's whole bound, however long a due change may wait: a
+        // member that stopped holds a place no longer than that.
+        let remaining = min(group.map { Int($0.deadline.nanoseconds(since: now) / 1_000_000) }.min() ?? 0, ClusterReplica.changeTimeoutMilliseconds)
         let firstAttempt = group.contains { !$0.sentBefore && $0.value != nil }
         let timeout = max(firstAttempt ? min(remaining, ClusterReplica.changeTimeoutMilliseconds / 2) : remaining, 1)
         inFlight += 1

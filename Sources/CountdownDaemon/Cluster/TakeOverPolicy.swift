@@ -11,8 +11,9 @@ import CountdownCore
 /// sent for every `done`, each losing its race and failing the transaction it went in), and a
 /// writer whose clock is behind is not finished early by the others. A writer that is gone is
 /// taken over within about `silenceNanoseconds` of its last heartbeat; one that lives but does
-/// not get its change made (its proposals keep failing, its clock is far behind) is taken over
-/// `maximumWaitNanoseconds` past due whatever its heartbeats say. Whichever proposal etcd
+/// not get its change made (its proposals keep failing) is taken over `maximumWaitNanoseconds`
+/// past due whatever its heartbeats say. (The due instant is the one the writer meant: the
+/// replica allows for the writer's clock offset before asking, `ClusterReplica.proposes`.) Whichever proposal etcd
 /// commits first wins (each is compared on the revision its host holds), so the change is made
 /// once whatever this policy decides: it decides only how soon, and how many hosts ask.
 ///

@@ -117,7 +117,7 @@ struct ClientTableTests {
         defer { harness.finish() }
         let (held, heldConnection) = try harness.greetedClient()
         let (idle, idleConnection) = try harness.greetedClient()
-        defer { close(held); close(idle) }
+        defer { close(held) }
         let ticket = harness.queue.sync {
             let ticket = harness.clients.hold(heldConnection, changing: "a")
             harness.clients.endTurn(idleConnection, budgetUsed: true, skipped: false)
@@ -143,6 +143,9 @@ struct ClientTableTests {
             #expect(harness.lines[idleConnection.id] == nil, "the PING sent while draining was not served")
         }
         #expect(harness.readLines(held, count: 1) == ["OK a"])
+        // A client that hangs up while draining is closed (its hang-up would wake every batch).
+        close(idle)
+        #expect(harness.waitOnQueue { idleConnection.isClosed }, "closed on its hang-up")
     }
 
     @Test("2,000 connections closed at once are all forgotten, and their sockets closed")

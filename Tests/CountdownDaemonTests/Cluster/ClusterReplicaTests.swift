@@ -398,15 +398,42 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("a host's id names its state directory one way however it was written: with a trailing slash, through a link, or as it is")
+    @Test("a host's id names its state directory one way however it was written (a trailing slash, `.`, `..`, doubled slashes, relative to the working directory), and leaves links as they are (systemd's DynamicUser= puts the state directory behind one)")
     func canonicalStateDirectory() throws {
+        let names = ["/var/lib/countdownd", "/var/lib/countdownd/", "/var/lib/./countdownd", "/var//lib/countdownd", "/var/lib/x/../countdownd"].map(ClusterReplica.canonical)
+        #expect(Set(names) == ["/var/lib/countdownd"], "\(names)")
+        let workingDirectory = FileManager.default.currentDirectoryPath
+        #expect(ClusterReplica.canonical("state/") == ClusterReplica.canonical(workingDirectory + "/state"))
+        #expect(ClusterReplica.canonical("") == "")
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("cd-canonical-\(getpid())").path
-        try FileManager.default.createDirectory(atPath: base + "/state", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: base + "/private/state", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: base) }
-        try FileManager.default.createSymbolicLink(atPath: base + "/link", withDestinationPath: base + "/state")
-        let names = [base + "/state", base + "/state/", base + "/link", base + "/./state"].map(ClusterReplica.canonical)
-        #expect(Set(names).count == 1, "\(names)")
-        #expect(ClusterReplica.canonical("") == "" && ClusterReplica.canonical("/no/such/dir") == "/no/such/dir")
+        try FileManager.default.createSymbolicLink(atPath: base + "/state", withDestinationPath: base + "/private/state")
+        #expect(ClusterReplica.canonical(base + "/state") == base + "/state", "the link, not where it leads: the id earlier versions used")
+    }
+
+    @Test("group commit: clients' changes go before due changes waiting with them, so a burst of deadlines never makes a client's change wait its turn; no transaction waits longer than a client's 3 s for its answer, removals included")
+    func clientsFirst() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let other = value(replica, operation: "other-host~1-1")
+        try queue.sync {
+            store.ranges.removeFirst().completion(.success(([], 10)))  // The quota slots: none held.
+            // 300 countdowns this host holds, all finished and due for removal.
+            watch.onEvents((0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11, key: "d\($0)")) }, 11)
+            replica.continueCatchUp()
+            for index in 0..<300 { replica.proposeDue("d\(index)", to: nil, comparedOn: 11) }
+            replica.change("client", to: value(replica), expecting: .absent) { _ in }
+            replica.sendPending()
+            #expect(store.transactions.count == 2, "two in flight")
+            let first = try #require(store.transactions.first)
+            guard case .absent(let key)? = first.compares.first else {
+                Issue.record("the first compare: \(String(describing: first.compares.first))")
+                return
+            }
+            #expect(key == "/countdownd/client", "the client's change first, before 300 due ones")
+            #expect(store.transactions.allSatisfy { $0.timeoutMilliseconds <= ClusterReplica.changeTimeoutMilliseconds }, "\(store.transactions.map(\.timeoutMilliseconds))")
+        }
     }
 
     @Test("a host whose copy is behind its watch takes over nobody's due change, past the grace or not; its own it still proposes")
