@@ -185,8 +185,9 @@ final class ClientTable: @unchecked Sendable {
     private(set) var isDraining = false
 
     /// Begins a stop that first answers the changes the store holds: the listening socket is
-    /// closed (new clients are refused, not greeted and left waiting), and no connection is read
-    /// or served again. What a client sent and was not served is never acknowledged: it gets the
+    /// closed (new clients are not greeted and left waiting: they are refused, or, under socket
+    /// activation, wait in systemd's queue for the next start), and no connection is read or
+    /// served again. What a client sent and was not served is never acknowledged: it gets the
     /// stop's notice with everyone else.
     func beginDraining() {
         isDraining = true
@@ -433,7 +434,8 @@ final class ClientTable: @unchecked Sendable {
     }
 
     /// Whether a connection's turn may serve requests now: the table is not draining, the
-    /// connection is open, no listing is in progress on it, and it is read (or, with changes in etcd, holds framed requests to serve beside them).
+    /// connection is open, no listing is in progress on it, and it is read (or, with changes in
+    /// etcd, holds framed requests to serve beside them).
     func mayServe(_ connection: Connection) -> Bool {
         guard !isDraining else { return false }
         return switch connection.lifecycle {
