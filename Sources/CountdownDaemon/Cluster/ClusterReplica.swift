@@ -272,12 +272,10 @@ final class ClusterReplica: @unchecked Sendable {
     /// one, and a host whose clock is ahead would otherwise finish a gone writer's countdowns
     /// early.
     func proposes(_ key: String, dueAt due: Instant, now: Instant) -> Bool {
-        guard let writer = writers[key] else {
-            return !isCatchingUp && takeOver.proposes(dueAt: due, writtenBy: nil, now: now)
-        }
+        let writer = writers[key]
         if writer == hostID { return true }
         guard !isCatchingUp else { return false }
-        let behind = heartbeat.offsetBehind(of: writer)
+        let behind = writer.map(heartbeat.offsetBehind) ?? 0
         return takeOver.proposes(dueAt: due.advanced(byMilliseconds: behind), writtenBy: writer, now: now)
     }
 

@@ -9,10 +9,6 @@ enum EtcdAnswer {
     struct GatewayInteger: Decodable, Equatable {
         var value: Int64
 
-        init(_ value: Int64) {
-            self.value = value
-        }
-
         /// As `init(from:)` reads it from `JSONReader`'s value: `nil` for another kind.
         init?(_ json: JSONValue) {
             switch json {

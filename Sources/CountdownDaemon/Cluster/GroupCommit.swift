@@ -62,9 +62,9 @@ final class GroupCommit {
             self.completion = completion
         }
 
-        /// Whether its deadline is too near to send it (less than `minimumRetryMilliseconds` left).
+        /// Whether its deadline is too near to send it (`GroupCommit.isTooNear`).
         func isExpired(at now: Instant) -> Bool {
-            deadline.nanoseconds(since: now) < ClusterReplica.minimumRetryMilliseconds * 1_000_000
+            GroupCommit.isTooNear(deadline, now: now)
         }
 
         /// Whether it may go out now (it is not held for want of a leader).
@@ -185,7 +185,7 @@ final class GroupCommit {
     func send() {
         guard hasPending else { return }
         let now = time.now()
-        if earliestDeadline.map({ $0.nanoseconds(since: now) < ClusterReplica.minimumRetryMilliseconds * 1_000_000 }) ?? false {
+        if earliestDeadline.map({ Self.isTooNear($0, now: now) }) ?? false {
             expire(now: now)
         }
         var groups: [[Change]] = []
@@ -239,6 +239,12 @@ final class GroupCommit {
             }
             queue.replaceSubrange(0..<taken, with: passedOver)
         }
+    }
+
+    /// Whether `deadline` leaves too little time to send a change (less than
+    /// `minimumRetryMilliseconds`): it is failed instead.
+    static func isTooNear(_ deadline: Instant, now: Instant) -> Bool {
+        deadline.nanoseconds(since: now) < ClusterReplica.minimumRetryMilliseconds * 1_000_000
     }
 
     /// Fails the changes still waiting within 250 ms of their deadline.

@@ -13,9 +13,10 @@ import CountdownCore
 /// taken over within about `silenceNanoseconds` of its last heartbeat; one that lives but does
 /// not get its change made (its proposals keep failing) is taken over `maximumWaitNanoseconds`
 /// past due whatever its heartbeats say. (The due instant is the one the writer meant: the
-/// replica allows for the writer's clock offset before asking, `ClusterReplica.proposes`.) Whichever proposal etcd
-/// commits first wins (each is compared on the revision its host holds), so the change is made
-/// once whatever this policy decides: it decides only how soon, and how many hosts ask.
+/// replica allows for the writer's clock offset before asking, `ClusterReplica.proposes`.)
+/// Whichever proposal etcd commits first wins (each is compared on the revision its host
+/// holds), so the change is made once whatever this policy decides: it decides only how soon,
+/// and how many hosts ask.
 ///
 /// Liveness is read on this host's own boot clock (when a heartbeat arrived), never from the
 /// wall-clock time a heartbeat carries, so no host's clock offset moves it. Until this host has
@@ -60,8 +61,7 @@ struct TakeOverPolicy {
     }
 
     /// Whether this host leaves a due change of a countdown `writer` wrote to that writer for
-    /// now, whatever the due instant: the writer is another host that lives. (Cheap: asked of
-    /// every due countdown, every second, before its due instant is looked up.)
+    /// now, before the cap: the writer is another host that lives.
     func leavesToWriter(_ writer: String?, now: Instant) -> Bool {
         guard let writer, writer != hostID else { return false }
         return isLive(writer, now: now)
