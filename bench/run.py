@@ -85,7 +85,8 @@ class NotifySocket:
 class Daemon:
     """A release countdownd on a temporary socket and state directory."""
 
-    def __init__(self, workdir, state=None, extra=()):
+    def __init__(self, workdir, state=None, extra=(), prefix=()):
+        """`prefix` goes before the command (`ip netns exec NAME`: a host in a network namespace)."""
         self.socket = os.path.join(workdir, "d.sock")
         self.state = state or os.path.join(workdir, "state")
         notify_path = os.path.join(workdir, "notify-%d.sock" % random.randrange(1 << 30))
@@ -96,7 +97,7 @@ class Daemon:
         self.launched = time.monotonic()
         # Lifecycle logging off: a line per start/done to stderr is not what is being measured.
         self.process = subprocess.Popen(
-            [os.path.join(BIN, "countdownd"), "--socket", self.socket, "--state-dir", self.state, "--log-level", os.environ.get("CD_LOG_LEVEL", "warning")] + list(extra),
+            list(prefix) + [os.path.join(BIN, "countdownd"), "--socket", self.socket, "--state-dir", self.state, "--log-level", os.environ.get("CD_LOG_LEVEL", "warning")] + list(extra),
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "daemon.log"), "a"))
         if not self.notify.wait_for("READY=1", 60):
             raise RuntimeError("countdownd did not become ready")
@@ -500,18 +501,20 @@ def free_port():
 
 
 class Etcd:
-    """A real three-member etcd (Debian's etcd-server) on loopback ports."""
+    """A real three-member etcd (Debian's etcd-server) on loopback ports (its clients' ports on
+    `host`'s address, which another network namespace can reach)."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, host="127.0.0.1"):
         self.directory = fresh_dir(workdir, "etcd")
         members = [("m%d" % i, free_port(), free_port()) for i in range(3)]
-        self.endpoints = ["http://127.0.0.1:%d" % client for _, client, _ in members]
+        self.ports = [client for _, client, _ in members]
+        self.endpoints = ["http://%s:%d" % (host, client) for _, client, _ in members]
         initial = ",".join("%s=http://127.0.0.1:%d" % (name, peer) for name, _, peer in members)
         self.processes = []
         for name, client, peer in members:
             self.processes.append(subprocess.Popen([
                 "etcd", "--name", name, "--data-dir", os.path.join(self.directory, name),
-                "--listen-client-urls", "http://127.0.0.1:%d" % client, "--advertise-client-urls", "http://127.0.0.1:%d" % client,
+                "--listen-client-urls", "http://%s:%d" % (host, client), "--advertise-client-urls", "http://%s:%d" % (host, client),
                 "--listen-peer-urls", "http://127.0.0.1:%d" % peer, "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
                 "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", "bench",
                 "--logger", "zap", "--log-outputs", os.path.join(self.directory, name + ".log"),

@@ -552,6 +552,7 @@ public struct Cdctl {
         case .removeFinished: words = "cdctl rm finished ones"
         case .subscribeWithoutSince: words = "cdctl watch without --since shows the current state"
         case .subscribeEverything: words = "cdctl watch with no names follows all"
+        case .askAgain: words = "cdctl status \(target) again in a moment, or with another host's --socket"
         }
         return what + "; " + words
     }
@@ -591,7 +592,7 @@ public struct Cdctl {
             }
             if !replayed {
                 for name in outstanding.sorted() {
-                    let reply = try connection.request("STATUS \(name)")
+                    let reply = try statusOnceCurrent(name, on: connection)
                     if case .error = reply.outcome {
                         return report(reply, on: connection, name: name)
                     }
@@ -628,6 +629,28 @@ public struct Cdctl {
             return .cancelled
         }
         return .success
+    }
+
+    /// How long `wait` asks again about a name a cluster host's copy does not have while that
+    /// copy trails etcd (`behind=true`), before it reports the name as not found.
+    static let behindPatience: Double = 30
+
+    /// `STATUS name`, asked again every 200 ms (up to `behindPatience`) while a cluster host
+    /// answers not-found from a copy that trails etcd: the countdown may exist (started through
+    /// another host), and `cdctl wait` should wait for it, not fail at once. Said once on stderr.
+    private func statusOnceCurrent(_ name: String, on connection: CountdownConnection) throws(ClientError) -> Reply {
+        var reply = try connection.request("STATUS \(name)")
+        let giveUpAt = monotonicSeconds() + Self.behindPatience
+        var said = false
+        while case .error(.notFound?, _, _) = reply.outcome, reply.errorFields["behind"] == "true", monotonicSeconds() < giveUpAt {
+            if !said {
+                console.error("cdctl: this countdownd's copy of the cluster trails etcd and has no '\(name)' yet; asking again until it catches up (at most \(Int(Self.behindPatience)) s)\n")
+                said = true
+            }
+            usleep(200_000)  // Interrupted by a signal: it only asks sooner.
+            reply = try connection.request("STATUS \(name)")
+        }
+        return reply
     }
 
     /// How long `wait` keeps trying to reach a daemon that went away.

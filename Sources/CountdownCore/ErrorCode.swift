@@ -67,6 +67,8 @@ public struct ProtocolError: Error, Equatable, Sendable, CustomStringConvertible
         case subscribeWithoutSince = "subscribe-without-since"
         /// Too many names on one connection: `SUBSCRIBE` with no names follows all.
         case subscribeEverything = "subscribe-everything"
+        /// A cluster host's copy trails etcd: ask again in a moment, or ask another host.
+        case askAgain = "ask-again"
     }
 
     /// The machine-readable code.

@@ -234,7 +234,13 @@ extension Daemon: RequestServer {
                 try engine.start(key, milliseconds: milliseconds, replace: replace, requester: owner, pinnedTo: unixMilliseconds, now: now, events: &events)
             }
         case .status(let address):
-            let snapshot = try engine.status(of: try CountdownAddress.resolve(address, requester: uid).key, now: now)
+            let key = try CountdownAddress.resolve(address, requester: uid).key
+            let snapshot: CountdownSnapshot
+            do throws(ProtocolError) {
+                snapshot = try engine.status(of: key, now: now)
+            } catch {
+                throw store.notFound(error, name: address, now: now)
+            }
             WireEncoder.appendCountdown(shown(snapshot), clock: clock, to: &replyBuffer)
             appendReadOK(count: 1)
         case .list(let states, let prefix):

@@ -185,6 +185,8 @@ struct FormattingTests {
         #expect(words("x; SUBSCRIBE with no names follows all", ["advice": "subscribe-everything"]) == "x; cdctl watch with no names follows all")
         #expect(words("SINCE 9 is ahead; SUBSCRIBE without SINCE for the current state", ["advice": "subscribe-without-since", "since": "9", "last_seq": "3"])
             == "--since 9 is ahead of the last event (3): this daemon's history never had it; cdctl watch without --since shows the current state")
+        #expect(words("not in this host's copy, which trails etcd; ask again in a moment, or ask another host", ["advice": "ask-again", "behind": "true"])
+            == "not in this host's copy, which trails etcd; cdctl status tea again in a moment, or with another host's --socket")
         #expect(words("x; FROB it", ["advice": "frob"]) == "x; FROB it", "a token this cdctl does not know: the message as it is")
         #expect(words("no advice; as is", [:]) == "no advice; as is")
         for advice in ProtocolError.Advice.allCases {

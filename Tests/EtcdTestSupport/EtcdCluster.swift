@@ -22,14 +22,19 @@ public final class EtcdCluster {
     /// The members' client URLs, in order.
     public var endpoints: [String] { members.map(\.clientURL) }
 
-    public init(size: Int = 3, tls: (certificate: String, key: String, authority: String)? = nil) throws {
+    /// The members' client ports, in order.
+    public var clientPorts: [Int] { members.compactMap { $0.clientURL.split(separator: ":").last.flatMap { Int($0) } } }
+
+    /// - Parameter clientHost: the address the members serve clients on (another network
+    ///   namespace reaches the cluster through a veth's address; the peers stay on loopback).
+    public init(size: Int = 3, tls: (certificate: String, key: String, authority: String)? = nil, clientHost: String = "127.0.0.1") throws {
         directory = NSTemporaryDirectory() + "etcd-test-" + UUID().uuidString.prefix(8)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let scheme = tls == nil ? "http" : "https"
         for index in 0..<size {
             let name = "m\(index)"
             members.append(Member(
-                name: name, clientURL: "\(scheme)://127.0.0.1:\(try Self.freePort())", peerURL: "http://127.0.0.1:\(try Self.freePort())",
+                name: name, clientURL: "\(scheme)://\(clientHost):\(try Self.freePort())", peerURL: "http://127.0.0.1:\(try Self.freePort())",
                 dataDirectory: directory + "/" + name, process: nil
             ))
         }
@@ -207,20 +212,23 @@ public final class EtcdCluster {
 
     /// A minimal HTTP/1.0 POST to a loopback `http://` URL; the response body, or `nil`.
     public static func post(_ url: String, path: String, body: String) -> String? {
-        guard url.hasPrefix("http://127.0.0.1:"), let port = UInt16(url.dropFirst("http://127.0.0.1:".count)) else { return nil }
+        // http://<IPv4 address>:<port>, as this cluster's members serve clients.
+        let parts = url.dropFirst("http://".count).split(separator: ":")
+        guard url.hasPrefix("http://"), parts.count == 2, let port = UInt16(parts[1]) else { return nil }
+        let host = String(parts[0])
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var timeout = timeval(tv_sec: 2, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         address.sin_port = port.bigEndian
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard connected == 0 else { return nil }
-        let request = "POST \(path) HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        let request = "POST \(path) HTTP/1.0\r\nHost: \(host)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
         guard write(fd, request, request.utf8.count) == request.utf8.count else { return nil }
         var response: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)

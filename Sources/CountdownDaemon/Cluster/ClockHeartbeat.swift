@@ -42,6 +42,9 @@ final class ClockHeartbeat {
     let key: String
     private var phase = Phase.idle
     private var lastBeat: Instant?
+    /// When etcd last answered a heartbeat (or the read that confirms it answers again); the
+    /// first beat's instant before any answer.
+    private var lastAnswered: Instant?
     /// Each other host's samples and estimate, in ms. Positive: its clock is behind this one's.
     private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
 
@@ -52,6 +55,22 @@ final class ClockHeartbeat {
     /// to bring it (`ClusterReplica.expectFromWatch`), which is how a watch gone silent is
     /// noticed when no client changes anything.
     var committed: (_ revision: Int64) -> Void = { _ in }
+
+    /// Called when a heartbeat (or the read after one failed) got no answer, with the instant
+    /// it was sent: the replica moves a watch that brought nothing since
+    /// (`ClusterReplica.heartbeatFailed`).
+    var failed: (_ sentAt: Instant) -> Void = { _ in }
+
+    /// How long etcd may leave this host's heartbeats unanswered before the copy counts as out of
+    /// touch (`isOutOfTouch`): two heartbeats and a half.
+    static let outOfTouchNanoseconds: Int64 = 2_500_000_000
+
+    /// Whether etcd has answered none of this host's heartbeats for `outOfTouchNanoseconds`:
+    /// the host is cut off (a partition, every member down), so its copy may trail etcd by
+    /// anything, though no change it knows of is missing.
+    func isOutOfTouch(now: Instant) -> Bool {
+        lastAnswered.map { now.nanoseconds(since: $0) > Self.outOfTouchNanoseconds } ?? false
+    }
 
     init(client: any EtcdTransport, prefix: String, hostID: String, logger: Logger, time: DaemonClock = .system) {
         self.time = time
@@ -70,13 +89,20 @@ final class ClockHeartbeat {
     func beat(now: Instant) {
         guard phase != .inFlight, lastBeat.map({ now.nanoseconds(since: $0) >= Self.intervalNanoseconds }) ?? true else { return }
         lastBeat = now
+        if lastAnswered == nil { lastAnswered = now }
         let written = time.mapping(at: now).unixMilliseconds(of: now)
         let wasConfirming = phase == .confirmingEtcd
         phase = .inFlight
         if wasConfirming {
             // A read of the key proves etcd answers (it is linearizable) before anything is written.
             client.transaction(if: [], then: [.get(key)], else: [], timeoutMilliseconds: 1000) { [self] result in
-                if case .success = result { phase = .idle } else { phase = .confirmingEtcd }
+                if case .success = result {
+                    phase = .idle
+                    lastAnswered = time.now()
+                } else {
+                    phase = .confirmingEtcd
+                    failed(now)
+                }
             }
             return
         }
@@ -84,9 +110,11 @@ final class ClockHeartbeat {
         client.transaction(if: [], then: [.put(key, value, lease: nil)], else: [], timeoutMilliseconds: 1000) { [self] result in
             guard case .success(let answer) = result else {
                 phase = .confirmingEtcd
+                failed(now)
                 return
             }
             phase = .idle
+            lastAnswered = time.now()
             committed(answer.revision)
         }
     }

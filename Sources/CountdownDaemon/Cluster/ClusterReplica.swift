@@ -217,6 +217,7 @@ final class ClusterReplica: @unchecked Sendable {
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
         self.later = later
         heartbeat.committed = { [unowned self] revision in expectFromWatch(revision) }
+        heartbeat.failed = { [unowned self] sentAt in heartbeatFailed(sentAt: sentAt) }
         scheduleHousekeeping()
     }
 
@@ -514,9 +515,16 @@ final class ClusterReplica: @unchecked Sendable {
         backlog.removeAll()
         backlogNext = 0
         giveWatchTime()  // A new watch has its own 2 s for what was expected of the last.
+        lastWatchDelivery = time.now()
+        watchIsLive = false
+        watchOpenedAt = nil
         watch = client.watch(prefix: configuration.prefix, from: max(revision, 1), onEvents: { [self] events, sentAt in
             // It answers: a long history streaming in is progress, not a stuck watch.
             giveWatchTime()
+            lastWatchDelivery = time.now()
+            // etcd's first answer says it made the watch, with its revision then: what the copy
+            // missed is replayed up to it before anything newer.
+            if watchOpenedAt == nil { watchOpenedAt = sentAt }
             backlog.append(contentsOf: events.map { ($0, sentAt) })
             continueCatchUp()
         }, onEnd: { [self] end in
@@ -576,6 +584,7 @@ final class ClusterReplica: @unchecked Sendable {
     private func applyWatched(_ event: EtcdWatchEvent, sentAt: Int64) {
         let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
         let changedAt = event.keyValue.modRevision
+        if changedAt == sentAt || changedAt >= watchOpenedAt ?? .max { watchIsLive = true }
         if QuotaSlots.isSlotKey(key) {
             applySlotChange(event)
             return
@@ -640,17 +649,31 @@ final class ClusterReplica: @unchecked Sendable {
         }))
     }
 
+    /// The newest revision of a change a client was told had committed before the copy held it
+    /// (its watch did not bring it in the change's time): reads say the copy is behind until it
+    /// does, since they would not show that client its own change.
+    private var answeredAhead: Int64 = 0
+
+    /// A change committed at `revision` was answered before the copy held it.
+    func noteAnsweredAhead(of revision: Int64) {
+        answeredAhead = max(answeredAhead, revision)
+    }
+
     /// How long a change etcd committed (this host's own, or its heartbeat) may be missing from
     /// the copy before reads say the copy is behind (`isBehind`).
     static let behindAfterNanoseconds: Int64 = 1_000_000_000
 
-    /// Whether this host's copy knows it trails etcd: its watch is not running (it is being
-    /// started again), the watch brought changes not applied yet (`isCatchingUp`), or a change
-    /// etcd committed for this host (its own, or its heartbeat, one a second) has been missing
-    /// for `behindAfterNanoseconds`. Reads then say so (`ChangeStore.appendReadOK`): a finished
-    /// countdown may still show as running with 0 left, a new one as not found.
+    /// Whether this host's copy knows it trails etcd, or cannot know it does not: its watch is not
+    /// running, or has not brought a change live since it started (it may be replaying what the
+    /// copy missed, or not connected yet: after a heal, about a second), the watch brought changes not applied yet
+    /// (`isCatchingUp`), a client was told of a change the copy does not hold yet
+    /// (`noteAnsweredAhead`), a change etcd committed for this host (its own, or its heartbeat,
+    /// one a second) has been missing for `behindAfterNanoseconds`, or etcd has answered no
+    /// heartbeat for 2.5 s (`ClockHeartbeat.isOutOfTouch`: cut off, the host cannot tell what it
+    /// misses). Reads then say so (`ChangeStore.appendReadOK`, `ChangeStore.notFound`): a
+    /// finished countdown may still show as running with 0 left, a new one as not found.
     func isBehind(now: Instant) -> Bool {
-        guard isWatching, !isCatchingUp else { return true }
+        guard isWatching, watchIsLive, !isCatchingUp, revision >= answeredAhead, !heartbeat.isOutOfTouch(now: now) else { return true }
         let overdueAfter = Self.behindAfterNanoseconds - Self.catchUpTimeoutNanoseconds
         return expected.contains { $0.revision > revision && now >= $0.suspectWatchAt.advanced(byNanoseconds: overdueAfter) }
     }
@@ -672,6 +695,32 @@ final class ClusterReplica: @unchecked Sendable {
 
     /// The watch answered (or starts): what it is expected to bring is suspected only 2 s
     /// from now. So a silent watch is moved, and one that streams a long history is not.
+    /// When the watch last brought anything (or was started).
+    private var lastWatchDelivery: Instant?
+
+    /// Whether the watch, since it was last started, has brought a change live (the newest in
+    /// etcd when it was sent, or made after the watch was: this host's heartbeat is, each
+    /// second) and the copy applied it: until then a new watch may still be replaying what the
+    /// copy missed, or not be connected.
+    private var watchIsLive = false
+
+    /// etcd's revision when it made the watch (its first answer's): a change at or past it
+    /// was not missed before the watch started, so the copy is current once it applied one.
+    private var watchOpenedAt: Int64?
+
+    /// A heartbeat sent at `sentAt` got no answer. A watch that has brought nothing since is
+    /// moved to another member at once: every host's heartbeats (this one's included, each
+    /// second) come through a working watch, so a silent one streams from a member cut off from
+    /// this host, or from a connection that TCP's back-off will keep silent long after a
+    /// partition heals (25-95 s, measured). Waiting for a heartbeat to commit and then go
+    /// missing (`expectFromWatch`) took 4-5 s more; a burst, which keeps the watch busy, never
+    /// moves it this way.
+    private func heartbeatFailed(sentAt: Instant) {
+        guard isWatching, let lastWatchDelivery, lastWatchDelivery < sentAt else { return }
+        logger.log(.warning, "cluster: etcd did not answer a heartbeat and the watch has brought nothing since (it is at revision \(revision)); moving it to another member")
+        restartWatchElsewhere()
+    }
+
     private func giveWatchTime() {
         guard !expected.isEmpty else { return }
         let suspectWatchAt = time.now().advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)

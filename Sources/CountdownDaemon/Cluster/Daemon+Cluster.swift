@@ -173,6 +173,8 @@ extension Daemon {
             case .committed(let revision):
                 cluster.afterRevision(revision, answerBy: attempt.answerBy) { [unowned self] caughtUp in
                     if let creating { creationsInFlight.remove(creating) }
+                    // Answered ahead of the copy: this client's next read says the copy is behind.
+                    if !caughtUp { cluster.noteAnsweredAhead(of: revision) }
                     answer(connection, ticket: ticket) { out in
                         let now = time.now()
                         // Committed either way; from the replica once it has it, else as proposed.

@@ -50,6 +50,22 @@ enum ChangeStore {
         }
     }
 
+    /// A read's `not-found` of `name` (as the client wrote it). In cluster mode it says which copy
+    /// answered, as `appendReadOK` does, in fields: `replica=<revision>`, and `behind=true` when
+    /// the copy knows it trails etcd; the message then says the countdown may exist after all,
+    /// and to ask again (`advice=ask-again`) rather than to list.
+    func notFound(_ error: ProtocolError, name: String, now: Instant) -> ProtocolError {
+        guard let replica, error.code == .notFound else { return error }
+        guard replica.isBehind(now: now) else {
+            return ProtocolError(error.code, error.message, fields: error.fields + [ProtocolError.Field("replica", "\(replica.revision)")])
+        }
+        return ProtocolError(
+            .notFound,
+            "no countdown named '\(name)' in this host's copy of the cluster, which trails etcd, so it may exist there; ask again in a moment, or ask another host",
+            fields: [.advice(.askAgain), ProtocolError.Field("replica", "\(replica.revision)"), ProtocolError.Field("behind", "true")]
+        )
+    }
+
     /// What `STATUS=` says of the store (`nil` on a daemon of its own).
     var statusNote: String? {
         replica.map { "etcd revision \($0.revision)\($0.isWatching ? "" : ", watch reconnecting")" }

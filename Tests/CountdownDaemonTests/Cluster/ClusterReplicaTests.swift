@@ -339,7 +339,7 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("the copy knows it is behind etcd while its watch is not running, while it has changes to apply, and once a change etcd committed for it has been missing a second; not before, and not once the watch brings it")
+    @Test("the copy knows it is behind etcd while its watch is not running or has brought no change made since it started, while it has changes to apply, and once a change etcd committed for it has been missing a second; not before, and not once the watch brings it")
     func knowsItIsBehind() throws {
         let store = ScriptedEtcd()
         let replica = try replica(store)
@@ -352,14 +352,21 @@ struct ClusterReplicaTests {
         let other = value(replica, operation: "other-host~1-1")
         queue.sync {
             let start = time.clock.now()
-            #expect(!replica.isBehind(now: start))
-            replica.expectFromWatch(12)  // A heartbeat etcd committed at revision 12.
+            #expect(replica.isBehind(now: start), "no change brought live yet: it may be replaying what it missed")
+            // etcd's first answer: the watch was made at revision 12; then the history it
+            // replays (11, sent when etcd was at 13), then revision 12, the watch's own.
+            watch.onEvents([], 12)
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11, key: "first"))], 13)
+            #expect(replica.isBehind(now: start), "history replayed: older than the watch")
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 12, key: "second"))], 13)
+            #expect(!replica.isBehind(now: start), "a change made when the watch was applied")
+            replica.expectFromWatch(13)  // A heartbeat etcd committed at revision 13.
             #expect(!replica.isBehind(now: start.advanced(byNanoseconds: ClusterReplica.behindAfterNanoseconds - 1)))
             #expect(replica.isBehind(now: start.advanced(byNanoseconds: ClusterReplica.behindAfterNanoseconds)))
-            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 12))], 12)
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 13))], 13)
             #expect(!replica.isBehind(now: start.advanced(byNanoseconds: ClusterReplica.behindAfterNanoseconds)), "brought")
-            let many = (0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: Int64(13 + $0), key: "k\($0)")) }
-            watch.onEvents(many, 312)
+            let many = (0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: Int64(14 + $0), key: "k\($0)")) }
+            watch.onEvents(many, 313)
             #expect(replica.isBehind(now: start), "changes brought, not applied yet")
             replica.continueCatchUp()
             #expect(!replica.isBehind(now: start))
@@ -811,6 +818,79 @@ struct ClusterReplicaTests {
             } else {
                 #expect(queue.sync { (store.cancelled, store.currentEndpoint, replica.revision) } == (1, 1, 10), "moved at 2.2 s, once, to the next member")
             }
+        }
+    }
+
+    @Test("a heartbeat etcd does not answer moves a watch that brought nothing since it was sent, at once, to the next member (a partition: TCP's back-off kept such a watch silent 25-95 s after the heal); a watch that brought anything meanwhile is left")
+    func unansweredHeartbeatMovesSilentWatch() throws {
+        for brings in [true, false] {
+            let store = ScriptedEtcd()
+            let later = DelayedWork(queue: queue)
+            let (replica, watch) = try watchingReplica(store, later: later)
+            time.advance(byMilliseconds: 200)
+            queue.sync {
+                _ = later.runDue(now: time.clock.now())
+                #expect(store.transactions.count == 1, "the first heartbeat, in flight")
+            }
+            time.advance(byMilliseconds: 500)
+            if brings {
+                let value = Array(#"{"written_unix_ms":1}"#.utf8)
+                let key = "/countdownd/.hosts/other:/state"
+                queue.sync { watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: EtcdKeyValue(key: key, value: value, createRevision: 11, modRevision: 11))], 11) }
+            }
+            time.advance(byMilliseconds: 500)
+            queue.sync { store.answer(.failure(.ambiguous("timed out"))) }
+            if brings {
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint) } == (0, 0), "it brought another host's heartbeat after this one was sent: left")
+            } else {
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint) } == (1, 1), "silent since the heartbeat was sent: moved at once, to the next member")
+            }
+        }
+    }
+
+    @Test("cut off, the copy says it is behind: once etcd has answered no heartbeat for 2.5 s (not before), until etcd answers again")
+    func outOfTouchIsBehind() throws {
+        let store = ScriptedEtcd()
+        let later = DelayedWork(queue: queue)
+        let (replica, watch) = try watchingReplica(store, later: later)
+        let start = time.clock.now()
+        func at(_ milliseconds: Int64) -> Instant { start.advanced(byMilliseconds: milliseconds) }
+        time.advance(byMilliseconds: 200)
+        queue.sync { _ = later.runDue(now: time.clock.now()) }
+        // The watch keeps bringing another host's changes (so it is not moved): only this
+        // host's own calls go unanswered.
+        let other = value(replica, operation: "other-host~1-1")
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11))], 11)
+            store.answer(.failure(.ambiguous("timed out")))
+            #expect(!replica.isBehind(now: at(200 + 2500)), "2.5 s after the first heartbeat was sent")
+            #expect(replica.isBehind(now: at(200 + 2501)))
+        }
+        time.advance(byMilliseconds: 2800)  // 3 s: the read that confirms etcd answers again.
+        queue.sync {
+            _ = later.runDue(now: time.clock.now())
+            #expect(replica.isBehind(now: time.clock.now()))
+            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 11, ranges: [[]])))
+            #expect(!replica.isBehind(now: time.clock.now()), "answered again")
+            #expect(store.cancelled == 0)
+        }
+    }
+
+    @Test("a change answered before the copy held it (its watch too slow for the change's time) makes reads say the copy is behind until the watch brings it: a client's next read may not show its own change")
+    func answeredAheadIsBehind() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let other = value(replica, operation: "other-host~1-1")
+        queue.sync {
+            let now = time.clock.now()
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11))], 11)
+            #expect(!replica.isBehind(now: now))
+            replica.noteAnsweredAhead(of: 13)
+            #expect(replica.isBehind(now: now))
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 12))], 12)
+            #expect(replica.isBehind(now: now), "revision 12 of 13")
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 13))], 13)
+            #expect(!replica.isBehind(now: now), "brought")
         }
     }
 
