@@ -25,6 +25,13 @@ every `done` is in plus the take-over grace, so a late take-over is counted too)
 
 A subscriber that has not had every `done` `--wait` seconds after the last deadline stops;
 the run then reports how many never came, rather than a lateness.
+
+    python3 bench/clusterburst.py --counts 30000 --restart-after 2
+
+measures a host restarted in the middle of the burst instead (SIGTERM, then started again on
+its state directory, `--restart-after` seconds past the first deadline): when its copy holds
+every `done` (`STATS running` 0), beside the other two hosts' last `done`, each `done` once on
+those two.
 """
 import argparse
 import base64
@@ -193,6 +200,52 @@ def cluster_run(workdir, count, lead_s, wait_s):
         run.stop_cluster(etcd, hosts)
 
 
+def restart_run(workdir, count, lead_s, wait_s, restart_after_s):
+    """The burst with host 1 restarted (SIGTERM, then started again on its state directory)
+    `restart_after_s` past the first deadline: how long until its copy holds every `done` (its
+    `STATS running` is 0), beside the other hosts' last `done`, both from the first deadline."""
+    etcd = run.Etcd(workdir)
+    hosts, logs = [], []
+    try:
+        directories = []
+        for index in range(HOSTS):
+            members = etcd.endpoints[index:] + etcd.endpoints[:index]
+            directories.append((run.fresh_dir(workdir, "host%d" % index), ["--cluster", ",".join(members)]))
+            hosts.append(run.Daemon(directories[-1][0], extra=directories[-1][1]))
+        for number in (0, 2):
+            path = os.path.join(workdir, "restart-%d.log" % number)
+            logs.append((path, run.start_eventlog("countdownd", hosts[number].socket, path, count, int(lead_s + wait_s + 120), "SUBSCRIBE EVENTS done")))
+        first, deadlines = plan(count, lead_s)
+        if start_all([h.socket for h in hosts], count, deadlines) != count:
+            raise RuntimeError("not every START was answered")
+        while time.time() * 1000 < first + restart_after_s * 1000:
+            time.sleep(0.005)
+        stopped = time.time()
+        hosts[1].stop()
+        hosts[1] = run.Daemon(directories[1][0], extra=directories[1][1])
+        ready = time.time()
+        give_up = first / 1000 + 1 + wait_s
+        current = None
+        while current is None and time.time() < give_up:
+            if int(run.stats(hosts[1].socket)["running"]) == 0:
+                current = time.time()
+            else:
+                time.sleep(0.1)
+        others = []
+        for path, logger in logs:
+            while logger.poll() is None and time.time() < give_up:
+                time.sleep(0.05)
+            if logger.poll() is None:
+                logger.terminate()
+            logger.wait()
+            late, total = read_dones(path, deadlines)
+            others.append({"dones": total, "distinct": len(late), "missing": count - len(late), "late": run.percentiles(late) if late else None})
+        return {"restart_s": ready - stopped, "current_after_first_s": (current - first / 1000) if current else None,
+                "others": others}
+    finally:
+        run.stop_cluster(etcd, hosts, [logger for _path, logger in logs])
+
+
 def local_run(workdir, count, lead_s, wait_s):
     daemon = run.Daemon(run.fresh_dir(workdir, "local"))
     try:
@@ -222,6 +275,8 @@ def main():
     parser.add_argument("--no-local", action="store_true", help="skip the one-host local-mode rows")
     parser.add_argument("--no-floor", action="store_true", help="skip etcd's floor")
     parser.add_argument("--bin", default=None, help="a directory holding the countdownd to measure (default: the release build)")
+    parser.add_argument("--restart-after", type=float, default=None,
+                        help="instead: restart host 1 this many seconds past the first deadline, and measure when its copy holds every done")
     args = parser.parse_args()
     if not shutil.which("etcd"):
         raise SystemExit("clusterburst: etcd is not installed (make test-deps installs etcd-server)")
@@ -233,6 +288,29 @@ def main():
         print("clusterburst: Go is not installed (make test-deps installs golang-go), so etcd's floor is not measured", flush=True)
     workdir = tempfile.mkdtemp(prefix="cdclusterburst.")
     failed = False
+    if args.restart_after is not None:
+        try:
+            for count in [int(c) for c in args.counts.split(",")]:
+                lead = args.lead if args.lead is not None else 5 + count / 2000
+                current, others = [], []
+                for index in range(args.runs):
+                    result = restart_run(workdir, count, lead, args.wait, args.restart_after)
+                    last = max(h["late"]["max"] for h in result["others"] if h["late"]) / 1000
+                    print("N=%d run %d: host 1 restarted %.1f s past the first deadline in %.2f s; its copy held every done %s s past the first deadline; "
+                          "the other hosts' last done %.2f s past its deadline; %s" % (
+                              count, index + 1, args.restart_after, result["restart_s"],
+                              "%.2f" % result["current_after_first_s"] if result["current_after_first_s"] is not None else "never (within the wait)",
+                              last, "; ".join("%d dones (%d distinct, %d missing)" % (h["dones"], h["distinct"], h["missing"]) for h in result["others"])), flush=True)
+                    failed |= any(h["missing"] or h["dones"] != h["distinct"] for h in result["others"])
+                    current.append(result["current_after_first_s"])
+                    others.append(last)
+                print("N=%d, host 1 restarted %.1f s in: its copy current %s s past the first deadline; the others' last done %s s past its deadline" % (
+                    count, args.restart_after, run.cell(current, "%.2f"), run.cell(others, "%.2f")), flush=True)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if failed:
+            raise SystemExit("clusterburst: some dones never came, or came twice (above)")
+        return
     try:
         for count in [int(c) for c in args.counts.split(",")]:
             lead = args.lead if args.lead is not None else 5 + count / 2000

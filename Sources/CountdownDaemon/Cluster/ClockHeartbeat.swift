@@ -56,10 +56,14 @@ final class ClockHeartbeat {
     /// noticed when no client changes anything.
     var committed: (_ revision: Int64) -> Void = { _ in }
 
-    /// Called when a heartbeat (or the read after one failed) got no answer, with the instant
-    /// it was sent: the replica moves a watch that brought nothing since
-    /// (`ClusterReplica.heartbeatFailed`).
-    var failed: (_ sentAt: Instant) -> Void = { _ in }
+    /// Called when etcd answers again (the read after a failed heartbeat, or a heartbeat),
+    /// with the instant the first unanswered heartbeat of the outage was sent: the replica
+    /// moves a watch that has brought nothing since (`ClusterReplica.heartbeatAnsweredAgain`).
+    var answeredAgain: (_ unansweredSince: Instant) -> Void = { _ in }
+
+    /// When the first heartbeat (or read) that got no answer was sent, while etcd has answered
+    /// none since.
+    private var unansweredSince: Instant?
 
     /// How long etcd may leave this host's heartbeats unanswered before the copy counts as out of
     /// touch (`isOutOfTouch`): two heartbeats and a half.
@@ -98,10 +102,10 @@ final class ClockHeartbeat {
             client.transaction(if: [], then: [.get(key)], else: [], timeoutMilliseconds: 1000) { [self] result in
                 if case .success = result {
                     phase = .idle
-                    lastAnswered = time.now()
+                    answered()
                 } else {
                     phase = .confirmingEtcd
-                    failed(now)
+                    if unansweredSince == nil { unansweredSince = now }
                 }
             }
             return
@@ -110,24 +114,35 @@ final class ClockHeartbeat {
         client.transaction(if: [], then: [.put(key, value, lease: nil)], else: [], timeoutMilliseconds: 1000) { [self] result in
             guard case .success(let answer) = result else {
                 phase = .confirmingEtcd
-                failed(now)
+                if unansweredSince == nil { unansweredSince = now }
                 return
             }
             phase = .idle
-            lastAnswered = time.now()
+            answered()
             committed(answer.revision)
         }
     }
 
-    /// Another host's heartbeat (`host` is what follows `.hosts/`), as the watch brought it:
-    /// `live` when it was the newest change in etcd when the watch sent it (history replayed
-    /// after a reconnection is not a sample).
-    func received(from host: String, value: [UInt8], live: Bool, now: Instant) {
+    /// etcd answered: the end of an outage, if there was one.
+    private func answered() {
+        lastAnswered = time.now()
+        if let since = unansweredSince {
+            unansweredSince = nil
+            answeredAgain(since)
+        }
+    }
+
+    /// Another host's heartbeat (`host` is what follows `.hosts/`), as the watch brought it at
+    /// `arrivedAt` (a backlog applies it later: the sample is taken on the wall clock as it was
+    /// at its arrival): `live` when it was the newest change in etcd when the watch sent it
+    /// (history replayed after a reconnection is not a sample).
+    func received(from host: String, value: [UInt8], live: Bool, arrivedAt: Instant) {
+        let now = arrivedAt
         guard live, host != hostID,
               let written = (try? JSONDecoder().decode(Beat.self, from: Data(value)))?.written_unix_ms else { return }
         // A heartbeat is any value written under the prefix: a written time that makes no sense
         // (more than a day off) is no sample, and never an overflow.
-        let (sample, overflow) = time.mapping(at: now).unixMilliseconds(of: now).subtractingReportingOverflow(written)
+        let (sample, overflow) = time.mapping().unixMilliseconds(of: arrivedAt).subtractingReportingOverflow(written)
         guard !overflow, abs(sample) <= 86_400_000 else { return }
         var entry = skews[host] ?? (sample, [], nil)
         entry.samples.append(sample)

@@ -161,7 +161,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// The watch's revision being numbered, and how many of its changes were seen so far.
     private var placed: (revision: Int64, count: Int) = (0, 0)
     /// What the watch brought, in order, and the next to apply.
-    private var backlog: [(event: EtcdWatchEvent, sentAt: Int64)] = []
+    private var backlog: [(event: EtcdWatchEvent, sentAt: Int64, arrivedAt: Instant)] = []
     private var backlogNext = 0
     /// Called once, after the first full read.
     var onFirstLoad: () -> Void = {}
@@ -217,7 +217,7 @@ final class ClusterReplica: @unchecked Sendable {
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
         self.later = later
         heartbeat.committed = { [unowned self] revision in expectFromWatch(revision) }
-        heartbeat.failed = { [unowned self] sentAt in heartbeatFailed(sentAt: sentAt) }
+        heartbeat.answeredAgain = { [unowned self] since in heartbeatAnsweredAgain(unansweredSince: since) }
         scheduleHousekeeping()
     }
 
@@ -347,12 +347,9 @@ final class ClusterReplica: @unchecked Sendable {
                 logger.log(.notice, "cluster: resuming after revision \(revision), from the copy in the state directory")
                 startWatch()
                 onFirstLoad()
-                // The copy keeps countdowns, not the quota slots: those are read now (what the
-                // watch brings of them meanwhile waits for the read, `slotChangesBeforeRead`).
-                readSlots()
-                // Nor which host wrote each: without that, this host would wait out the grace
-                // for its own countdowns like everyone else after every restart.
-                readWriters()
+                // The copy keeps countdowns, not the quota slots nor which host wrote each: both
+                // are read now, in one read (`readAfterResume`).
+                readAfterResume()
             } else {
                 readEverything(first: true)
             }
@@ -392,45 +389,34 @@ final class ClusterReplica: @unchecked Sendable {
         }
     }
 
-    /// Learns which host wrote each countdown after a restart from the local copy, which does
-    /// not keep it: every countdown under the prefix is read once, and each one the watch has
-    /// not brought since gets the writer of etcd's current value, which is the host that
-    /// proposes its next due change (a value newer than this host's copy only makes this
-    /// host's proposal fail its compare, as any proposal from a copy behind). Tried again each
-    /// second until etcd answers; until then the writers are unknown (`TakeOverPolicy`: the
-    /// grace, for everyone).
-    private func readWriters() {
-        client.range(prefix: configuration.prefix) { [self] result in
-            switch result {
-            case .failure(let error):
-                logger.log(.warning, "cluster: cannot read \(configuration.prefix) from etcd to learn which host wrote each countdown (\(error)); trying again in a second")
-                schedule(after: 1) { [self] in readWriters() }
-            case .success(let (keyValues, _)):
-                for keyValue in keyValues {
-                    let key = String(keyValue.key.dropFirst(configuration.prefix.count))
-                    guard writers[key] == nil, !ClockHeartbeat.isHeartbeat(key), !QuotaSlots.isSlotKey(key),
-                          let value = ClusterValue.decode(keyValue.value) else { continue }
-                    writers[key] = value.host
-                }
-            }
-        }
-    }
-
     /// How long after the slots were read the leaked ones are swept (`sweepLeakedSlots`).
     static let sweepDelaySeconds = 5.0
 
-    /// Reads every quota slot etcd holds (after a restart from the local copy), then applies
-    /// the slot changes the watch brought meanwhile that are newer; tried again each second
-    /// until etcd answers. Until then, creations are refused as unavailable (`claimSlots`).
-    private func readSlots() {
-        client.range(prefix: configuration.prefix + QuotaSlots.keyInfix) { [self] result in
-            guard slotsAppliedAt == nil else { return }  // A full read came first, and holds them.
+    /// After a restart from the local copy, which keeps neither the quota slots nor which host
+    /// wrote each countdown: one read of the prefix (in pages, `EtcdClient.range`) gives both.
+    /// Tried again each second until etcd answers.
+    ///
+    /// - The slots etcd holds replace the claims noted so far, and the slot changes the watch
+    ///   brought meanwhile that are newer are applied (`slotChangesBeforeRead`). Until then,
+    ///   creations are refused as unavailable (`claimSlots`).
+    /// - Each countdown the watch has not brought since gets the writer of etcd's value, the host
+    ///   that proposes its next due change (a value newer than this host's copy only makes this
+    ///   host's proposal fail its compare, as any proposal from a copy behind). Until then the
+    ///   writers are unknown (`TakeOverPolicy`: the grace, for everyone), so without the read a
+    ///   restarted host would wait it out for its own countdowns.
+    private func readAfterResume() {
+        client.range(prefix: configuration.prefix) { [self] result in
             switch result {
             case .failure(let error):
-                logger.log(.warning, "cluster: cannot read the quota slots under \(configuration.prefix)\(QuotaSlots.keyInfix) from etcd (\(error)); trying again in a second")
-                schedule(after: 1) { [self] in readSlots() }
+                logger.log(.warning, "cluster: cannot read \(configuration.prefix) from etcd to learn its quota slots and which host wrote each countdown (\(error)); trying again in a second")
+                schedule(after: 1) { [self] in readAfterResume() }
             case .success(let (keyValues, readAt)):
-                quota.replaceHeld(with: keyValues.compactMap(slotHeld))
+                let read = sortRead(keyValues)
+                for countdown in read.countdowns where writers[countdown.key] == nil {
+                    writers[countdown.key] = countdown.value.host
+                }
+                guard slotsAppliedAt == nil else { return }  // A full read came first, and holds them.
+                quota.replaceHeld(with: read.slots)
                 slotsAppliedAt = readAt
                 let waiting = slotChangesBeforeRead
                 slotChangesBeforeRead.removeAll()
@@ -438,6 +424,30 @@ final class ClusterReplica: @unchecked Sendable {
                 schedule(after: Self.sweepDelaySeconds) { [self] in sweepLeakedSlots() }
             }
         }
+    }
+
+    /// What a read of the prefix holds, sorted: the countdowns (with the revision each was
+    /// changed at) and the quota slots; heartbeats and values this version cannot read are
+    /// left out (the latter logged, by revision: a key holds a countdown's name, which can be
+    /// personal data).
+    private func sortRead(_ keyValues: [EtcdKeyValue]) -> (countdowns: [(key: String, value: ClusterValue, changedAt: Int64)], slots: [(slot: QuotaSlots.Slot, holder: String)]) {
+        var countdowns: [(key: String, value: ClusterValue, changedAt: Int64)] = []
+        var slots: [(slot: QuotaSlots.Slot, holder: String)] = []
+        countdowns.reserveCapacity(keyValues.count)
+        for keyValue in keyValues {
+            let key = String(keyValue.key.dropFirst(configuration.prefix.count))
+            guard !ClockHeartbeat.isHeartbeat(key) else { continue }
+            if QuotaSlots.isSlotKey(key) {
+                if let held = slotHeld(keyValue) { slots.append(held) }
+                continue
+            }
+            guard let value = ClusterValue.decode(keyValue.value) else {
+                logger.log(.warning, "cluster: skipped a key under \(configuration.prefix) (revision \(keyValue.modRevision)): not a countdown this version reads")
+                continue
+            }
+            countdowns.append((key, value, keyValue.modRevision))
+        }
+        return (countdowns, slots)
     }
 
     /// The slot a key-value under the prefix is, and the countdown that holds it.
@@ -470,35 +480,22 @@ final class ClusterReplica: @unchecked Sendable {
                 logger.log(.warning, "cluster: cannot read \(configuration.prefix) from etcd (\(error)); trying again in a second")
                 schedule(after: 1) { [self] in readEverything(first: first) }
             case .success(let (keyValues, readAt)):
-                var countdowns: [(key: String, value: ClusterValue)] = []
-                var slots: [(slot: QuotaSlots.Slot, holder: String)] = []
+                let read = sortRead(keyValues)
                 appliedAt.removeAll(keepingCapacity: true)
                 writers.removeAll(keepingCapacity: true)
                 dueInFlight.removeAll()  // What was on its way is in this read, or lost its race.
-                for keyValue in keyValues {
-                    let key = String(keyValue.key.dropFirst(configuration.prefix.count))
-                    guard !ClockHeartbeat.isHeartbeat(key) else { continue }
-                    if QuotaSlots.isSlotKey(key) {
-                        if let held = slotHeld(keyValue) { slots.append(held) }
-                        continue
-                    }
-                    guard let value = ClusterValue.decode(keyValue.value) else {
-                        // The key is not named: it holds a countdown's name, which can be personal data.
-                        logger.log(.warning, "cluster: skipped a key under \(configuration.prefix) (revision \(keyValue.modRevision)): not a countdown this version reads")
-                        continue
-                    }
-                    countdowns.append((key, value))
-                    appliedAt[key] = keyValue.modRevision
-                    writers[key] = value.host
+                for countdown in read.countdowns {
+                    appliedAt[countdown.key] = countdown.changedAt
+                    writers[countdown.key] = countdown.value.host
                 }
                 revision = readAt
                 appliedSequence = Self.sequenceOfRead(at: readAt)
-                quota.replaceHeld(with: slots)
+                quota.replaceHeld(with: read.slots)
                 slotsAppliedAt = readAt
                 slotChangesBeforeRead.removeAll()
                 schedule(after: Self.sweepDelaySeconds) { [self] in sweepLeakedSlots() }
-                load(countdowns, appliedSequence)
-                logger.log(.notice, "cluster: read \(countdowns.count) countdowns at revision \(readAt) from etcd")
+                load(read.countdowns.map { ($0.key, $0.value) }, appliedSequence)
+                logger.log(.notice, "cluster: read \(read.countdowns.count) countdowns at revision \(readAt) from etcd")
                 startWatch()
                 releaseWaiters()
                 if first { onFirstLoad() }
@@ -521,11 +518,12 @@ final class ClusterReplica: @unchecked Sendable {
         watch = client.watch(prefix: configuration.prefix, from: max(revision, 1), onEvents: { [self] events, sentAt in
             // It answers: a long history streaming in is progress, not a stuck watch.
             giveWatchTime()
-            lastWatchDelivery = time.now()
+            let arrivedAt = time.now()
+            lastWatchDelivery = arrivedAt
             // etcd's first answer says it made the watch, with its revision then: what the copy
             // missed is replayed up to it before anything newer.
             if watchOpenedAt == nil { watchOpenedAt = sentAt }
-            backlog.append(contentsOf: events.map { ($0, sentAt) })
+            backlog.append(contentsOf: events.map { ($0, sentAt, arrivedAt) })
             continueCatchUp()
         }, onEnd: { [self] end in
             isWatching = false
@@ -562,9 +560,9 @@ final class ClusterReplica: @unchecked Sendable {
             end += 1
         }
         while backlogNext < end {
-            let (event, sentAt) = backlog[backlogNext]
+            let (event, sentAt, arrivedAt) = backlog[backlogNext]
             backlogNext += 1
-            applyWatched(event, sentAt: sentAt)
+            applyWatched(event, sentAt: sentAt, arrivedAt: arrivedAt)
         }
         if backlogNext == backlog.count {
             backlog.removeAll(keepingCapacity: backlog.count <= 4096)
@@ -580,8 +578,11 @@ final class ClusterReplica: @unchecked Sendable {
     }
 
     /// One change from the watch, numbered by its revision and its place among the revision's
-    /// changes (`placed`): applied unless it was already.
-    private func applyWatched(_ event: EtcdWatchEvent, sentAt: Int64) {
+    /// changes (`placed`): applied unless it was already. `arrivedAt` is when the watch brought
+    /// it, which a backlog applies later (slices of a restarted host's catch-up came tens of
+    /// seconds after: read as the time a heartbeat came, that made other hosts' clocks look
+    /// 71 s off and gone hosts look live).
+    private func applyWatched(_ event: EtcdWatchEvent, sentAt: Int64, arrivedAt: Instant) {
         let key = String(event.keyValue.key.dropFirst(configuration.prefix.count))
         let changedAt = event.keyValue.modRevision
         if changedAt == sentAt || changedAt >= watchOpenedAt ?? .max { watchIsLive = true }
@@ -600,9 +601,8 @@ final class ClusterReplica: @unchecked Sendable {
         if isHeartbeat {
             if event.kind == .put {
                 let host = String(key.dropFirst(ClockHeartbeat.keyInfix.count))
-                let now = time.now()
-                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, now: now)
-                takeOver.heard(from: host, at: now)
+                heartbeat.received(from: host, value: event.keyValue.value, live: changedAt == sentAt, arrivedAt: arrivedAt)
+                takeOver.heard(from: host, at: arrivedAt)
             }
             appliedSequence = sequence
             revision = changedAt
@@ -708,16 +708,20 @@ final class ClusterReplica: @unchecked Sendable {
     /// was not missed before the watch started, so the copy is current once it applied one.
     private var watchOpenedAt: Int64?
 
-    /// A heartbeat sent at `sentAt` got no answer. A watch that has brought nothing since is
-    /// moved to another member at once: every host's heartbeats (this one's included, each
-    /// second) come through a working watch, so a silent one streams from a member cut off from
-    /// this host, or from a connection that TCP's back-off will keep silent long after a
-    /// partition heals (25-95 s, measured). Waiting for a heartbeat to commit and then go
-    /// missing (`expectFromWatch`) took 4-5 s more; a burst, which keeps the watch busy, never
-    /// moves it this way.
-    private func heartbeatFailed(sentAt: Instant) {
-        guard isWatching, let lastWatchDelivery, lastWatchDelivery < sentAt else { return }
-        logger.log(.warning, "cluster: etcd did not answer a heartbeat and the watch has brought nothing since (it is at revision \(revision)); moving it to another member")
+    /// etcd answers again after leaving this host's heartbeats unanswered since
+    /// `unansweredSince`. A watch that has brought nothing since then is moved to another
+    /// member at once: every host's heartbeats (this one's included, each second) come through
+    /// a working watch, so a watch silent through the whole outage streams from a member cut off
+    /// from this host, or from a connection that TCP's back-off will keep silent long after a
+    /// partition heals (25-95 s, measured). Waiting for a heartbeat to commit and then go missing
+    /// (`expectFromWatch`) took 4-5 s more. A watch whose changes wait in the backlog is not
+    /// stuck: this host is behind it (moving it would throw the backlog away and fetch it
+    /// again). Moving a watch at the first unanswered heartbeat instead moved busy watches
+    /// in a burst of 30,000 deadlines, where etcd left both a heartbeat and the watch waiting
+    /// for over a second, and kept a restarted host from ever catching up.
+    private func heartbeatAnsweredAgain(unansweredSince: Instant) {
+        guard isWatching, !isCatchingUp, let lastWatchDelivery, lastWatchDelivery < unansweredSince else { return }
+        logger.log(.warning, "cluster: etcd answers again after an outage, and the watch has brought nothing since it began (it is at revision \(revision)); moving it to another member")
         restartWatchElsewhere()
     }
 

@@ -63,6 +63,8 @@ enum EtcdAnswer {
     struct Range: Decodable {
         var header: Header?
         var kvs: [KeyValue]?
+        /// Whether keys past the limit asked for are left in the range.
+        var more: Bool?
 
         /// Its key-values, each with a readable key.
         var keyValues: [EtcdKeyValue] { (kvs ?? []).compactMap(\.decoded) }

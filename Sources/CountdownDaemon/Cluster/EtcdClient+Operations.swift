@@ -203,17 +203,66 @@ extension EtcdClient {
     struct RangeRequest: Encodable {
         var key: String
         var rangeEnd: String
+        /// At most this many keys (a decimal string, as the gateway writes int64 fields).
+        var limit: String?
+        /// As of this revision; now without one.
+        var revision: String?
 
         enum CodingKeys: String, CodingKey {
-            case key, rangeEnd = "range_end"
+            case key, rangeEnd = "range_end", limit, revision
         }
     }
 
-    /// Every key under `prefix`, and the revision they were read at.
+    /// How many keys one page of a range asks for: about 400 KB of the gateway's JSON for
+    /// countdowns. A prefix of 30,000 read in one answer (12 MB) did not come within its 10 s
+    /// while a burst kept etcd busy, and every retry asked for all of it again.
+    static let rangePageKeys = 1_000
+
+    /// What a range read in pages has gathered so far.
+    private final class PagedRange {
+        var keyValues: [EtcdKeyValue] = []
+        /// The revision every page is read at: the first page's.
+        var revision: Int64 = 0
+    }
+
+    /// Every key under `prefix`, and the revision they were read at: in pages of
+    /// `rangePageKeys` keys in key order, each a call of its own (10 s), all at the first page's
+    /// revision, so the keys are one consistent view however many pages it takes, and no page
+    /// is an answer a busy etcd cannot give in time or one decoding that holds the queue long.
+    /// A failed page fails the read (also a revision etcd compacted between two pages: etcd
+    /// refuses it), and the caller reads again.
     func range(prefix: String, completion: @escaping (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void) {
-        let request = RangeRequest(key: EtcdClient.encode(prefix), rangeEnd: EtcdClient.prefixEnd(prefix))
-        call("/v3/kv/range", request, answer: EtcdAnswer.Range.self, timeoutMilliseconds: 10_000) { result in
-            completion(result.map { answer in (answer.keyValues, answer.header?.revision?.value ?? 0) })
+        readPage(from: Array(prefix.utf8), to: EtcdClient.prefixEnd(prefix), gathered: PagedRange(), completion: completion)
+    }
+
+    private func readPage(
+        from start: [UInt8], to end: String, gathered: PagedRange,
+        completion: @escaping (Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>) -> Void
+    ) {
+        let request = RangeRequest(
+            key: EtcdClient.encode(bytes: start), rangeEnd: end, limit: String(Self.rangePageKeys),
+            revision: gathered.revision > 0 ? String(gathered.revision) : nil
+        )
+        call("/v3/kv/range", request, answer: EtcdAnswer.Range.self, timeoutMilliseconds: 10_000) { [self] result in
+            switch result {
+            case .failure(let error):
+                completion(.failure(error))
+            case .success(let answer):
+                if gathered.revision == 0 { gathered.revision = answer.header?.revision?.value ?? 0 }
+                gathered.keyValues.append(contentsOf: answer.keyValues)
+                // The next page starts just after the last key read: its bytes as etcd has them
+                // (a key that is not UTF-8 is read as text with replacements) and a 0 byte.
+                guard answer.more == true else {
+                    completion(.success((gathered.keyValues, gathered.revision)))
+                    return
+                }
+                guard let last = answer.kvs?.last?.key.flatMap({ Data(base64Encoded: $0) }).map(Array.init),
+                      start.lexicographicallyPrecedes(last + [0]) else {
+                    completion(.failure(.malformed("a page of the range under \(String(decoding: start, as: UTF8.self)) said more keys follow but gave no key after the page's start")))
+                    return
+                }
+                readPage(from: last + [0], to: end, gathered: gathered, completion: completion)
+            }
         }
     }
 

@@ -50,7 +50,7 @@ struct TakeOverPolicy {
 
     /// Notes a heartbeat of `host` that the watch brought at `now`.
     mutating func heard(from host: String, at now: Instant) {
-        heard[host] = now
+        heard[host] = max(heard[host] ?? now, now)
     }
 
     /// Whether `host` counts as live at `now`: heard from within `silenceNanoseconds`, or not

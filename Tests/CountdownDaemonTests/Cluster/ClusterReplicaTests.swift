@@ -14,11 +14,13 @@ struct ClusterReplicaTests {
 
     /// A replica on a scripted store; its retries and housekeeping wait in a schedule nobody
     /// runs (no timer fires).
-    func replica(_ store: ScriptedEtcd, limits: EngineConfiguration = EngineConfiguration(), later: DelayedWork? = nil) throws -> ClusterReplica {
+    func replica(
+        _ store: ScriptedEtcd, limits: EngineConfiguration = EngineConfiguration(), later: DelayedWork? = nil, clock: DaemonClock? = nil
+    ) throws -> ClusterReplica {
         queue.sync {
             ClusterReplica(
                 configuration: ClusterConfiguration(endpoints: store.endpoints), limits: limits, client: store, driver: nil,
-                later: later ?? DelayedWork(queue: queue), queue: queue, logger: Logger(threshold: .error, environment: [:]), time: time.clock
+                later: later ?? DelayedWork(queue: queue), queue: queue, logger: Logger(threshold: .error, environment: [:]), time: clock ?? time.clock
             )
         }
     }
@@ -255,8 +257,8 @@ struct ClusterReplicaTests {
     }
 
     /// A replica on `store` resumed after revision 10 (a kept copy), and its watch.
-    func watchingReplica(_ store: ScriptedEtcd, later: DelayedWork? = nil) throws -> (ClusterReplica, ScriptedEtcd.Watch) {
-        let replica = try replica(store, later: later)
+    func watchingReplica(_ store: ScriptedEtcd, later: DelayedWork? = nil, clock: DaemonClock? = nil) throws -> (ClusterReplica, ScriptedEtcd.Watch) {
+        let replica = try replica(store, later: later, clock: clock)
         queue.sync {
             replica.resume(from: 10_999)
             replica.start()
@@ -319,12 +321,12 @@ struct ClusterReplicaTests {
         let due = time.clock.now()
         let mine = value(replica), theirs = value(replica, operation: "other-host~1-1")
         try queue.sync {
-            #expect(store.ranges.map(\.prefix) == ["/countdownd/.slots/", "/countdownd/"])
+            #expect(store.ranges.map(\.prefix) == ["/countdownd/"], "one read: the quota slots and the writers")
             #expect(!replica.proposes("otp:1", dueAt: due, now: due), "the writer unknown: the grace first")
             store.ranges.removeLast().completion(.failure(.unreachable("down")))
-            #expect(store.ranges.count == 1, "asked again later, not at once")
+            #expect(store.ranges.isEmpty, "asked again later, not at once")
             _ = later.runDue(now: due.advanced(byMilliseconds: 999))
-            #expect(store.ranges.count == 1)
+            #expect(store.ranges.isEmpty)
             _ = later.runDue(now: due.advanced(byMilliseconds: 1000))
             let read = try #require(store.ranges.last)
             #expect(read.prefix == "/countdownd/")
@@ -425,7 +427,7 @@ struct ClusterReplicaTests {
         let (replica, watch) = try watchingReplica(store)
         let other = value(replica, operation: "other-host~1-1")
         try queue.sync {
-            store.ranges.removeFirst().completion(.success(([], 10)))  // The quota slots: none held.
+            store.ranges.removeFirst().completion(.success(([], 10)))  // The read after the resume: no slot held.
             // 300 countdowns this host holds, all finished and due for removal.
             watch.onEvents((0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11, key: "d\($0)")) }, 11)
             replica.continueCatchUp()
@@ -634,8 +636,7 @@ struct ClusterReplicaTests {
             #expect(early?.code == .unavailable)
             let watch = try #require(store.watches.first, "the watch starts at once: reads go on")
             let read = try #require(store.ranges.first)
-            #expect(read.prefix == "/countdownd/.slots/")
-            store.ranges.removeLast()  // The writers' read (its own test) is never answered here.
+            #expect(read.prefix == "/countdownd/" && store.ranges.count == 1, "one read: the quota slots and the writers")
             // A removal now could not say which slots it frees: refused, nothing sent.
             replica.change("1000/old", to: nil, expecting: .unchangedSince(8)) { seen.outcomes.append($0) }
             replica.sendPending()
@@ -761,6 +762,33 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("a heartbeat in a backlog is timed from when the watch brought it, not when a later slice applied it: a restarted host catching up read other hosts' clocks 71 s off")
+    func heartbeatInABacklogTimedAtArrival() throws {
+        let store = ScriptedEtcd()
+        let clock = time.clockWithMovingWall
+        let (replica, watch) = try watchingReplica(store, clock: clock)
+        let other = value(replica, operation: "other-host~1-1")
+        let host = "b:/var/lib/countdownd"
+        queue.sync {
+            // 2,000 changes, a backlog each delivery applies one slice of (256)...
+            watch.onEvents((0..<2_000).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11 + Int64($0), key: "k\($0)")) }, 2_010)
+            // ...then heartbeats, each written just now on this clock and the newest change when
+            // the watch sent it: live samples of an offset of 0, behind the backlog.
+            for revision in Int64(2_011)..<2_011 + Int64(ClockHeartbeat.samplesTrusted) {
+                let written = Array(#"{"written_unix_ms":\#(clock.mapping().unixMilliseconds)}"#.utf8)
+                watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: EtcdKeyValue(key: "/countdownd/.hosts/" + host, value: written, createRevision: revision, modRevision: revision))], revision)
+            }
+            #expect(replica.isCatchingUp && replica.skews.isEmpty, "the heartbeats wait in the backlog")
+        }
+        time.advance(byMilliseconds: 30_000)  // The backlog's slices are applied 30 s later.
+        try queue.sync {
+            while replica.isCatchingUp { replica.continueCatchUp() }
+            let estimate = try #require(replica.skews[host]?.estimate)
+            #expect(abs(estimate) < 1000, "an offset of \(estimate) ms")
+            #expect(replica.largestSkewMilliseconds == estimate)
+        }
+    }
+
     @Test("heartbeats: at most one a second and one in flight; after one fails, a read must succeed before the next is written")
     func heartbeatPacing() throws {
         let store = ScriptedEtcd()
@@ -821,29 +849,52 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("a heartbeat etcd does not answer moves a watch that brought nothing since it was sent, at once, to the next member (a partition: TCP's back-off kept such a watch silent 25-95 s after the heal); a watch that brought anything meanwhile is left")
-    func unansweredHeartbeatMovesSilentWatch() throws {
-        for brings in [true, false] {
+    @Test("etcd answering again after an unanswered heartbeat moves a watch that brought nothing since that heartbeat was sent, at once, to the next member (a partition: TCP's back-off kept such a watch silent 25-95 s after the heal); not before it answers (a busy etcd leaves both waiting), not a watch that brought anything meanwhile, and not one whose changes wait in the backlog")
+    func answeredAgainMovesSilentWatch() throws {
+        enum Case: CaseIterable { case silent, brings, backlog }
+        for kind in Case.allCases {
             let store = ScriptedEtcd()
             let later = DelayedWork(queue: queue)
             let (replica, watch) = try watchingReplica(store, later: later)
+            if kind == .backlog {
+                // Brought before the heartbeat is sent: 300 changes, of which the watch's delivery
+                // applies one slice; the rest wait for the next batches, which nobody runs here.
+                let other = value(replica, operation: "other-host~1-1")
+                queue.sync {
+                    let many = (0..<300).map { EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: Int64(11 + $0), key: "k\($0)")) }
+                    watch.onEvents(many, 310)
+                    #expect(replica.isCatchingUp)
+                }
+            }
             time.advance(byMilliseconds: 200)
             queue.sync {
                 _ = later.runDue(now: time.clock.now())
                 #expect(store.transactions.count == 1, "the first heartbeat, in flight")
             }
             time.advance(byMilliseconds: 500)
-            if brings {
+            if kind == .brings {
                 let value = Array(#"{"written_unix_ms":1}"#.utf8)
                 let key = "/countdownd/.hosts/other:/state"
                 queue.sync { watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: EtcdKeyValue(key: key, value: value, createRevision: 11, modRevision: 11))], 11) }
             }
             time.advance(byMilliseconds: 500)
-            queue.sync { store.answer(.failure(.ambiguous("timed out"))) }
-            if brings {
+            queue.sync {
+                store.answer(.failure(.ambiguous("timed out")))
+                #expect(store.cancelled == 0, "\(kind): unanswered, but not answering again yet")
+            }
+            time.advance(byMilliseconds: 1000)
+            queue.sync {
+                _ = later.runDue(now: time.clock.now())  // The read that confirms etcd answers.
+                #expect(store.transactions.count == 1)
+                store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 11, ranges: [[]])))
+            }
+            switch kind {
+            case .silent:
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint) } == (1, 1), "silent since the heartbeat was sent: moved once etcd answers, to the next member")
+            case .brings:
                 #expect(queue.sync { (store.cancelled, store.currentEndpoint) } == (0, 0), "it brought another host's heartbeat after this one was sent: left")
-            } else {
-                #expect(queue.sync { (store.cancelled, store.currentEndpoint) } == (1, 1), "silent since the heartbeat was sent: moved at once, to the next member")
+            case .backlog:
+                #expect(queue.sync { (store.cancelled, store.currentEndpoint) } == (0, 0), "changes waiting in the backlog: this host is behind the watch, which is left")
             }
         }
     }
@@ -904,15 +955,14 @@ struct ClusterReplicaTests {
             replica.load = { countdowns, revision in loaded.loads.append((countdowns.count, revision)) }
             replica.resume(from: 10_999)
             replica.start()
-            #expect(store.ranges.map(\.prefix) == ["/countdownd/.slots/", "/countdownd/"], "resumed from the copy: the quota slots and the writers are read")
+            #expect(store.ranges.map(\.prefix) == ["/countdownd/"], "resumed from the copy: the quota slots and the writers are read, in one read")
             store.watches[0].onEnd(.compacted(at: 30))
-            #expect(store.ranges.count == 3, "read everything again")
+            #expect(store.ranges.count == 2, "read everything again")
             store.ranges.removeLast().completion(.success(([self.stored(value(replica, operation: "h-1-1"), revision: 25)], 31)))
-            // The slots' read answers late, older than the full read: it changes nothing.
+            // The read after the resume answers late, older than the full read: its slot and
+            // its writer change nothing.
             let slot = EtcdKeyValue(key: "/countdownd/.slots/all/0", value: Array("gone".utf8), createRevision: 3, modRevision: 3)
-            store.ranges.removeFirst().completion(.success(([slot], 29)))
-            // So does the writers' read.
-            store.ranges.removeFirst().completion(.success(([self.stored(value(replica, operation: "late~1-1"), revision: 20)], 29)))
+            store.ranges.removeFirst().completion(.success(([slot, self.stored(value(replica, operation: "late~1-1"), revision: 20)], 29)))
             #expect(replica.writers["otp:1"] == "h-1", "the full read's writer stands (an id of the form before runs: up to its count)")
         }
         queue.sync {

@@ -109,6 +109,35 @@ struct EtcdClientTests {
         #expect(read.keyValues.map(\.key) == ["/c/0", "/c/1", "/c/2"] && read.revision == last)
     }
 
+    @Test("a range of more keys than a page (2,500, pages of 1,000) comes whole: every key once, in key order, with the revision etcd was at for the first page; a key just past the prefix is not read")
+    func pagedRange() throws {
+        let cluster = try EtcdCluster()
+        let etcd = try EtcdTestClient(endpoints: cluster.endpoints)
+        #expect(etcd.waitUntilReady())
+        let names = (0..<2_500).map { String(format: "/p/%05d", $0) }
+        var last: Int64 = 0
+        for group in stride(from: 0, to: names.count, by: 100) {
+            let puts = names[group..<min(group + 100, names.count)].map { EtcdClient.Operation.put($0, Array($0.utf8), lease: nil) }
+            let result: Result<EtcdTransactionResult, EtcdError>? = etcd.wait { client, done in
+                client.transaction(if: [], then: puts, else: [], completion: done)
+            }
+            last = try #require(try result?.get().revision)
+        }
+        // A key just past the prefix's range is not read.
+        let outside: Result<EtcdTransactionResult, EtcdError>? = etcd.wait { client, done in
+            client.transaction(if: [], then: [.put("/q", [1], lease: nil)], else: [], completion: done)
+        }
+        #expect(try outside?.get().revision == last + 1)
+        #expect(EtcdClient.rangePageKeys < names.count / 2, "three pages at least")
+        let read: Result<(keyValues: [EtcdKeyValue], revision: Int64), EtcdError>? = etcd.wait { client, done in
+            client.range(prefix: "/p/", completion: done)
+        }
+        let keyValues = try #require(try read?.get())
+        #expect(keyValues.keyValues.map(\.key) == names, "\(keyValues.keyValues.count) keys")
+        #expect(keyValues.keyValues.allSatisfy { $0.value == Array($0.key.utf8) })
+        #expect(keyValues.revision == last + 1, "the first page's revision")
+    }
+
     @Test("a killed member: calls go on through the others; with every member gone a call fails fast as unreachable")
     func failover() throws {
         let cluster = try EtcdCluster()
