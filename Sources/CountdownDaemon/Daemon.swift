@@ -529,9 +529,16 @@ public final class Daemon: @unchecked Sendable {
     /// sent to etcd may commit whatever the daemon does, so their clients are answered with the
     /// outcome first (within `drainMilliseconds`; issue 38 counted 160 of 192 committed STARTs
     /// answered only with the stop's notice): nothing more is accepted, read or served
-    /// meanwhile (`ClientTable.beginDraining`).
+    /// meanwhile (`ClientTable.beginDraining`). A second signal stops it at once: whoever sends
+    /// it prefers a prompt stop to those answers.
     private func mayStopNow(signal signalNumber: Int32) -> Bool {
         guard store.replica != nil else { return true }
+        if service.stopRepeated {
+            if drainingUntil != nil {
+                logger.log(.notice, "received a second stop signal; stopping without waiting for the \(clients.changesInFlight) changes still in etcd's hands (their clients get the stop's notice)")
+            }
+            return true
+        }
         let now = time.now()
         guard let until = drainingUntil else {
             let waiting = clients.changesInFlight

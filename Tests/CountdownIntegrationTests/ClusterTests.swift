@@ -269,7 +269,7 @@ extension Integration {
             try waitUntil(timeout: 30) { try changesSent() > before }
             kill(host.pid, SIGTERM)
             for member in 0..<3 { etcd.signal(member, SIGCONT) }
-            #expect(host.terminate() == 0)
+            #expect(host.waitForExit() == 0)
             var made = Set<String>(), mayBeMade = Set<String>()
             for (index, client) in clients.enumerated() {
                 for place in 0..<48 {
@@ -289,6 +289,32 @@ extension Integration {
             let committed = Set(versions.keys.map { String($0.dropFirst("/countdownd/".count)) })
             #expect(made.isSubset(of: committed), "an OK for a START etcd does not have: \(made.subtracting(committed).prefix(5))")
             #expect(committed.isSubset(of: made.union(mayBeMade)), "committed, not answered so: \(committed.subtracting(made.union(mayBeMade)).prefix(5))")
+        }
+
+        @Test("a second SIGTERM while the stop waits for etcd's answers (its members stopped throughout) stops at once: the changes in etcd's hands get the stop's notice instead of their answers, and the daemon says so", .timeLimit(.minutes(2)))
+        func secondSignalStopsAtOnce() throws {
+            let etcd = try EtcdCluster()
+            let host = try clusterDaemon(etcd)
+            let control = try host.connect()
+            func changesSent() throws -> Int {
+                Int(try control.request("STATS").stats.first { $0.key == "cluster_changes_sent" }?.value ?? "") ?? -1
+            }
+            let before = try changesSent()
+            for member in 0..<3 { etcd.signal(member, SIGSTOP) }
+            defer { for member in 0..<3 { etcd.signal(member, SIGCONT) } }
+            let client = try host.connect()
+            try client.send((0..<20).map { "START second\($0) 1h\n" }.joined())
+            try waitUntil(timeout: 30) { try changesSent() > before }
+            kill(host.pid, SIGTERM)
+            try waitUntil(timeout: 30) { host.stderrText.contains("changes already sent to etcd before stopping") }
+            // Well within the changes' 3 s: without the second signal they would be answered
+            // ERR unavailable when those run out, before the stop's notice.
+            kill(host.pid, SIGTERM)
+            #expect(host.waitForExit() == 0)
+            var answered = 0
+            while (try? client.readReply(timeout: 10)) != nil { answered += 1 }
+            #expect(answered == 0 && client.shutdownReason != nil, "\(answered) answered; notice: \(String(describing: client.shutdownReason))")
+            #expect(host.stderrText.contains("received a second stop signal; stopping without waiting"), "\(host.stderrText.suffix(400))")
         }
 
         @Test("group commit: 200 countdowns due at one moment are finished by the host that started them in a few etcd transactions of at most 128 (two when they fall due in one batch), each done written once, numbered alike on both hosts by revision and place")

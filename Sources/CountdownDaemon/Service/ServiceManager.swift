@@ -57,12 +57,16 @@ final class ServiceManager: @unchecked Sendable {
     /// that read it is written.
     private(set) var stopSignal: Int32?
 
+    /// Whether a second stop signal came: a stop that waits (a cluster host answering the
+    /// changes in etcd's hands) then waits no longer.
+    private(set) var stopRepeated = false
+
     /// Watches SIGTERM and SIGINT (blocked since `TerminationSignals.block()`) on `poller`; the
-    /// first one received becomes `stopSignal`.
+    /// first one received becomes `stopSignal`, and another after it sets `stopRepeated`.
     func watchSignals(on poller: EventPoller) throws(DaemonError) {
         dispatchPrecondition(condition: .onQueue(queue))
         signals = try TerminationSignals(poller: poller) { [unowned self] signalNumber in
-            if stopSignal == nil { stopSignal = signalNumber }
+            if stopSignal == nil { stopSignal = signalNumber } else { stopRepeated = true }
         }
     }
 

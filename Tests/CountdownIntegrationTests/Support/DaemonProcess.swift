@@ -84,6 +84,13 @@ final class DaemonProcess {
         return process.wait()
     }
 
+    /// Waits for the exit of a daemon already signalled (a second SIGTERM would cut a cluster
+    /// host's stop short); returns the exit status.
+    @discardableResult
+    func waitForExit() -> Int32 {
+        process.wait()
+    }
+
     /// Kills the daemon with SIGKILL, as a crash would.
     func crash() {
         process.signal(SIGKILL)
