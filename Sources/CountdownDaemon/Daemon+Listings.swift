@@ -10,7 +10,7 @@ extension Daemon {
     /// as part of the request's reply). Its further requests wait until it is finished; the
     /// client table keeps it (`ClientOutput.listing`).
     func beginListing(_ listing: CountdownListing, purpose: ListingInProgress.Purpose, on connection: Connection, clock: WallClockMapping, now: Instant) {
-        var progress = ListingInProgress(listing: listing, purpose: purpose, clock: clock)
+        var progress = ListingInProgress(listing: listing, purpose: purpose, clock: clock, copy: store.readCopy(now: now))
         switch clients.state(of: connection).phase {
         case .closed:
             return
@@ -68,7 +68,7 @@ extension Daemon {
             }
         }
         if progress.listing.isFinished && progress.purpose == .list {
-            appendReadOK(count: progress.listing.producedCount)
+            store.appendReadOK(count: progress.listing.producedCount, copy: progress.copy, to: &replyBuffer)
         }
     }
 }

@@ -337,9 +337,10 @@ extension Daemon: RequestServer {
         }
     }
 
-    /// The final `OK <count>` of a read, as the store words it (`ChangeStore.appendReadOK`).
+    /// The final `OK <count>` of a read of the copy as it is now, as the store words it
+    /// (`ChangeStore.appendReadOK`).
     func appendReadOK(count: Int) {
-        store.appendReadOK(count: count, now: time.now(), to: &replyBuffer)
+        store.appendReadOK(count: count, copy: store.readCopy(now: time.now()), to: &replyBuffer)
     }
 
     /// How long until a wall-clock time (`START … AT`).

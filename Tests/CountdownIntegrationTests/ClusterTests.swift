@@ -291,6 +291,46 @@ extension Integration {
             #expect(committed.isSubset(of: made.union(mayBeMade)), "committed, not answered so: \(committed.subtracting(made.union(mayBeMade)).prefix(5))")
         }
 
+        @Test("a LIST sent in slices shows the copy as it was when it began, and its final OK names that copy's revision, not a later one the host reached while the client read slowly", .timeLimit(.minutes(2)))
+        func listingNamesTheRevisionItShows() throws {
+            let etcd = try EtcdCluster()
+            let hostA = try clusterDaemon(etcd), hostB = try clusterDaemon(etcd)
+            let onA = try hostA.connect()
+            // Enough lines that the listing outgrows the socket's buffers and waits for its reader.
+            let started = try StorageFaults.pipeline((0..<12_000).map { "START list\($0) 1h" }, on: onA)
+            #expect(started.allSatisfy { $0.countdown != nil }, "every START made")
+            let lister = try hostA.connect()
+            let before = try #require(Self.replicaRevision(try onA.request("STATUS list0")))
+            try lister.send("LIST\n")
+            _ = try lister.readLine(timeout: 30)  // The first line: the listing has begun.
+            // Meanwhile host B makes a change, and host A's copy reaches it.
+            _ = try hostB.connect().request("START later 1h")
+            try waitUntil(timeout: 30) { try onA.request("STATUS later").countdowns.first?.name == "later" }
+            let after = try #require(Self.replicaRevision(try onA.request("STATUS later")))
+            #expect(after > before)
+            var lines = 1
+            var final = ""
+            while let line = try lister.readLine(timeout: 30) {
+                if line.hasPrefix("OK") {
+                    final = line
+                    break
+                }
+                lines += 1
+                #expect(!line.contains(" later "), "the listing shows the copy it began with")
+            }
+            #expect(lines == 12_000)
+            let shown = try #require(Self.replicaRevision(Reply(countdowns: [], outcome: .ok(String(final.dropFirst(3))))), "\(final)")
+            #expect(shown >= before && shown < after, "the OK names revision \(shown): the listing began at \(before) or just after, and \(after) came later")
+        }
+
+        /// The revision a read's final `OK … replica <revision>` names.
+        static func replicaRevision(_ reply: Reply) -> Int64? {
+            guard case .ok(let text) = reply.outcome else { return nil }
+            let words = text.split(separator: " ")
+            guard let at = words.firstIndex(of: "replica"), at + 1 < words.count else { return nil }
+            return Int64(words[at + 1])
+        }
+
         @Test("a second SIGTERM while the stop waits for etcd's answers (its members stopped throughout) stops at once: the changes in etcd's hands get the stop's notice instead of their answers, and the daemon says so", .timeLimit(.minutes(2)))
         func secondSignalStopsAtOnce() throws {
             let etcd = try EtcdCluster()

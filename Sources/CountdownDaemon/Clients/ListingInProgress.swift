@@ -16,6 +16,9 @@ struct ListingInProgress {
     let purpose: Purpose
     /// The wall clock as the listing started, for the wall-clock fields of its lines.
     let clock: WallClockMapping
+    /// In cluster mode, the copy as the listing started, which its lines show (its final `OK`
+    /// names it); `nil` on a daemon of its own.
+    let copy: ChangeStore.ReadCopy?
 
     /// Whether its last slice was produced.
     var isFinished: Bool { listing.isFinished }

@@ -38,13 +38,26 @@ enum ChangeStore {
         replica == nil
     }
 
+    /// The copy a read shows, in cluster mode: the etcd revision it had reached, and whether it
+    /// knew it trailed etcd (`ClusterReplica.isBehind`).
+    struct ReadCopy {
+        let revision: Int64
+        let isBehind: Bool
+    }
+
+    /// The copy a read shows now (`nil` on a daemon of its own). A listing keeps the one it
+    /// began with: its lines are the countdowns as they were then.
+    func readCopy(now: Instant) -> ReadCopy? {
+        replica.map { ReadCopy(revision: $0.revision, isBehind: $0.isBehind(now: now)) }
+    }
+
     /// The final `OK <count>` of a read. In cluster mode it says which copy answered:
     /// `OK <count> replica <revision>`, this host's copy as of that etcd revision (it may trail
-    /// etcd by the watch's delay), followed by `behind` when the copy knows it trails
-    /// (`ClusterReplica.isBehind`): what the read shows may be out of date.
-    func appendReadOK(count: Int, now: Instant, to buffer: inout [UInt8]) {
-        if let replica {
-            WireEncoder.appendOK("\(count) replica \(replica.revision)\(replica.isBehind(now: now) ? " behind" : "")", to: &buffer)
+    /// etcd by the watch's delay), followed by `behind` when the copy knew it trailed: what the
+    /// read shows may be out of date.
+    func appendReadOK(count: Int, copy: ReadCopy?, to buffer: inout [UInt8]) {
+        if let copy {
+            WireEncoder.appendOK("\(count) replica \(copy.revision)\(copy.isBehind ? " behind" : "")", to: &buffer)
         } else {
             WireEncoder.appendOK(count: count, to: &buffer)
         }
