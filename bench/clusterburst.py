@@ -297,14 +297,14 @@ def main():
                     result = restart_run(workdir, count, lead, args.wait, args.restart_after)
                     last = max(h["late"]["max"] for h in result["others"] if h["late"]) / 1000
                     print("N=%d run %d: host 1 restarted %.1f s past the first deadline in %.2f s; its copy held every done %s s past the first deadline; "
-                          "the other hosts' last done %.2f s past its deadline; %s" % (
+                          "the other hosts' latest done %.2f s past its own deadline; %s" % (
                               count, index + 1, args.restart_after, result["restart_s"],
                               "%.2f" % result["current_after_first_s"] if result["current_after_first_s"] is not None else "never (within the wait)",
                               last, "; ".join("%d dones (%d distinct, %d missing)" % (h["dones"], h["distinct"], h["missing"]) for h in result["others"])), flush=True)
                     failed |= any(h["missing"] or h["dones"] != h["distinct"] for h in result["others"])
                     current.append(result["current_after_first_s"])
                     others.append(last)
-                print("N=%d, host 1 restarted %.1f s in: its copy current %s s past the first deadline; the others' last done %s s past its deadline" % (
+                print("N=%d, host 1 restarted %.1f s in: its copy current %s s past the first deadline; the others' latest done %s s past its own deadline (the deadlines span 1 s)" % (
                     count, args.restart_after, run.cell(current, "%.2f"), run.cell(others, "%.2f")), flush=True)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -516,7 +516,8 @@ public struct Cdctl {
         // A countdown that already finished exists: "not-found" would say the opposite.
         let finished = fields["state"].flatMap(CountdownState.init(rawValue:)).map { !$0.isActive } ?? false
         var text = "cdctl: \(Self.inCdctlTerms(message, fields: fields, name: name))" + (finished ? "" : " (\(rawCode))")
-        if code == .notFound, let name, !finished,
+        // A copy that trails etcd may not have the name yet: no guess at another.
+        if code == .notFound, let name, !finished, fields["behind"] != "true",
            let list = try? connection.request("LIST"),
            let suggestion = Suggestion.closest(to: name, among: list.countdowns.map(\.name)) {
             text += "; did you mean '\(suggestion)'?"
@@ -552,7 +553,7 @@ public struct Cdctl {
         case .removeFinished: words = "cdctl rm finished ones"
         case .subscribeWithoutSince: words = "cdctl watch without --since shows the current state"
         case .subscribeEverything: words = "cdctl watch with no names follows all"
-        case .askAgain: words = "cdctl status \(target) again in a moment, or with another host's --socket"
+        case .askAgain: words = "run it again in a moment, or on another host of the cluster"
         }
         return what + "; " + words
     }
@@ -576,6 +577,7 @@ public struct Cdctl {
         var needsSubscription = !subscribed
         var outstanding = Set(names)
         var anyCancelled = false
+        let behindGiveUpAt = monotonicSeconds() + Self.behindPatience
         /// The last event number seen: after a reconnect, what happened meanwhile is replayed
         /// from there, so a `done` while disconnected is never missed, even if the name was
         /// started again or purged since.
@@ -592,7 +594,7 @@ public struct Cdctl {
             }
             if !replayed {
                 for name in outstanding.sorted() {
-                    let reply = try statusOnceCurrent(name, on: connection)
+                    let reply = try statusOnceCurrent(name, on: connection, giveUpAt: behindGiveUpAt)
                     if case .error = reply.outcome {
                         return report(reply, on: connection, name: name)
                     }
@@ -635,12 +637,12 @@ public struct Cdctl {
     /// copy trails etcd (`behind=true`), before it reports the name as not found.
     static let behindPatience: Double = 30
 
-    /// `STATUS name`, asked again every 200 ms (up to `behindPatience`) while a cluster host
-    /// answers not-found from a copy that trails etcd: the countdown may exist (started through
-    /// another host), and `cdctl wait` should wait for it, not fail at once. Said once on stderr.
-    private func statusOnceCurrent(_ name: String, on connection: CountdownConnection) throws(ClientError) -> Reply {
+    /// `STATUS name`, asked again every 200 ms (until `giveUpAt`, `behindPatience` after the
+    /// wait began, whatever the number of names) while a cluster host answers not-found from a
+    /// copy that trails etcd: the countdown may exist (started through another host), and
+    /// `cdctl wait` should wait for it, not fail at once. Said once on stderr.
+    private func statusOnceCurrent(_ name: String, on connection: CountdownConnection, giveUpAt: Double) throws(ClientError) -> Reply {
         var reply = try connection.request("STATUS \(name)")
-        let giveUpAt = monotonicSeconds() + Self.behindPatience
         var said = false
         while case .error(.notFound?, _, _) = reply.outcome, reply.errorFields["behind"] == "true", monotonicSeconds() < giveUpAt {
             if !said {

@@ -216,7 +216,14 @@ extension Daemon: RequestServer {
         func change(
             _ key: String, _ body: (inout CountdownEngine, inout [CountdownEvent]) throws(ProtocolError) -> CountdownSnapshot
         ) throws(ProtocolError) {
-            try self.change(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt ?? .first(at: now), body)
+            do throws(ProtocolError) {
+                try self.change(key, request: request, uid: uid, connection: connection, now: now, clock: clock, attempt: attempt ?? .first(at: now), body)
+            } catch where error.code == .notFound && !error.fields.contains(where: { $0.key == "state" }) {
+                // No such countdown in this host's copy (one that finished says `state=`): in
+                // cluster mode, with the copy's revision, and "may exist" while it is behind.
+                let (owner, _) = CountdownAddress.split(key)
+                throw store.notFound(error, name: CountdownAddress.display(key, owner: owner, to: uid), now: now)
+            }
         }
         switch request {
         case .start(let address, let milliseconds, let replace, let onSuspend, let cycle):

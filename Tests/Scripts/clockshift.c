@@ -9,16 +9,15 @@
 #include <sys/time.h>
 #include <time.h>
 
-static long long shift_ns(void) {
-    static int read;
-    static long long shift;
-    if (!read) {
-        const char *text = getenv("COUNTDOWND_TEST_CLOCK_SHIFT_MS");
-        shift = text ? atoll(text) * 1000000LL : 0;
-        read = 1;
-    }
-    return shift;
+// Read once as the library loads, before any thread of the process starts.
+static long long shift;
+
+__attribute__((constructor)) static void read_shift(void) {
+    const char *text = getenv("COUNTDOWND_TEST_CLOCK_SHIFT_MS");
+    shift = text ? atoll(text) * 1000000LL : 0;
 }
+
+static long long shift_ns(void) { return shift; }
 
 int clock_gettime(clockid_t clock, struct timespec *out) {
     static int (*real)(clockid_t, struct timespec *);

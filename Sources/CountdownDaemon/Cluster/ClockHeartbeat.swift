@@ -57,9 +57,10 @@ final class ClockHeartbeat {
     var committed: (_ revision: Int64) -> Void = { _ in }
 
     /// Called when etcd answers again (the read after a failed heartbeat, or a heartbeat),
-    /// with the instant the first unanswered heartbeat of the outage was sent: the replica
-    /// moves a watch that has brought nothing since (`ClusterReplica.heartbeatAnsweredAgain`).
-    var answeredAgain: (_ unansweredSince: Instant) -> Void = { _ in }
+    /// with the instant the first unanswered heartbeat of the outage was sent and the revision
+    /// etcd answered at: the replica moves a watch that has brought nothing since, and counts as
+    /// behind until its copy reaches that revision (`ClusterReplica.heartbeatAnsweredAgain`).
+    var answeredAgain: (_ unansweredSince: Instant, _ revision: Int64) -> Void = { _, _ in }
 
     /// When the first heartbeat (or read) that got no answer was sent, while etcd has answered
     /// none since.
@@ -100,42 +101,58 @@ final class ClockHeartbeat {
         if wasConfirming {
             // A read of the key proves etcd answers (it is linearizable) before anything is written.
             client.transaction(if: [], then: [.get(key)], else: [], timeoutMilliseconds: 1000) { [self] result in
-                if case .success = result {
+                switch result {
+                case .success(let answer):
                     phase = .idle
-                    answered()
-                } else {
+                    answered(at: answer.revision)
+                case .failure(let error):
                     phase = .confirmingEtcd
-                    if unansweredSince == nil { unansweredSince = now }
+                    failed(error, sentAt: now)
                 }
             }
             return
         }
         let value = Array(#"{"written_unix_ms":\#(written)}"#.utf8)
         client.transaction(if: [], then: [.put(key, value, lease: nil)], else: [], timeoutMilliseconds: 1000) { [self] result in
-            guard case .success(let answer) = result else {
+            switch result {
+            case .success(let answer):
+                phase = .idle
+                answered(at: answer.revision)
+                committed(answer.revision)
+            case .failure(let error):
                 phase = .confirmingEtcd
-                if unansweredSince == nil { unansweredSince = now }
-                return
+                failed(error, sentAt: now)
             }
-            phase = .idle
-            answered()
-            committed(answer.revision)
         }
     }
 
-    /// etcd answered: the end of an outage, if there was one.
-    private func answered() {
+    /// etcd answered, at `revision`: the end of an outage, if there was one.
+    private func answered(at revision: Int64) {
         lastAnswered = time.now()
         if let since = unansweredSince {
             unansweredSince = nil
-            answeredAgain(since)
+            answeredAgain(since, revision)
+        }
+    }
+
+    /// A heartbeat (or read) sent at `sentAt` failed. Only no answer starts an outage: a member
+    /// that refuses (no leader in an election, a full database, a role without the heartbeat
+    /// keys) answers, and a watch is no more stuck for it (moved at each refusal, the watch of
+    /// a host whose puts etcd refused while it answered reads moved every two seconds).
+    private func failed(_ error: EtcdError, sentAt: Instant) {
+        switch error {
+        case .unreachable, .ambiguous:
+            if unansweredSince == nil { unansweredSince = sentAt }
+        case .server, .malformed:
+            lastAnswered = time.now()
         }
     }
 
     /// Another host's heartbeat (`host` is what follows `.hosts/`), as the watch brought it at
-    /// `arrivedAt` (a backlog applies it later: the sample is taken on the wall clock as it was
-    /// at its arrival): `live` when it was the newest change in etcd when the watch sent it
-    /// (history replayed after a reconnection is not a sample).
+    /// `arrivedAt`: `live` when it was the newest change in etcd when the watch sent it (history
+    /// replayed after a reconnection is not a sample). A backlog applies it later: the sample is
+    /// the wall clock now, less the time since its arrival on the monotonic clock (a step of the
+    /// wall clock in between enters that one sample, which the smallest of the others outweighs).
     func received(from host: String, value: [UInt8], live: Bool, arrivedAt: Instant) {
         let now = arrivedAt
         guard live, host != hostID,

@@ -217,7 +217,7 @@ final class ClusterReplica: @unchecked Sendable {
         heartbeat = ClockHeartbeat(client: client, prefix: configuration.prefix, hostID: hostID, logger: logger, time: time)
         self.later = later
         heartbeat.committed = { [unowned self] revision in expectFromWatch(revision) }
-        heartbeat.answeredAgain = { [unowned self] since in heartbeatAnsweredAgain(unansweredSince: since) }
+        heartbeat.answeredAgain = { [unowned self] since, revision in heartbeatAnsweredAgain(unansweredSince: since, at: revision) }
         scheduleHousekeeping()
     }
 
@@ -649,31 +649,36 @@ final class ClusterReplica: @unchecked Sendable {
         }))
     }
 
-    /// The newest revision of a change a client was told had committed before the copy held it
-    /// (its watch did not bring it in the change's time): reads say the copy is behind until it
-    /// does, since they would not show that client its own change.
-    private var answeredAhead: Int64 = 0
+    /// A revision the copy must reach before reads stop saying it is behind: that of a change
+    /// a client was told had committed before the copy held it (its watch did not bring it in
+    /// the change's time: a read would not show that client its own change), or the one etcd
+    /// answered at after an outage (`heartbeatAnsweredAgain`).
+    private var mustReach: Int64 = 0
 
     /// A change committed at `revision` was answered before the copy held it.
     func noteAnsweredAhead(of revision: Int64) {
-        answeredAhead = max(answeredAhead, revision)
+        mustReach = max(mustReach, revision)
     }
 
     /// How long a change etcd committed (this host's own, or its heartbeat) may be missing from
     /// the copy before reads say the copy is behind (`isBehind`).
     static let behindAfterNanoseconds: Int64 = 1_000_000_000
 
-    /// Whether this host's copy knows it trails etcd, or cannot know it does not: its watch is not
-    /// running, or has not brought a change live since it started (it may be replaying what the
-    /// copy missed, or not connected yet: after a heal, about a second), the watch brought changes not applied yet
-    /// (`isCatchingUp`), a client was told of a change the copy does not hold yet
-    /// (`noteAnsweredAhead`), a change etcd committed for this host (its own, or its heartbeat,
-    /// one a second) has been missing for `behindAfterNanoseconds`, or etcd has answered no
-    /// heartbeat for 2.5 s (`ClockHeartbeat.isOutOfTouch`: cut off, the host cannot tell what it
-    /// misses). Reads then say so (`ChangeStore.appendReadOK`, `ChangeStore.notFound`): a
-    /// finished countdown may still show as running with 0 left, a new one as not found.
+    /// Whether this host's copy knows it trails etcd, or cannot know it does not:
+    /// - its watch is not running, or has not brought a change live since it started (it may be
+    ///   replaying what the copy missed, or not be connected yet);
+    /// - the watch brought changes not applied yet (`isCatchingUp`);
+    /// - the copy has not reached `mustReach` (a client was told of a change the copy does not
+    ///   hold yet, or etcd answered again after an outage at a revision the copy has not reached);
+    /// - a change etcd committed for this host (its own, or its heartbeat, one a second) has been
+    ///   missing for `behindAfterNanoseconds`;
+    /// - etcd has answered no heartbeat for 2.5 s (`ClockHeartbeat.isOutOfTouch`: cut off, the
+    ///   host cannot tell what it misses).
+    ///
+    /// Reads then say so (`ChangeStore.appendReadOK`, `ChangeStore.notFound`): a finished
+    /// countdown may still show as running with 0 left, a new one as not found.
     func isBehind(now: Instant) -> Bool {
-        guard isWatching, watchIsLive, !isCatchingUp, revision >= answeredAhead, !heartbeat.isOutOfTouch(now: now) else { return true }
+        guard isWatching, watchIsLive, !isCatchingUp, revision >= mustReach, !heartbeat.isOutOfTouch(now: now) else { return true }
         let overdueAfter = Self.behindAfterNanoseconds - Self.catchUpTimeoutNanoseconds
         return expected.contains { $0.revision > revision && now >= $0.suspectWatchAt.advanced(byNanoseconds: overdueAfter) }
     }
@@ -693,8 +698,6 @@ final class ClusterReplica: @unchecked Sendable {
         return suspectWatchAt
     }
 
-    /// The watch answered (or starts): what it is expected to bring is suspected only 2 s
-    /// from now. So a silent watch is moved, and one that streams a long history is not.
     /// When the watch last brought anything (or was started).
     private var lastWatchDelivery: Instant?
 
@@ -719,12 +722,18 @@ final class ClusterReplica: @unchecked Sendable {
     /// again). Moving a watch at the first unanswered heartbeat instead moved busy watches
     /// in a burst of 30,000 deadlines, where etcd left both a heartbeat and the watch waiting
     /// for over a second, and kept a restarted host from ever catching up.
-    private func heartbeatAnsweredAgain(unansweredSince: Instant) {
+    ///
+    /// Either way the copy counts as behind until it reaches the revision etcd answered at: a
+    /// watch that was left may still be bringing what the outage held back.
+    private func heartbeatAnsweredAgain(unansweredSince: Instant, at etcdRevision: Int64) {
+        mustReach = max(mustReach, etcdRevision)
         guard isWatching, !isCatchingUp, let lastWatchDelivery, lastWatchDelivery < unansweredSince else { return }
         logger.log(.warning, "cluster: etcd answers again after an outage, and the watch has brought nothing since it began (it is at revision \(revision)); moving it to another member")
         restartWatchElsewhere()
     }
 
+    /// The watch answered (or starts): what it is expected to bring is suspected only 2 s
+    /// from now. So a silent watch is moved, and one that streams a long history is not.
     private func giveWatchTime() {
         guard !expected.isEmpty else { return }
         let suspectWatchAt = time.now().advanced(byNanoseconds: Self.catchUpTimeoutNanoseconds)

@@ -248,7 +248,14 @@ extension EtcdClient {
             case .failure(let error):
                 completion(.failure(error))
             case .success(let answer):
-                if gathered.revision == 0 { gathered.revision = answer.header?.revision?.value ?? 0 }
+                if gathered.revision == 0 {
+                    // Without it the later pages could not be read at the first one's revision.
+                    guard let revision = answer.header?.revision?.value, revision > 0 else {
+                        completion(.failure(.malformed("a range's first page came without the revision it was read at")))
+                        return
+                    }
+                    gathered.revision = revision
+                }
                 gathered.keyValues.append(contentsOf: answer.keyValues)
                 // The next page starts just after the last key read: its bytes as etcd has them
                 // (a key that is not UTF-8 is read as text with replacements) and a 0 byte.

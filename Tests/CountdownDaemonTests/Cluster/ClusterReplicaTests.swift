@@ -908,8 +908,9 @@ struct ClusterReplicaTests {
         func at(_ milliseconds: Int64) -> Instant { start.advanced(byMilliseconds: milliseconds) }
         time.advance(byMilliseconds: 200)
         queue.sync { _ = later.runDue(now: time.clock.now()) }
-        // The watch keeps bringing another host's changes (so it is not moved): only this
-        // host's own calls go unanswered.
+        // The watch brings another host's change after the heartbeat was sent (so it is not
+        // moved): only this host's own calls go unanswered.
+        time.advance(byMilliseconds: 300)
         let other = value(replica, operation: "other-host~1-1")
         queue.sync {
             watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11))], 11)
@@ -917,13 +918,41 @@ struct ClusterReplicaTests {
             #expect(!replica.isBehind(now: at(200 + 2500)), "2.5 s after the first heartbeat was sent")
             #expect(replica.isBehind(now: at(200 + 2501)))
         }
-        time.advance(byMilliseconds: 2800)  // 3 s: the read that confirms etcd answers again.
+        time.advance(byMilliseconds: 2500)  // 3 s: the read that confirms etcd answers again.
         queue.sync {
             _ = later.runDue(now: time.clock.now())
             #expect(replica.isBehind(now: time.clock.now()))
-            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 11, ranges: [[]])))
-            #expect(!replica.isBehind(now: time.clock.now()), "answered again")
-            #expect(store.cancelled == 0)
+            // etcd answers at revision 13: what the outage held back comes through the watch.
+            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 13, ranges: [[]])))
+            #expect(store.cancelled == 0, "the watch brought a change during the outage: left")
+            #expect(replica.isBehind(now: time.clock.now()), "answered again at 13, the copy at 11")
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 13, key: "later"))], 13)
+            #expect(!replica.isBehind(now: time.clock.now()), "the copy reached etcd's revision of the answer")
+        }
+    }
+
+    @Test("a heartbeat etcd refuses (no leader, a full database) is an answer: no outage begins, the copy is not out of touch, and the watch is left when the next read answers")
+    func refusedHeartbeatIsAnAnswer() throws {
+        let store = ScriptedEtcd()
+        let later = DelayedWork(queue: queue)
+        let (replica, watch) = try watchingReplica(store, later: later)
+        let other = value(replica, operation: "other-host~1-1")
+        queue.sync { watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11))], 11) }
+        for _ in 0..<4 {
+            time.advance(byMilliseconds: 1000)
+            queue.sync {
+                _ = later.runDue(now: time.clock.now())
+                guard !store.transactions.isEmpty else { return }
+                if case .put? = store.transactions[0].success.first {
+                    store.answer(.failure(.server(code: 8, message: "etcdserver: mvcc: database space exceeded")))
+                } else {
+                    store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 11, ranges: [[]])))
+                }
+            }
+        }
+        queue.sync {
+            #expect(store.cancelled == 0, "never moved")
+            #expect(!replica.isBehind(now: time.clock.now()), "refusals are answers: not out of touch")
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// A network namespace of the test's own, joined to this one by a veth pair, for a real
 /// partition: a daemon started inside it (`launcher`) reaches etcd only through the pair, and
@@ -13,8 +14,20 @@ final class NetworkNamespace {
         for tool in ["ip", "iptables"] where path(of: tool) == nil {
             return "\(tool) is not installed (iproute2 and iptables; make test installs them as root)"
         }
+        // Root in a container may still lack CAP_SYS_ADMIN or CAP_NET_ADMIN: try one.
+        let probe = "cdtest-probe-\(getpid())"
+        do {
+            try run("ip", "netns", "add", probe)
+            defer { try? run("ip", "netns", "del", probe) }
+            try run(["ip", "netns", "exec", probe, "iptables", "-L", "OUTPUT", "-n"])
+        } catch {
+            return "a network namespace with iptables rules cannot be made here (\(error))"
+        }
         return nil
     }()
+
+    /// Namespaces made by this test process so far: each takes its own /30.
+    private static let made = Mutex(0)
 
     let name: String
     /// This side's address: what the namespace reaches (etcd's members serve clients on it).
@@ -27,8 +40,13 @@ final class NetworkNamespace {
         name = "cdtest-" + tag
         outerLink = "cdo" + tag
         let innerLink = "cdi" + tag
-        // A /30 of its own in 10.232.0.0/16 per namespace, so tests in parallel never share one.
-        let subnet = Int.random(in: 0..<16_384) * 4
+        // A /30 of its own in 10.232.0.0/16: by this process's count, so its tests in parallel
+        // never share one, and by its pid, so another test run at once rarely does.
+        let count = Self.made.withLock { made in
+            made += 1
+            return made
+        }
+        let subnet = ((Int(getpid()) * 64 + count) % 16_384) * 4
         outerAddress = "10.232.\(subnet / 256).\(subnet % 256 + 1)"
         let innerAddress = "10.232.\(subnet / 256).\(subnet % 256 + 2)"
         try Self.run("ip", "netns", "add", name)
