@@ -596,7 +596,10 @@ public struct Cdctl {
                 for name in outstanding.sorted() {
                     let reply = try statusOnceCurrent(name, on: connection, giveUpAt: behindGiveUpAt)
                     if case .error = reply.outcome {
-                        return report(reply, on: connection, name: name)
+                        let code = report(reply, on: connection, name: name)
+                        // Still behind after the patience: not "no such countdown", but a host
+                        // that cannot tell, as when it cannot be reached.
+                        return reply.errorFields["behind"] == "true" ? .unavailable : code
                     }
                     if let state = reply.countdowns.first?.state, !state.isActive {
                         outstanding.remove(name)

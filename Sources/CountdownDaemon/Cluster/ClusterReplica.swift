@@ -303,6 +303,7 @@ final class ClusterReplica: @unchecked Sendable {
     func housekeeping(now: Instant) {
         commits.send()
         if isWatching { heartbeat.beat(now: now) }
+        moveWatchThatDoesNotReach(now: now)
         // A watch whose changes wait in the backlog is not stuck: this host is behind it. (Nor
         // is one not running: it is being started again.)
         if isWatching, !isCatchingUp, expected.contains(where: { $0.suspectWatchAt <= now }) {
@@ -653,11 +654,35 @@ final class ClusterReplica: @unchecked Sendable {
     /// a client was told had committed before the copy held it (its watch did not bring it in
     /// the change's time: a read would not show that client its own change), or the one etcd
     /// answered at after an outage (`heartbeatAnsweredAgain`).
-    private var mustReach: Int64 = 0
+    private var mustReach: Int64 = 0 {
+        didSet { if mustReach > revision, mustReachSince == nil { mustReachSince = time.now() } }
+    }
+    /// Since when the copy has been short of `mustReach`.
+    private var mustReachSince: Instant?
 
     /// A change committed at `revision` was answered before the copy held it.
     func noteAnsweredAhead(of revision: Int64) {
         mustReach = max(mustReach, revision)
+    }
+
+    /// How long the copy may stay short of `mustReach` before its watch is moved: a heartbeat's
+    /// interval (a working watch brings this host's next heartbeat, made after that revision)
+    /// and the 2 s a watch is given to bring a committed change.
+    static let reachNanoseconds = catchUpTimeoutNanoseconds + ClockHeartbeat.intervalNanoseconds
+
+    /// Moves a watch that leaves the copy short of `mustReach` for `reachNanoseconds`, unless
+    /// changes it brought wait in the backlog. It catches a watch that trickles: a stream TCP
+    /// kept alive through short heals of a flapping link brought a little now and then (so no
+    /// other rule moved it), while the copy stood 4-12 s behind for half a minute.
+    private func moveWatchThatDoesNotReach(now: Instant) {
+        guard revision < mustReach else {
+            mustReachSince = nil
+            return
+        }
+        guard isWatching, !isCatchingUp, let since = mustReachSince, now.nanoseconds(since: since) >= Self.reachNanoseconds else { return }
+        mustReachSince = now  // The next watch has its own time.
+        logger.log(.warning, "cluster: the watch has not brought etcd's revision \(mustReach) within \(Self.reachNanoseconds / 1_000_000_000) s (it is at revision \(revision)); moving it to another member")
+        restartWatchElsewhere()
     }
 
     /// How long a change etcd committed (this host's own, or its heartbeat) may be missing from

@@ -931,6 +931,54 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("a watch that trickles (a flapping link's stream brings a little now and then) is moved once the copy has stayed short of the revision etcd answered at after an outage for 3 s; one that reaches it is left")
+    func tricklingWatchMoved() throws {
+        for reaches in [false, true] {
+            let store = ScriptedEtcd()
+            let later = DelayedWork(queue: queue)
+            let (replica, watch) = try watchingReplica(store, later: later)
+            let other = value(replica, operation: "other-host~1-1")
+            time.advance(byMilliseconds: 200)
+            queue.sync {
+                _ = later.runDue(now: time.clock.now())  // The first heartbeat, then no answer.
+                store.answer(.failure(.ambiguous("timed out")))
+            }
+            time.advance(byMilliseconds: 1000)
+            queue.sync {
+                _ = later.runDue(now: time.clock.now())  // The read: etcd answers again, at 40.
+                store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 40, ranges: [[]])))
+                #expect(store.cancelled == 1, "silent through the outage: moved at once")
+            }
+            let second = try #require(queue.sync { store.watches.last })
+            // The new watch trickles: a change every half second, none at 40 or past it.
+            var revision: Int64 = 11
+            for _ in 0..<8 {
+                time.advance(byMilliseconds: 500)
+                revision += 1
+                let brought = reaches && revision == 14 ? Int64(40) : revision
+                queue.sync {
+                    second.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: brought, key: "k\(brought)"))], brought)
+                    _ = later.runDue(now: time.clock.now())
+                    // Heartbeats refused (nothing committed for the watch to bring, so no other
+                    // rule moves it), the reads after them answered.
+                    while let call = store.transactions.first {
+                        if case .put? = call.success.first {
+                            store.answer(.failure(.server(code: 14, message: "etcdserver: no leader")))
+                        } else {
+                            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 40, ranges: [[]])))
+                        }
+                    }
+                }
+                if reaches && brought == 40 { break }
+            }
+            if reaches {
+                #expect(queue.sync { store.cancelled } == 1, "it reached etcd's revision: left")
+            } else {
+                #expect(queue.sync { store.cancelled } == 2, "short of 40 for 3 s: moved again")
+            }
+        }
+    }
+
     @Test("a heartbeat etcd refuses (no leader, a full database) is an answer: no outage begins, the copy is not out of touch, and the watch is left when the next read answers")
     func refusedHeartbeatIsAnAnswer() throws {
         let store = ScriptedEtcd()
