@@ -655,10 +655,10 @@ final class ClusterReplica: @unchecked Sendable {
     /// the change's time: a read would not show that client its own change), or the one etcd
     /// answered at after an outage (`heartbeatAnsweredAgain`).
     private var mustReach: Int64 = 0 {
-        didSet { if mustReach > revision, mustReachSince == nil { mustReachSince = time.now() } }
+        didSet { if mustReach > revision, mustReachSince == nil { mustReachSince = (time.now(), revision) } }
     }
-    /// Since when the copy has been short of `mustReach`.
-    private var mustReachSince: Instant?
+    /// Since when the copy has been short of `mustReach` without moving on, and where it stood.
+    private var mustReachSince: (instant: Instant, revision: Int64)?
 
     /// A change committed at `revision` was answered before the copy held it.
     func noteAnsweredAhead(of revision: Int64) {
@@ -670,17 +670,24 @@ final class ClusterReplica: @unchecked Sendable {
     /// and the 2 s a watch is given to bring a committed change.
     static let reachNanoseconds = catchUpTimeoutNanoseconds + ClockHeartbeat.intervalNanoseconds
 
-    /// Moves a watch that leaves the copy short of `mustReach` for `reachNanoseconds`, unless
-    /// changes it brought wait in the backlog. It catches a watch that trickles: a stream TCP
-    /// kept alive through short heals of a flapping link brought a little now and then (so no
-    /// other rule moved it), while the copy stood 4-12 s behind for half a minute.
+    /// Moves a watch that leaves the copy short of `mustReach`, and not moving on, for
+    /// `reachNanoseconds`, unless changes it brought wait in the backlog. It catches a watch
+    /// that trickles: a stream TCP kept alive through short heals of a flapping link brought a
+    /// little now and then (so no other rule moved it), while the copy stood still 4-12 s behind
+    /// for half a minute. A watch that is moving the copy on (a burst's, seconds behind etcd) is
+    /// left.
     private func moveWatchThatDoesNotReach(now: Instant) {
         guard revision < mustReach else {
             mustReachSince = nil
             return
         }
-        guard isWatching, !isCatchingUp, let since = mustReachSince, now.nanoseconds(since: since) >= Self.reachNanoseconds else { return }
-        mustReachSince = now  // The next watch has its own time.
+        guard let since = mustReachSince else { return }
+        if revision > since.revision {
+            mustReachSince = (now, revision)  // Moving on: its time starts again.
+            return
+        }
+        guard isWatching, !isCatchingUp, now.nanoseconds(since: since.instant) >= Self.reachNanoseconds else { return }
+        mustReachSince = (now, revision)  // The next watch has its own time.
         logger.log(.warning, "cluster: the watch has not brought etcd's revision \(mustReach) within \(Self.reachNanoseconds / 1_000_000_000) s (it is at revision \(revision)); moving it to another member")
         restartWatchElsewhere()
     }

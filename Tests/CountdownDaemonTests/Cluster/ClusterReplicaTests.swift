@@ -931,7 +931,7 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("a watch that trickles (a flapping link's stream brings a little now and then) is moved once the copy has stayed short of the revision etcd answered at after an outage for 3 s; one that reaches it is left")
+    @Test("a watch that trickles (a flapping link's stream answers now and then, moving the copy nowhere) is moved once the copy has stood short of the revision etcd answered at after an outage for 3 s; one that reaches it is left, and one that keeps moving the copy on (a burst's) too")
     func tricklingWatchMoved() throws {
         for reaches in [false, true] {
             let store = ScriptedEtcd()
@@ -950,14 +950,13 @@ struct ClusterReplicaTests {
                 #expect(store.cancelled == 1, "silent through the outage: moved at once")
             }
             let second = try #require(queue.sync { store.watches.last })
-            // The new watch trickles: a change every half second, none at 40 or past it.
-            var revision: Int64 = 11
-            for _ in 0..<8 {
+            // The new watch trickles: an answer every half second that moves the copy nowhere (or,
+            // when it reaches, revision 40 after 1.5 s).
+            for step in 0..<8 {
                 time.advance(byMilliseconds: 500)
-                revision += 1
-                let brought = reaches && revision == 14 ? Int64(40) : revision
+                let brought: Int64? = reaches && step == 2 ? 40 : nil
                 queue.sync {
-                    second.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: brought, key: "k\(brought)"))], brought)
+                    second.onEvents(brought.map { [EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: $0, key: "k\($0)"))] } ?? [], 40)
                     _ = later.runDue(now: time.clock.now())
                     // Heartbeats refused (nothing committed for the watch to bring, so no other
                     // rule moves it), the reads after them answered.
@@ -969,13 +968,48 @@ struct ClusterReplicaTests {
                         }
                     }
                 }
-                if reaches && brought == 40 { break }
+                if brought != nil { break }
             }
             if reaches {
                 #expect(queue.sync { store.cancelled } == 1, "it reached etcd's revision: left")
             } else {
                 #expect(queue.sync { store.cancelled } == 2, "short of 40 for 3 s: moved again")
             }
+        }
+    }
+
+    @Test("a watch seconds behind etcd in a burst, moving the copy on, is not moved for the revision etcd answered at after a heartbeat went unanswered")
+    func busyWatchNotMovedForReach() throws {
+        let store = ScriptedEtcd()
+        let later = DelayedWork(queue: queue)
+        let (replica, watch) = try watchingReplica(store, later: later)
+        let other = value(replica, operation: "other-host~1-1")
+        time.advance(byMilliseconds: 200)
+        queue.sync {
+            _ = later.runDue(now: time.clock.now())
+            store.answer(.failure(.ambiguous("timed out")))
+        }
+        // The watch keeps bringing changes, one revision every 100 ms, so it is not moved when
+        // etcd answers again (at 1,000), nor for the copy staying short of that for 5 s.
+        var revision: Int64 = 10
+        for _ in 0..<60 {
+            time.advance(byMilliseconds: 100)
+            revision += 1
+            queue.sync {
+                watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: revision, key: "k\(revision)"))], 1_000)
+                _ = later.runDue(now: time.clock.now())
+                while let call = store.transactions.first {
+                    if case .put? = call.success.first {
+                        store.answer(.failure(.server(code: 14, message: "etcdserver: no leader")))
+                    } else {
+                        store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 1_000, ranges: [[]])))
+                    }
+                }
+            }
+        }
+        queue.sync {
+            #expect(store.cancelled == 0, "moving the copy on: left")
+            #expect(replica.isBehind(now: time.clock.now()), "short of etcd's revision: behind")
         }
     }
 
