@@ -255,10 +255,7 @@ extension Integration {
             let etcd = try EtcdCluster()
             let host = try clusterDaemon(etcd)
             let control = try host.connect()
-            func changesSent() throws -> Int {
-                Int(try control.request("STATS").stats.first { $0.key == "cluster_changes_sent" }?.value ?? "") ?? -1
-            }
-            let before = try changesSent()
+            let before = try #require(try statValue("cluster_changes_sent", on: control))
             for member in 0..<3 { etcd.signal(member, SIGSTOP) }
             let clients = try (0..<4).map { _ in try host.connect() }
             for (index, client) in clients.enumerated() {
@@ -266,7 +263,7 @@ extension Integration {
             }
             // Transactions in etcd's hands, none answered, before the signal (each START claims
             // quota slots too, so the two in flight carry fewer than 192; the rest wait their turn).
-            try waitUntil(timeout: 30) { try changesSent() > before }
+            try waitUntil(timeout: 30) { (try statValue("cluster_changes_sent", on: control) ?? before) > before }
             kill(host.pid, SIGTERM)
             for member in 0..<3 { etcd.signal(member, SIGCONT) }
             #expect(host.waitForExit() == 0)
@@ -300,13 +297,13 @@ extension Integration {
             let started = try StorageFaults.pipeline((0..<12_000).map { "START list\($0) 1h" }, on: onA)
             #expect(started.allSatisfy { $0.countdown != nil }, "every START made")
             let lister = try hostA.connect()
-            let before = try #require(Self.replicaRevision(try onA.request("STATUS list0")))
+            let before = try #require(Self.replicaRevision(try onA.request("STATUS list0").okText))
             try lister.send("LIST\n")
             _ = try lister.readLine(timeout: 30)  // The first line: the listing has begun.
             // Meanwhile host B makes a change, and host A's copy reaches it.
             _ = try hostB.connect().request("START later 1h")
             try waitUntil(timeout: 30) { try onA.request("STATUS later").countdowns.first?.name == "later" }
-            let after = try #require(Self.replicaRevision(try onA.request("STATUS later")))
+            let after = try #require(Self.replicaRevision(try onA.request("STATUS later").okText))
             #expect(after > before)
             var lines = 1
             var final = ""
@@ -319,14 +316,13 @@ extension Integration {
                 #expect(!line.contains(" later "), "the listing shows the copy it began with")
             }
             #expect(lines == 12_000)
-            let shown = try #require(Self.replicaRevision(Reply(countdowns: [], outcome: .ok(String(final.dropFirst(3))))), "\(final)")
+            let shown = try #require(Self.replicaRevision(String(final.dropFirst("OK ".count))), "\(final)")
             #expect(shown >= before && shown < after, "the OK names revision \(shown): the listing began at \(before) or just after, and \(after) came later")
         }
 
-        /// The revision a read's final `OK … replica <revision>` names.
-        static func replicaRevision(_ reply: Reply) -> Int64? {
-            guard case .ok(let text) = reply.outcome else { return nil }
-            let words = text.split(separator: " ")
+        /// The revision a read's final `OK … replica <revision>` names, from its text after `OK `.
+        static func replicaRevision(_ okText: String) -> Int64? {
+            let words = okText.split(separator: " ")
             guard let at = words.firstIndex(of: "replica"), at + 1 < words.count else { return nil }
             return Int64(words[at + 1])
         }
@@ -336,15 +332,12 @@ extension Integration {
             let etcd = try EtcdCluster()
             let host = try clusterDaemon(etcd)
             let control = try host.connect()
-            func changesSent() throws -> Int {
-                Int(try control.request("STATS").stats.first { $0.key == "cluster_changes_sent" }?.value ?? "") ?? -1
-            }
-            let before = try changesSent()
+            let before = try #require(try statValue("cluster_changes_sent", on: control))
             for member in 0..<3 { etcd.signal(member, SIGSTOP) }
             defer { for member in 0..<3 { etcd.signal(member, SIGCONT) } }
             let client = try host.connect()
             try client.send((0..<20).map { "START second\($0) 1h\n" }.joined())
-            try waitUntil(timeout: 30) { try changesSent() > before }
+            try waitUntil(timeout: 30) { (try statValue("cluster_changes_sent", on: control) ?? before) > before }
             kill(host.pid, SIGTERM)
             try waitUntil(timeout: 30) { host.stderrText.contains("changes already sent to etcd before stopping") }
             // Well within the changes' 3 s: without the second signal they would be answered

@@ -154,7 +154,6 @@ final class ClockHeartbeat {
     /// the wall clock now, less the time since its arrival on the monotonic clock (a step of the
     /// wall clock in between enters that one sample, which the smallest of the others outweighs).
     func received(from host: String, value: [UInt8], live: Bool, arrivedAt: Instant) {
-        let now = arrivedAt
         guard live, host != hostID,
               let written = (try? JSONDecoder().decode(Beat.self, from: Data(value)))?.written_unix_ms else { return }
         // A heartbeat is any value written under the prefix: a written time that makes no sense
@@ -167,9 +166,9 @@ final class ClockHeartbeat {
         // The smallest is the least mixed with network and commit delays (which only add).
         entry.estimate = entry.samples.min() ?? sample
         if abs(entry.estimate) > Self.warningMilliseconds, entry.samples.count >= Self.samplesTrusted,
-           entry.warnedAt.map({ now.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
+           entry.warnedAt.map({ arrivedAt.nanoseconds(since: $0) > 60_000_000_000 }) ?? true {
             logger.log(.warning, "cluster: host \(host)'s clock is about \(entry.estimate) ms off this one's; deadlines are timed on each host's wall clock, so sync them (NTP)")
-            entry.warnedAt = now
+            entry.warnedAt = arrivedAt
         }
         skews[host] = entry
     }

@@ -936,7 +936,7 @@ struct ClusterReplicaTests {
         for reaches in [false, true] {
             let store = ScriptedEtcd()
             let later = DelayedWork(queue: queue)
-            let (replica, watch) = try watchingReplica(store, later: later)
+            let (replica, _) = try watchingReplica(store, later: later)
             let other = value(replica, operation: "other-host~1-1")
             time.advance(byMilliseconds: 200)
             queue.sync {
@@ -960,13 +960,7 @@ struct ClusterReplicaTests {
                     _ = later.runDue(now: time.clock.now())
                     // Heartbeats refused (nothing committed for the watch to bring, so no other
                     // rule moves it), the reads after them answered.
-                    while let call = store.transactions.first {
-                        if case .put? = call.success.first {
-                            store.answer(.failure(.server(code: 14, message: "etcdserver: no leader")))
-                        } else {
-                            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 40, ranges: [[]])))
-                        }
-                    }
+                    store.answerHeartbeats(refusingPutsWith: .server(code: 14, message: "etcdserver: no leader"), readsAt: 40)
                 }
                 if brought != nil { break }
             }
@@ -998,13 +992,7 @@ struct ClusterReplicaTests {
             queue.sync {
                 watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: revision, key: "k\(revision)"))], 1_000)
                 _ = later.runDue(now: time.clock.now())
-                while let call = store.transactions.first {
-                    if case .put? = call.success.first {
-                        store.answer(.failure(.server(code: 14, message: "etcdserver: no leader")))
-                    } else {
-                        store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 1_000, ranges: [[]])))
-                    }
-                }
+                store.answerHeartbeats(refusingPutsWith: .server(code: 14, message: "etcdserver: no leader"), readsAt: 1_000)
             }
         }
         queue.sync {
@@ -1024,12 +1012,7 @@ struct ClusterReplicaTests {
             time.advance(byMilliseconds: 1000)
             queue.sync {
                 _ = later.runDue(now: time.clock.now())
-                guard !store.transactions.isEmpty else { return }
-                if case .put? = store.transactions[0].success.first {
-                    store.answer(.failure(.server(code: 8, message: "etcdserver: mvcc: database space exceeded")))
-                } else {
-                    store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 11, ranges: [[]])))
-                }
+                store.answerHeartbeats(refusingPutsWith: .server(code: 8, message: "etcdserver: mvcc: database space exceeded"), readsAt: 11)
             }
         }
         queue.sync {

@@ -68,5 +68,17 @@ final class ScriptedEtcd: EtcdTransport {
     func answer(_ result: Result<EtcdTransactionResult, EtcdError>) {
         transactions.removeFirst().completion(result)
     }
+
+    /// Answers every waiting heartbeat: a put (a heartbeat) refused with `refusal`, so nothing
+    /// commits for a watch to bring; a read (the one that confirms etcd answers) at `revision`.
+    func answerHeartbeats(refusingPutsWith refusal: EtcdError, readsAt revision: Int64) {
+        while let call = transactions.first {
+            if case .put? = call.success.first {
+                answer(.failure(refusal))
+            } else {
+                answer(.success(EtcdTransactionResult(succeeded: true, revision: revision, ranges: [[]])))
+            }
+        }
+    }
 }
 
