@@ -190,11 +190,23 @@ final class ClockHeartbeat {
         skews.values.filter { $0.samples.count >= Self.samplesTrusted }.map(\.estimate).max { abs($0) < abs($1) } ?? 0
     }
 
-    /// How far `host`'s clock is behind this one's, in ms, from its heartbeats: 0 when it is not,
-    /// or not known yet.
+    /// How far `host`'s clock is behind this one's, in ms, from its heartbeats: 0 when it is not.
+    ///
+    /// For a host not measured yet (it died before four of its heartbeats came live, or before
+    /// this host started), the most this host's clock is ahead of any host it has measured: a
+    /// clock ahead of the fleet is ahead of the unmeasured host too, as far as this host can
+    /// tell, and reading that host's deadlines as if the clocks agreed finished its countdowns
+    /// early by the lead. An allowance too large only delays a take-over; 0 when no host is
+    /// measured (nothing to go by).
     func offsetBehind(of host: String) -> Int64 {
-        guard let entry = skews[host], entry.samples.count >= Self.samplesTrusted else { return 0 }
-        return min(max(0, entry.estimate), Self.largestOffsetAllowedFor)
+        if let entry = skews[host], entry.samples.count >= Self.samplesTrusted { return Self.allowance(for: entry.estimate) }
+        return skews.values.filter { $0.samples.count >= Self.samplesTrusted }.map { Self.allowance(for: $0.estimate) }.max() ?? 0
+    }
+
+    /// What an estimate of `estimate` ms behind is allowed for: 0 for a clock ahead of this one's,
+    /// at most `largestOffsetAllowedFor`.
+    private static func allowance(for estimate: Int64) -> Int64 {
+        min(max(0, estimate), largestOffsetAllowedFor)
     }
 
     /// The most `offsetBehind` gives, in ms: an offset beyond it is a clock to fix (it is

@@ -407,6 +407,29 @@ struct ClusterReplicaTests {
         }
     }
 
+    @Test("taking over from a writer never measured (gone before four of its heartbeats came), a host whose clock the heartbeats show 5 s ahead of another's allows the same 5 s: a taker ahead of the fleet finished such a countdown 3 s early")
+    func takeOverAllowsForTheTakersLeadWhenTheWriterIsUnmeasured() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let writer = "gone-host:/var/lib/countdownd", third = "third-host:/var/lib/countdownd"
+        let theirs = value(replica, operation: writer + "~1-1")
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(theirs, revision: 11))], 11)
+            // The writer is never heard from; the third host is, four times, 5 s behind this one.
+            for revision in Int64(12)...15 {
+                let written = time.clock.mapping().unixMilliseconds - 5000
+                let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + third, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: 12, modRevision: revision)
+                watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], revision)
+            }
+            // Past the silence since this host began listening: the writer counts as gone.
+            time.advance(byMilliseconds: TakeOverPolicy.silenceNanoseconds / 1_000_000)
+            let due = time.clock.now()
+            let meant = due.advanced(byMilliseconds: 5000).advanced(byNanoseconds: TakeOverPolicy.graceNanoseconds)
+            #expect(!replica.proposes("otp:1", dueAt: due, now: meant.advanced(byNanoseconds: -1)), "not before the deadline read 5 s later, plus the grace")
+            #expect(replica.proposes("otp:1", dueAt: due, now: meant))
+        }
+    }
+
     @Test("a host's id names its state directory one way however it was written (a trailing slash, `.`, `..`, doubled slashes, relative to the working directory), and leaves links as they are (systemd's DynamicUser= puts the state directory behind one)")
     func canonicalStateDirectory() throws {
         let names = ["/var/lib/countdownd", "/var/lib/countdownd/", "/var/lib/./countdownd", "/var//lib/countdownd", "/var/lib/x/../countdownd"].map(ClusterReplica.canonical)
