@@ -2,7 +2,7 @@
 /// event it announces, and the reply.
 public struct CountdownProposal: Sendable, Equatable {
     /// The countdown after the change.
-    public var state: PersistedCountdown?
+    public var state: Countdown?
     /// The last lifecycle event the change caused (`started` for a `START … REPLACE`).
     public var event: CountdownEvent?
     /// The `cancelled` a `START … REPLACE` of a running or paused countdown caused before it.

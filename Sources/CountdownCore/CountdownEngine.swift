@@ -130,7 +130,7 @@ public struct CountdownEngine {
 
         /// A record from its durable state; instants it lacks default to `now`. Its cycle, if any,
         /// is the engine's to keep (`setCycle`), which every caller does next.
-        init(_ persisted: PersistedCountdown, generation: UInt32, now: Instant) {
+        init(_ persisted: Countdown, generation: UInt32, now: Instant) {
             self.init(
                 name: persisted.name,
                 state: persisted.state,
@@ -429,14 +429,14 @@ public struct CountdownEngine {
     /// dropped.
     /// - Returns: `false` when the countdown was not restored (a name already present).
     @discardableResult
-    public mutating func restore(_ persisted: PersistedCountdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
+    public mutating func restore(_ persisted: Countdown, now: Instant, events: inout [CountdownEvent]) -> Bool {
         restore(persisted, hash: NameIndex.hash(persisted.name), now: now, events: &events)
     }
 
     /// `restore(_:now:events:)`, with the name's `NameIndex.hash` already computed: recovery
     /// hashes each of a million names once, for its own table and this one.
     @discardableResult
-    public mutating func restore(_ persisted: PersistedCountdown, hash: UInt32, now: Instant, events: inout [CountdownEvent]) -> Bool {
+    public mutating func restore(_ persisted: Countdown, hash: UInt32, now: Instant, events: inout [CountdownEvent]) -> Bool {
         restore(persisted, hash: hash, homeSlot: slotsByName.homeSlot(of: hash), now: now, events: &events)
     }
 
@@ -491,7 +491,7 @@ public struct CountdownEngine {
     /// no search is needed.
     @discardableResult
     private mutating func restore(
-        _ persisted: PersistedCountdown, hash: UInt32, homeSlot: Int32, now: Instant, events: inout [CountdownEvent]
+        _ persisted: Countdown, hash: UInt32, homeSlot: Int32, now: Instant, events: inout [CountdownEvent]
     ) -> Bool {
         restore(Record(persisted, generation: 0, now: now), cycle: persisted.cycle, hash: hash, homeSlot: homeSlot, now: now, events: &events)
     }
@@ -719,7 +719,7 @@ public struct CountdownEngine {
     }
 
     /// What storage keeps of `record`, its cycle included.
-    func persisted(_ record: Record) -> PersistedCountdown {
+    func persisted(_ record: Record) -> Countdown {
         record.persisted(cycle: cycle(of: record))
     }
 
@@ -1040,7 +1040,7 @@ public struct CountdownEngine {
     /// - Returns: whether it was applied.
     @discardableResult
     public mutating func applyReplicated(
-        _ key: String, state: PersistedCountdown?, event: EventKind, eventRemainingMilliseconds: Int64,
+        _ key: String, state: Countdown?, event: EventKind, eventRemainingMilliseconds: Int64,
         replacedRemainingMilliseconds: Int64? = nil, sequence: UInt64, now: Instant, events: inout [CountdownEvent]
     ) -> Bool {
         guard sequence > lastSequence else { return false }
@@ -1082,12 +1082,12 @@ public struct CountdownEngine {
     /// Puts the countdown named `name` back as it was before a change that storage could not
     /// keep. `previous` is its `persistentState(of:)` from before the change, `nil` when it did not
     /// exist. Emits nothing; event numbers already used stay used (a gap, not a repeat).
-    public mutating func revert(_ name: String, to previous: PersistedCountdown?, now: Instant) {
+    public mutating func revert(_ name: String, to previous: Countdown?, now: Instant) {
         revert(name, hash: NameIndex.hash(name), to: previous, now: now)
     }
 
     /// `revert(_:to:now:)`, with the name's `NameIndex.hash` already computed.
-    public mutating func revert(_ name: String, hash: UInt32, to previous: PersistedCountdown?, now: Instant) {
+    public mutating func revert(_ name: String, hash: UInt32, to previous: Countdown?, now: Instant) {
         let existing = slotsByName.find(hash: hash) { records[Int($0)]?.name == name }
         var generation: UInt32 = 0
         let slot: Int32
@@ -1162,7 +1162,7 @@ public struct CountdownEngine {
         public let count: Int
 
         /// Calls `body` with each countdown's durable state, in no particular order.
-        public func forEach(_ body: (PersistedCountdown) -> Void) {
+        public func forEach(_ body: (Countdown) -> Void) {
             for case let record? in records {
                 body(record.persisted(cycle: record.isCycle ? cycles[record.name] : nil))
             }
@@ -1260,46 +1260,7 @@ public struct CountdownEngine {
     // MARK: - Internals
 
     func snapshot(of record: Record, now: Instant) -> CountdownSnapshot {
-        var snapshot = plainSnapshot(of: record, now: now)
-        if record.isCycle { snapshot.cycle = cycles[record.name] }
-        return snapshot
-    }
-
-    private func plainSnapshot(of record: Record, now: Instant) -> CountdownSnapshot {
-        switch record.state {
-        case .running:
-            return CountdownSnapshot(
-                name: record.name,
-                state: .running,
-                remainingMilliseconds: record.deadline.nanoseconds(since: now).ceilingMillisecondsOfNanoseconds,
-                totalMilliseconds: record.totalMilliseconds,
-                deadline: record.deadline,
-                owner: record.owner,
-                pinnedUnixMilliseconds: record.pinned == Self.notPinned ? nil : record.pinned,
-                pausesOnSuspend: record.pausesOnSuspend
-            )
-        case .paused, .cancelled:
-            return CountdownSnapshot(
-                name: record.name,
-                state: record.state,
-                remainingMilliseconds: record.remainingNanoseconds.ceilingMillisecondsOfNanoseconds,
-                totalMilliseconds: record.totalMilliseconds,
-                deadline: nil,
-                owner: record.owner,
-                pausesOnSuspend: record.pausesOnSuspend
-            )
-        case .done:
-            return CountdownSnapshot(
-                name: record.name,
-                state: .done,
-                remainingMilliseconds: 0,
-                totalMilliseconds: record.totalMilliseconds,
-                deadline: nil,
-                owner: record.owner,
-                lateMilliseconds: record.lateMilliseconds,
-                pausesOnSuspend: record.pausesOnSuspend
-            )
-        }
+        CountdownSnapshot(persisted(record), at: now)
     }
 
     private func activeRecord(_ name: String, verb: String) throws(ProtocolError) -> (Int32, Record) {

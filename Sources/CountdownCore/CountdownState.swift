@@ -16,52 +16,48 @@ public enum CountdownState: String, Sendable, CaseIterable, Equatable {
     }
 }
 
-/// What a client is told about one countdown: the fields of `OK`, `COUNTDOWN` and snapshot lines.
+/// What a client is told about one countdown (the fields of `OK`, `COUNTDOWN` and snapshot
+/// lines): the countdown, and the time it had left at the instant it was taken.
 public struct CountdownSnapshot: Sendable, Equatable {
-    /// The countdown's name.
-    public var name: String
-    /// Its state.
-    public var state: CountdownState
-    /// Time left, in milliseconds, rounded up (0 once finished).
+    /// The countdown.
+    public var countdown: Countdown
+    /// Time left, in milliseconds, rounded up, at the instant it was taken (0 once done).
     public var remainingMilliseconds: Int64
-    /// Total duration, in milliseconds, including any `EXTEND`.
-    public var totalMilliseconds: Int64
-    /// The deadline on the daemon's monotonic clock, while running; `nil` otherwise.
-    public var deadline: Instant?
-    /// The uid of the client that started it.
-    public var owner: UInt32
-    /// For a countdown that finished while the daemon was not running: how late its `done` came.
-    public var lateMilliseconds: Int64?
-    /// For a running countdown to a wall-clock time: that time, in Unix milliseconds.
-    public var pinnedUnixMilliseconds: Int64?
-    /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
-    public var pausesOnSuspend: Bool
-    /// For a cycle of phases: its phases and the running one (the fields above are that phase's).
-    public var cycle: CountdownCycle?
 
-    /// Creates a snapshot.
-    public init(
-        name: String,
-        state: CountdownState,
-        remainingMilliseconds: Int64,
-        totalMilliseconds: Int64,
-        deadline: Instant?,
-        owner: UInt32,
-        lateMilliseconds: Int64? = nil,
-        pinnedUnixMilliseconds: Int64? = nil,
-        pausesOnSuspend: Bool = false,
-        cycle: CountdownCycle? = nil
-    ) {
-        self.cycle = cycle
-        self.pinnedUnixMilliseconds = pinnedUnixMilliseconds
-        self.pausesOnSuspend = pausesOnSuspend
-        self.name = name
-        self.state = state
+    /// `countdown` as of `now`.
+    public init(_ countdown: Countdown, at now: Instant) {
+        self.init(countdown, remainingMilliseconds: countdown.remainingMilliseconds(at: now))
+    }
+
+    /// `countdown`, with `remainingMilliseconds` left.
+    public init(_ countdown: Countdown, remainingMilliseconds: Int64) {
+        self.countdown = countdown
         self.remainingMilliseconds = remainingMilliseconds
-        self.totalMilliseconds = totalMilliseconds
-        self.deadline = deadline
-        self.owner = owner
-        self.lateMilliseconds = lateMilliseconds
+    }
+
+    /// The countdown's name.
+    public var name: String {
+        get { countdown.name }
+        set { countdown.name = newValue }
+    }
+    /// Its state.
+    public var state: CountdownState { countdown.state }
+    /// Total duration, in milliseconds, including any `EXTEND`.
+    public var totalMilliseconds: Int64 { countdown.totalMilliseconds }
+    /// The deadline on the daemon's monotonic clock, while running; `nil` otherwise.
+    public var deadline: Instant? { countdown.deadline }
+    /// The uid of the client that started it.
+    public var owner: UInt32 { countdown.owner }
+    /// For a countdown that finished while the daemon was not running: how late its `done` came.
+    public var lateMilliseconds: Int64? { countdown.lateMilliseconds }
+    /// For a running countdown to a wall-clock time: that time, in Unix milliseconds.
+    public var pinnedUnixMilliseconds: Int64? { countdown.pinnedUnixMilliseconds }
+    /// Whether it stands still while the machine sleeps (`START … ON-SUSPEND pause`).
+    public var pausesOnSuspend: Bool { countdown.pausesOnSuspend }
+    /// For a cycle of phases: its phases and the running one (the fields above are that phase's).
+    public var cycle: CountdownCycle? {
+        get { countdown.cycle }
+        set { countdown.cycle = newValue }
     }
 }
 

@@ -3,7 +3,7 @@
 ///
 /// Each countdown is kept as the engine's own record, made when it is appended: recovery
 /// appends on the threads that read storage, so the thread that fills the engine only places
-/// records, which was a tenth of its work when it converted each `PersistedCountdown` itself.
+/// records, which was a tenth of its work when it converted each `Countdown` itself.
 /// Hashes and records are kept side by side, not as one array of entries: the engine first reads
 /// every hash's bucket in its name index in one tight loop, so that those cache misses overlap.
 public struct RestoreBatch: Sendable {
@@ -37,7 +37,7 @@ public struct RestoreBatch: Sendable {
 
     /// Adds `countdown` (or, with `nil`, the removal of `name`), whose name hashes to `hash`;
     /// a countdown's `name` is its own.
-    public mutating func append(name: String, hash: UInt32, countdown: PersistedCountdown?) {
+    public mutating func append(name: String, hash: UInt32, countdown: Countdown?) {
         assert(countdown == nil || countdown?.name == name, "a countdown is appended under its own name")
         hashes.append(hash)
         guard let countdown else {
@@ -68,8 +68,8 @@ public struct RestoreBatch: Sendable {
 
     /// Its countdowns, in order, removals (and countdowns of no duration) left out, each as the
     /// engine would hold it: only the fields its state has, and a missing instant as `now`.
-    public var countdowns: [PersistedCountdown] {
-        var countdowns: [PersistedCountdown] = []
+    public var countdowns: [Countdown] {
+        var countdowns: [Countdown] = []
         var nextCycle = cycles.startIndex
         for index in records.indices where records[index].totalMilliseconds > 0 {
             countdowns.append(records[index].persisted(cycle: cycle(at: index, cursor: &nextCycle)))
@@ -93,8 +93,8 @@ public struct RestoreBatch: Sendable {
     /// with `replacing` it still removes what was restored before under that name. Recovery
     /// restores late countdowns after all others, in deadline order, so their `done`s come out
     /// in the order they were due.
-    public mutating func takeLateCountdowns() -> [(countdown: PersistedCountdown, hash: UInt32)] {
-        var late: [(countdown: PersistedCountdown, hash: UInt32)] = []
+    public mutating func takeLateCountdowns() -> [(countdown: Countdown, hash: UInt32)] {
+        var late: [(countdown: Countdown, hash: UInt32)] = []
         late.reserveCapacity(lateIndices.count)
         var nextCycle = cycles.startIndex
         for index in lateIndices {

@@ -25,7 +25,7 @@ extension Daemon {
         // so their late `done`s come out in the order they were due. The rest go straight into
         // the engine as they are read, in no order (the scheduler orders them): sorting a
         // million took a fifth of the start-up, and gathering them first, a third.
-        var late: [(countdown: PersistedCountdown, hash: UInt32, fromSnapshot: Bool)] = []
+        var late: [(countdown: Countdown, hash: UInt32, fromSnapshot: Bool)] = []
         // A batch of the snapshot's rows, or (`replacing`) of the journal's later states, each
         // of which replaces whatever the snapshot restored under its name.
         func restore(_ batch: inout RestoreBatch, replacing: Bool) {

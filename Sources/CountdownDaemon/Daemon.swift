@@ -601,7 +601,7 @@ struct BatchRecord {
     /// Numbers batches, so output queues know which marks are current.
     private(set) var number = 0
     /// Each change's countdown as it was before (`nil`: did not exist), in order.
-    var undo: [(String, PersistedCountdown?)] = []
+    var undo: [(String, Countdown?)] = []
     /// Every request line handled, by connection, in order.
     var items: [(Connection, Item)] = []
     /// Events time caused (ticks, deadlines): they stand whatever happens to the requests.

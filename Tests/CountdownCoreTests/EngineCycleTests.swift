@@ -323,9 +323,8 @@ struct EngineCycleTests {
         // A cycle for ever, stored in its last countable round, restored 10 days later.
         var engine = CountdownEngine()
         var events: [CountdownEvent] = []
-        let stored = PersistedCountdown(
-            name: "ever", state: .running, totalMilliseconds: 100, deadline: .milliseconds(100), remainingNanoseconds: 0,
-            finishedAt: nil, owner: 1000,
+        let stored = Countdown(
+            name: "ever", owner: 1000, totalMilliseconds: 100, status: .running(deadline: .milliseconds(100), pinnedUnixMilliseconds: nil),
             cycle: CountdownCycle(phases: [.init(milliseconds: 100), .init(milliseconds: 100)], rounds: 0, round: .max - 1)
         )
         engine.restore(stored, now: .seconds(864_000), events: &events)
@@ -336,9 +335,9 @@ struct EngineCycleTests {
         var short = CountdownEngine()
         events = []
         short.restore(
-            PersistedCountdown(
-                name: "c", state: .running, totalMilliseconds: 1000, deadline: .seconds(1), remainingNanoseconds: 0, finishedAt: nil,
-                owner: 1000, cycle: Self.cycle([1, 5])
+            Countdown(
+                name: "c", owner: 1000, totalMilliseconds: 1000, status: .running(deadline: .seconds(1), pinnedUnixMilliseconds: nil),
+                cycle: Self.cycle([1, 5])
             ),
             now: .milliseconds(1300), events: &events
         )

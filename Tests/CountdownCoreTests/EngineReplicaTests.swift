@@ -3,11 +3,8 @@ import Testing
 
 @Suite("The engine as a replica of a shared store (cluster mode)")
 struct EngineReplicaTests {
-    func running(_ name: String, total: Int64, deadline: Int64) -> PersistedCountdown {
-        PersistedCountdown(
-            name: name, state: .running, totalMilliseconds: total, deadline: .milliseconds(deadline), remainingNanoseconds: 0,
-            finishedAt: nil, owner: 0
-        )
+    func running(_ name: String, total: Int64, deadline: Int64) -> Countdown {
+        Countdown(name: name, owner: 0, totalMilliseconds: total, status: .running(deadline: .milliseconds(deadline), pinnedUnixMilliseconds: nil))
     }
 
     @Test("a START … REPLACE from the store announces the replaced countdown's cancelled, then the started, numbered in order; a copy that did not hold it numbers the started alike")
@@ -82,11 +79,8 @@ struct EngineReplicaTests {
     func lateDone() throws {
         var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
         var events: [CountdownEvent] = []
-        func done(_ name: String, deadline: Int64, late: Int64?) -> PersistedCountdown {
-            PersistedCountdown(
-                name: name, state: .done, totalMilliseconds: 1000, deadline: nil, remainingNanoseconds: 0,
-                finishedAt: .milliseconds(deadline), owner: 0, lateMilliseconds: late
-            )
+        func done(_ name: String, deadline: Int64, late: Int64?) -> Countdown {
+            Countdown(name: name, owner: 0, totalMilliseconds: 1000, status: .done(finishedAt: .milliseconds(deadline), lateMilliseconds: late))
         }
         for (index, name) in ["prompt", "held", "proposed-late"].enumerated() {
             _ = replica.applyReplicated(name, state: running(name, total: 1000, deadline: 2000), event: .started, eventRemainingMilliseconds: 1000, sequence: UInt64(1000 * (index + 1)), now: .milliseconds(1000), events: &events)
@@ -104,7 +98,7 @@ struct EngineReplicaTests {
     func pendingCreationsCount() throws {
         var replica = CountdownEngine(configuration: EngineConfiguration(maximumCountdowns: 10, maximumCountdownsPerOwner: 3, decidesLocally: false))
         var events: [CountdownEvent] = []
-        _ = replica.applyReplicated("1000/a", state: PersistedCountdown(name: "a", state: .running, totalMilliseconds: 1000, deadline: .milliseconds(2000), remainingNanoseconds: 0, finishedAt: nil, owner: 1000), event: .started, eventRemainingMilliseconds: 1000, sequence: 1000, now: .milliseconds(1000), events: &events)
+        _ = replica.applyReplicated("1000/a", state: Countdown(name: "a", owner: 1000, totalMilliseconds: 1000, status: .running(deadline: .milliseconds(2000), pinnedUnixMilliseconds: nil)), event: .started, eventRemainingMilliseconds: 1000, sequence: 1000, now: .milliseconds(1000), events: &events)
         var pending = PendingCreations()
         try replica.checkRoom(forNewCountdownOf: 1000, pending: pending)
         pending.add(1000)

@@ -53,7 +53,7 @@ struct EngineUndoTests {
     func revertInReverse() throws {
         var clock = ManualClock()
         try clock.start("tea", 60_000)
-        var undo: [(String, PersistedCountdown?)] = []
+        var undo: [(String, Countdown?)] = []
         undo.append(("tea", clock.engine.persistentState(of: "tea")))
         try clock.perform { engine, now, events throws(ProtocolError) in try engine.pause("tea", requester: 1000, now: now, events: &events) }
         undo.append(("tea", clock.engine.persistentState(of: "tea")))
@@ -135,10 +135,10 @@ struct EngineSlotReuseTests {
     func replacedAtRestore() {
         var clock = ManualClock(configuration: EngineConfiguration(retentionMilliseconds: 600_000))
         let start = clock.now
-        func running(_ name: String, _ milliseconds: Int64) -> PersistedCountdown {
-            PersistedCountdown(
-                name: name, state: .running, totalMilliseconds: milliseconds, deadline: start.advanced(byMilliseconds: milliseconds),
-                remainingNanoseconds: 0, finishedAt: nil, owner: 0
+        func running(_ name: String, _ milliseconds: Int64) -> Countdown {
+            Countdown(
+                name: name, owner: 0, totalMilliseconds: milliseconds,
+                status: .running(deadline: start.advanced(byMilliseconds: milliseconds), pinnedUnixMilliseconds: nil)
             )
         }
         var events: [CountdownEvent] = []
@@ -148,9 +148,8 @@ struct EngineSlotReuseTests {
         }
         clock.engine.restore(snapshot, replacing: false, events: &events)
         var journal = RestoreBatch(capacity: 1, now: start)
-        let cancelled = PersistedCountdown(
-            name: "x", state: .cancelled, totalMilliseconds: 300_000, deadline: nil, remainingNanoseconds: 240_000_000_000,
-            finishedAt: start, owner: 0
+        let cancelled = Countdown(
+            name: "x", owner: 0, totalMilliseconds: 300_000, status: .cancelled(remainingNanoseconds: 240_000_000_000, finishedAt: start)
         )
         journal.append(name: "x", hash: NameIndex.hash("x"), countdown: cancelled)
         clock.engine.restore(journal, replacing: true, events: &events)
@@ -465,7 +464,7 @@ struct OwnerSequenceTests {
     func replicaNumbers() throws {
         var replica = CountdownEngine(configuration: EngineConfiguration(decidesLocally: false))
         var events: [CountdownEvent] = []
-        let state = PersistedCountdown(name: "1000/a", state: .running, totalMilliseconds: 60_000, deadline: .milliseconds(60_000), remainingNanoseconds: 0, finishedAt: nil, owner: 1000)
+        let state = Countdown(name: "1000/a", owner: 1000, totalMilliseconds: 60_000, status: .running(deadline: .milliseconds(60_000), pinnedUnixMilliseconds: nil))
         replica.applyReplicated("1000/a", state: state, event: .started, eventRemainingMilliseconds: 60_000, sequence: 4_217_000, now: .zero, events: &events)
         #expect(events.map(\.ownerSequence) == [4_217_000])
         #expect(replica.lastSequence(seenBy: 1000) == 4_217_000)

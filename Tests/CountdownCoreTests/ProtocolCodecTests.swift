@@ -163,8 +163,8 @@ struct ProtocolCodecTests {
     func roundTrip() {
         let clock = WallClockMapping(monotonic: .seconds(100), unixMilliseconds: 1_700_000_000_000)
         let snapshot = CountdownSnapshot(
-            name: "tea", state: .running, remainingMilliseconds: 2500, totalMilliseconds: 3000,
-            deadline: .milliseconds(102_500), owner: 1000
+            Countdown(name: "tea", owner: 1000, totalMilliseconds: 3000, status: .running(deadline: .milliseconds(102_500), pinnedUnixMilliseconds: nil)),
+            at: .seconds(100)
         )
         var out: [UInt8] = []
         WireEncoder.appendCountdown(snapshot, clock: clock, to: &out)
@@ -177,7 +177,7 @@ struct ProtocolCodecTests {
         WireEncoder.appendGreeting(daemonVersion: "9.9", to: &out)
         var pomodoro = snapshot
         pomodoro.name = "pomodoro"
-        pomodoro.pausesOnSuspend = true
+        pomodoro.countdown.pausesOnSuspend = true
         WireEncoder.appendOK(pomodoro, clock: clock, to: &out)
         WireEncoder.appendSnapshotEvent(sequence: 8, pomodoro, clock: clock, to: &out)
         var slept = CountdownEvent(sequence: 9, kind: .paused, name: "pomodoro", remainingMilliseconds: 2500, totalMilliseconds: 3000)
@@ -276,7 +276,7 @@ struct ProtocolCodecTests {
         // Every line that carries a `seq` writes it unsigned, as clients parse it.
         var out: [UInt8] = []
         WireEncoder.appendResync(sequence: .max, to: &out)
-        let snapshot = CountdownSnapshot(name: "a", state: .paused, remainingMilliseconds: 1, totalMilliseconds: 2, deadline: nil, owner: 0)
+        let snapshot = CountdownSnapshot(Countdown(name: "a", owner: 0, totalMilliseconds: 2, status: .paused(remainingNanoseconds: 1_000_000)), at: .zero)
         WireEncoder.appendSnapshotEvent(sequence: .max, snapshot, clock: WallClockMapping(monotonic: .zero, unixMilliseconds: 0), to: &out)
         #expect(String(decoding: out, as: UTF8.self) == "RESYNC 18446744073709551615\nEVENT 18446744073709551615 snapshot a 1 2 paused - 0\n")
     }
@@ -286,8 +286,11 @@ struct ProtocolCodecTests {
         let clock = WallClockMapping(monotonic: .seconds(100), unixMilliseconds: 1_700_000_000_000)
         var cycle = CountdownCycle(phases: [.init(milliseconds: 3000, label: "work"), .init(milliseconds: 1000)], rounds: 4)
         let snapshot = CountdownSnapshot(
-            name: "p", state: .running, remainingMilliseconds: 2500, totalMilliseconds: 3000, deadline: .milliseconds(102_500), owner: 1000,
-            cycle: cycle
+            Countdown(
+                name: "p", owner: 1000, totalMilliseconds: 3000, status: .running(deadline: .milliseconds(102_500), pinnedUnixMilliseconds: nil),
+                cycle: cycle
+            ),
+            at: .seconds(100)
         )
         var out: [UInt8] = []
         WireEncoder.appendOK(snapshot, clock: clock, to: &out)
@@ -307,7 +310,9 @@ struct ProtocolCodecTests {
         changed.cycle = nil
         changed.suspendPolicy = .count
         WireEncoder.appendEvent(changed, to: &out)
-        var suspended = CountdownSnapshot(name: "q", state: .paused, remainingMilliseconds: 1, totalMilliseconds: 2, deadline: nil, owner: 0, pausesOnSuspend: true)
+        var suspended = CountdownSnapshot(
+            Countdown(name: "q", owner: 0, totalMilliseconds: 2, status: .paused(remainingNanoseconds: 1_000_000), pausesOnSuspend: true), at: .zero
+        )
         suspended.cycle = CountdownCycle(phases: [.init(milliseconds: 2)])
         WireEncoder.appendCountdown(suspended, clock: clock, to: &out)
         let text = String(decoding: out, as: UTF8.self)

@@ -6,22 +6,20 @@ struct RestoreBatchTests {
     static let now = Instant.seconds(100)
     static let twoPhases = CountdownCycle(phases: [.init(milliseconds: 250_000, label: "work"), .init(milliseconds: 60_000, label: "rest")])
 
-    static func running(_ name: String, deadlineSeconds: Int64, cycle: CountdownCycle? = nil, owner: UInt32 = 0) -> PersistedCountdown {
-        PersistedCountdown(
-            name: name, state: .running, totalMilliseconds: 250_000, deadline: .seconds(deadlineSeconds), remainingNanoseconds: 0,
-            finishedAt: nil, owner: owner, pausesOnSuspend: name.hasPrefix("s"), cycle: cycle
+    static func running(_ name: String, deadlineSeconds: Int64, cycle: CountdownCycle? = nil, owner: UInt32 = 0) -> Countdown {
+        Countdown(
+            name: name, owner: owner, totalMilliseconds: 250_000, status: .running(deadline: .seconds(deadlineSeconds), pinnedUnixMilliseconds: nil),
+            pausesOnSuspend: name.hasPrefix("s"), cycle: cycle
         )
     }
 
-    static let paused = PersistedCountdown(
-        name: "p", state: .paused, totalMilliseconds: 60_000, deadline: nil, remainingNanoseconds: 5_000_000_000, finishedAt: nil, owner: 1000
-    )
+    static let paused = Countdown(name: "p", owner: 1000, totalMilliseconds: 60_000, status: .paused(remainingNanoseconds: 5_000_000_000))
 
     /// Running "a" and "sleepy" ahead, "late1" past, the cycle "cyc" ahead and "latecyc" past,
     /// "p" paused, the removal of "gone", and "late2" due exactly at `now`.
     static func mixedBatch() -> RestoreBatch {
         var batch = RestoreBatch(capacity: 8, now: now)
-        let entries: [(String, PersistedCountdown?)] = [
+        let entries: [(String, Countdown?)] = [
             ("a", running("a", deadlineSeconds: 200)),
             ("late1", running("late1", deadlineSeconds: 50)),
             ("cyc", running("cyc", deadlineSeconds: 300, cycle: twoPhases)),

@@ -65,18 +65,27 @@ struct ClusterValue: Codable, Equatable {
 
     /// A value for `state`, announcing `event` (after a `cancelled` with `replacedRemaining` left).
     init(
-        _ state: PersistedCountdown, event: EventKind, eventRemainingMilliseconds: Int64, replacedRemaining: Int64? = nil,
+        _ countdown: Countdown, event: EventKind, eventRemainingMilliseconds: Int64, replacedRemaining: Int64? = nil,
         operation: String, clock: WallClockMapping
     ) {
         replacedRemainingMilliseconds = replacedRemaining
-        self.state = state.state
-        totalMilliseconds = state.totalMilliseconds
-        deadlineUnixMilliseconds = state.state == .running ? state.deadline.map { clock.unixMilliseconds(of: $0) } : nil
-        remainingMilliseconds = state.state == .paused || state.state == .cancelled ? state.remainingNanoseconds / 1_000_000 : nil
-        finishedUnixMilliseconds = state.state.isActive ? nil : state.finishedAt.map { clock.unixMilliseconds(of: $0) }
-        owner = state.owner
-        pinned = state.pinnedUnixMilliseconds != nil ? true : nil
-        lateMilliseconds = state.state == .done ? state.lateMilliseconds : nil
+        state = countdown.state
+        totalMilliseconds = countdown.totalMilliseconds
+        owner = countdown.owner
+        (deadlineUnixMilliseconds, remainingMilliseconds, finishedUnixMilliseconds, pinned, lateMilliseconds) = (nil, nil, nil, nil, nil)
+        switch countdown.status {
+        case .running(let deadline, let pinnedTo):
+            deadlineUnixMilliseconds = clock.unixMilliseconds(of: deadline)
+            pinned = pinnedTo != nil ? true : nil
+        case .paused(let remaining):
+            remainingMilliseconds = remaining / 1_000_000
+        case .done(let finishedAt, let late):
+            finishedUnixMilliseconds = clock.unixMilliseconds(of: finishedAt)
+            lateMilliseconds = late
+        case .cancelled(let remaining, let finishedAt):
+            remainingMilliseconds = remaining / 1_000_000
+            finishedUnixMilliseconds = clock.unixMilliseconds(of: finishedAt)
+        }
         self.event = event
         self.eventRemainingMilliseconds = eventRemainingMilliseconds
         self.operation = operation
@@ -95,15 +104,20 @@ struct ClusterValue: Codable, Equatable {
     }
 
     /// The countdown `key` in this state, on this host's clock.
-    func persisted(key: String, clock: WallClockMapping) -> PersistedCountdown {
-        let deadline = deadlineUnixMilliseconds.map { clock.instant(ofUnixMilliseconds: $0) }
-        return PersistedCountdown(
-            name: key, state: state, totalMilliseconds: totalMilliseconds, deadline: deadline,
-            remainingNanoseconds: (remainingMilliseconds ?? 0) * 1_000_000,
-            finishedAt: finishedUnixMilliseconds.map { clock.instant(ofUnixMilliseconds: $0) }, owner: owner,
-            lateMilliseconds: state == .done ? lateMilliseconds : nil,
-            pinnedUnixMilliseconds: pinned == true ? deadlineUnixMilliseconds : nil
-        )
+    func persisted(key: String, clock: WallClockMapping) -> Countdown {
+        // Each state's fields are there as `init` writes them; one missing is taken as now, or 0.
+        let finishedAt = clock.instant(ofUnixMilliseconds: finishedUnixMilliseconds ?? clock.unixMilliseconds)
+        let remaining = (remainingMilliseconds ?? 0) * 1_000_000
+        let status: Countdown.Status
+        switch state {
+        case .running:
+            let deadline = deadlineUnixMilliseconds ?? clock.unixMilliseconds
+            status = .running(deadline: clock.instant(ofUnixMilliseconds: deadline), pinnedUnixMilliseconds: pinned == true ? deadline : nil)
+        case .paused: status = .paused(remainingNanoseconds: remaining)
+        case .done: status = .done(finishedAt: finishedAt, lateMilliseconds: lateMilliseconds)
+        case .cancelled: status = .cancelled(remainingNanoseconds: remaining, finishedAt: finishedAt)
+        }
+        return Countdown(name: key, owner: owner, totalMilliseconds: totalMilliseconds, status: status)
     }
 
     /// The JSON stored in etcd, written by hand (`FlatJSONWriter`) with `CodingKeys`' names.

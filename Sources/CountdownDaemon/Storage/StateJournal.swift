@@ -57,7 +57,7 @@ final class StateJournal: @unchecked Sendable {
     /// What recovery found.
     struct Recovered {
         /// Every countdown, on this run's clock; whether a deadline passed is the engine's call.
-        var countdowns: [PersistedCountdown] = []
+        var countdowns: [Countdown] = []
         var lastSequence: UInt64 = 0
         /// Each user's last own number.
         var ownerSequences = OwnerSequences()
@@ -179,8 +179,8 @@ final class StateJournal: @unchecked Sendable {
     /// as the engine would hold it (`RestoreBatch.countdowns`).
     /// - Throws: `StorageError`: locked by another daemon, unreadable or damaged files.
     func recover(clock: WallClockMapping, bootID: String?, replayDepth: Int) throws(StorageError) -> Recovered {
-        var countdowns: [PersistedCountdown] = []
-        var changed: [PersistedCountdown] = []
+        var countdowns: [Countdown] = []
+        var changed: [Countdown] = []
         var recovered = try recover(
             clock: clock, asOf: time.now(), bootID: bootID, replayDepth: replayDepth,
             prepare: { countdowns.reserveCapacity($0) },
@@ -500,7 +500,7 @@ final class StateJournal: @unchecked Sendable {
     }
 
     /// Notes a lifecycle event and the countdown's state after it (`nil`: it no longer exists).
-    func note(_ event: CountdownEvent, state: PersistedCountdown?, clock: WallClockMapping) {
+    func note(_ event: CountdownEvent, state: Countdown?, clock: WallClockMapping) {
         if let state {
             JournalFormat.appendEvent(event, state: StoredCountdown(state, clock: clock), to: &pending)
         } else {

@@ -3,7 +3,7 @@ import CountdownCore
 extension StoredCountdown {
     /// A countdown's durable state as kept on disk: deadlines on both clocks, the plain name
     /// beside its owner (the daemon's key is rebuilt from the two).
-    init(_ countdown: PersistedCountdown, clock: WallClockMapping) {
+    init(_ countdown: Countdown, clock: WallClockMapping) {
         self.init(
             name: CountdownAddress.display(countdown.name, owner: countdown.owner, to: countdown.owner),
             state: countdown.state,
@@ -28,9 +28,13 @@ extension StoredCountdown {
     /// reboot the wall-clock deadline is all there is. Whether a deadline has passed is the
     /// engine's business (`CountdownEngine.restore`), not storage's. `key` is this countdown's
     /// `key`, made once by the caller (which hashes it too).
-    func persisted(clock: WallClockMapping, sameBoot: Bool, key: String) -> PersistedCountdown {
-        var deadline: Instant?
-        if state == .running {
+    func persisted(clock: WallClockMapping, sameBoot: Bool, key: String) -> Countdown {
+        // A finished row always has its finishing time; without one it finished now.
+        let finishedAt = clock.instant(ofUnixMilliseconds: finishedUnixMilliseconds ?? clock.unixMilliseconds)
+        let status: Countdown.Status
+        switch state {
+        case .running:
+            let deadline: Instant
             if let pinned = pinnedUnixMilliseconds {
                 // A countdown to a time of day: wherever that time now is.
                 deadline = clock.instant(ofUnixMilliseconds: pinned)
@@ -40,19 +44,13 @@ extension StoredCountdown {
                 // A running row always has a wall-clock deadline; without one it is due now.
                 deadline = clock.instant(ofUnixMilliseconds: deadlineUnixMilliseconds ?? clock.unixMilliseconds)
             }
+            status = .running(deadline: deadline, pinnedUnixMilliseconds: pinnedUnixMilliseconds)
+        case .paused: status = .paused(remainingNanoseconds: remainingNanoseconds)
+        case .done: status = .done(finishedAt: finishedAt, lateMilliseconds: lateMilliseconds)
+        case .cancelled: status = .cancelled(remainingNanoseconds: remainingNanoseconds, finishedAt: finishedAt)
         }
-        return PersistedCountdown(
-            name: key,
-            state: state,
-            totalMilliseconds: totalMilliseconds,
-            deadline: deadline,
-            remainingNanoseconds: remainingNanoseconds,
-            finishedAt: finishedUnixMilliseconds.map(clock.instant(ofUnixMilliseconds:)),
-            owner: owner,
-            lateMilliseconds: lateMilliseconds,
-            pinnedUnixMilliseconds: state == .running ? pinnedUnixMilliseconds : nil,
-            pausesOnSuspend: pausesOnSuspend,
-            cycle: cycle
+        return Countdown(
+            name: key, owner: owner, totalMilliseconds: totalMilliseconds, status: status, pausesOnSuspend: pausesOnSuspend, cycle: cycle
         )
     }
 }

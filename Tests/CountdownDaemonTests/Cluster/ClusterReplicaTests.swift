@@ -49,9 +49,9 @@ struct ClusterReplicaTests {
     }
 
     func value(_ replica: ClusterReplica, operation: String? = nil) -> ClusterValue {
-        let state = PersistedCountdown(
-            name: "otp:1", state: .running, totalMilliseconds: 60_000, deadline: SystemClock.now().advanced(byMilliseconds: 60_000),
-            remainingNanoseconds: 0, finishedAt: nil, owner: 0
+        let state = Countdown(
+            name: "otp:1", owner: 0, totalMilliseconds: 60_000,
+            status: .running(deadline: SystemClock.now().advanced(byMilliseconds: 60_000), pinnedUnixMilliseconds: nil)
         )
         return ClusterValue(state, event: .started, eventRemainingMilliseconds: 60_000, operation: operation ?? replica.nextOperation(), clock: DaemonClock.system.mapping())
     }

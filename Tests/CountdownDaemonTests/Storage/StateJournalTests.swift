@@ -15,11 +15,11 @@ struct StateJournalTests {
     }
 
     /// A running countdown and its `started` event.
-    func started(_ name: String, sequence: UInt64) -> (CountdownEvent, PersistedCountdown) {
+    func started(_ name: String, sequence: UInt64) -> (CountdownEvent, Countdown) {
         let deadline = SystemClock.now().advanced(byMilliseconds: 3_600_000)
         return (
             CountdownEvent(sequence: sequence, kind: .started, name: name, remainingMilliseconds: 3_600_000, totalMilliseconds: 3_600_000),
-            PersistedCountdown(name: name, state: .running, totalMilliseconds: 3_600_000, deadline: deadline, remainingNanoseconds: 0, finishedAt: nil, owner: 0)
+            Countdown(name: name, owner: 0, totalMilliseconds: 3_600_000, status: .running(deadline: deadline, pinnedUnixMilliseconds: nil))
         )
     }
 

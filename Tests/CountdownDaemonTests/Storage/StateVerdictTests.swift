@@ -42,7 +42,7 @@ struct StateVerdictTests {
                 let name = "run\(run)-\(index)"
                 let deadline = SystemClock.now().advanced(byMilliseconds: 3_600_000)
                 let event = CountdownEvent(sequence: sequence, kind: .started, name: name, remainingMilliseconds: 3_600_000, totalMilliseconds: 3_600_000)
-                let state = PersistedCountdown(name: name, state: .running, totalMilliseconds: 3_600_000, deadline: deadline, remainingNanoseconds: 0, finishedAt: nil, owner: 0)
+                let state = Countdown(name: name, owner: 0, totalMilliseconds: 3_600_000, status: .running(deadline: deadline, pinnedUnixMilliseconds: nil))
                 let outcome = queue.sync {
                     journal.beginBatch()
                     journal.note(event, state: state, clock: DaemonClock.system.mapping())
