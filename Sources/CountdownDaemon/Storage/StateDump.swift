@@ -24,46 +24,6 @@ public enum StateDump {
         var damaged: [String]
     }
 
-    struct Countdown: Encodable {
-        var type = "countdown"
-        var owner: UInt32
-        var name: String
-        var state: String
-        var totalMs: Int64
-        var deadlineUnixMs: Int64?
-        var deadlineBootNs: Int64?
-        var remainingNs: Int64?
-        var finishedUnixMs: Int64?
-        var lateMs: Int64?
-        var pinnedUnixMs: Int64?
-        var onSuspend: String?
-        /// A cycle's phases as `CYCLE` reads them (`25m:work,5m:break`), and where it is.
-        var cycle: String?
-        var phase: Int?
-        var rounds: Int?
-        var round: Int?
-
-        init(_ row: StoredCountdown) {
-            owner = row.owner
-            name = row.name
-            state = row.state.rawValue
-            totalMs = row.totalMilliseconds
-            deadlineUnixMs = row.deadlineUnixMilliseconds
-            deadlineBootNs = row.deadlineBootNanoseconds
-            remainingNs = row.state == .paused ? row.remainingNanoseconds : nil
-            finishedUnixMs = row.finishedUnixMilliseconds
-            lateMs = row.lateMilliseconds
-            pinnedUnixMs = row.pinnedUnixMilliseconds
-            onSuspend = row.pausesOnSuspend ? SuspendPolicy.pause.rawValue : nil
-            if let cycle = row.cycle {
-                self.cycle = cycle.phaseList
-                phase = Int(cycle.phaseIndex) + 1
-                rounds = Int(cycle.rounds)
-                round = Int(cycle.round) + 1
-            }
-        }
-    }
-
     /// Prints the lines; exit status 0, or 1 when the directory is damaged (what is intact is
     /// still printed, and the damage named on the first line) or cannot be read.
     public static func dump(_ directory: String, print: (String) -> Void, printError: (String) -> Void) -> Int32 {
@@ -83,11 +43,42 @@ public enum StateDump {
         }
         let countdowns = inspection.intactCountdowns.sorted { ($0.owner, $0.name) < ($1.owner, $1.name) }
         line(Header(directory: directory, countdowns: countdowns.count, lastSeq: inspection.lastSequence, damaged: inspection.problems))
-        for row in countdowns { line(Countdown(row)) }
+        for row in countdowns { line(row) }
         if !inspection.problems.isEmpty {
             printError("countdownd: \(directory) is damaged, so only what is intact was printed: \(inspection.problems.joined(separator: "; ")); see countdownd --check-state \(directory)")
             return 1
         }
         return 0
+    }
+}
+
+extension StoredCountdown: Encodable {
+    private enum DumpKey: String, CodingKey {
+        case type, owner, name, state, totalMs, deadlineUnixMs, deadlineBootNs, remainingNs, finishedUnixMs, lateMs, pinnedUnixMs
+        case onSuspend, cycle, phase, rounds, round
+    }
+
+    /// The row as `--dump-state` prints it (`StateDump`): its fields as stored, a paused one's
+    /// time left, and a cycle's phases as `CYCLE` reads them (`25m:work,5m:break`) with where it is.
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: DumpKey.self)
+        try container.encode("countdown", forKey: .type)
+        try container.encode(owner, forKey: .owner)
+        try container.encode(name, forKey: .name)
+        try container.encode(state.rawValue, forKey: .state)
+        try container.encode(totalMilliseconds, forKey: .totalMs)
+        try container.encodeIfPresent(deadlineUnixMilliseconds, forKey: .deadlineUnixMs)
+        try container.encodeIfPresent(deadlineBootNanoseconds, forKey: .deadlineBootNs)
+        try container.encodeIfPresent(state == .paused ? remainingNanoseconds : nil, forKey: .remainingNs)
+        try container.encodeIfPresent(finishedUnixMilliseconds, forKey: .finishedUnixMs)
+        try container.encodeIfPresent(lateMilliseconds, forKey: .lateMs)
+        try container.encodeIfPresent(pinnedUnixMilliseconds, forKey: .pinnedUnixMs)
+        try container.encodeIfPresent(pausesOnSuspend ? SuspendPolicy.pause.rawValue : nil, forKey: .onSuspend)
+        if let cycle {
+            try container.encode(cycle.phaseList, forKey: .cycle)
+            try container.encode(Int(cycle.phaseIndex) + 1, forKey: .phase)
+            try container.encode(Int(cycle.rounds), forKey: .rounds)
+            try container.encode(Int(cycle.round) + 1, forKey: .round)
+        }
     }
 }
