@@ -306,8 +306,12 @@ struct ClusterReplicaTests {
             // A proposal that loses its race is no longer on its way.
             replica.proposeDue("otp:1", to: done, comparedOn: 12)
             replica.sendPending()
+            let unread = try #require(store.transactions.first)
+            #expect(unread.compares.count == 1 && unread.failure.isEmpty, "a due change's first transaction reads nothing back")
+            store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 14, ranges: [])))
+            #expect(replica.isProposingDue("otp:1"), "refused unread: still on its way, sent again at once to learn why")
             let lost = try #require(store.transactions.first)
-            #expect(lost.compares.count == 1)
+            #expect(lost.compares.count == 1 && lost.failure.count == 1, "sent again, reading its key back")
             store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 14, ranges: [[self.stored(value(replica, operation: "other-host-1-9"), revision: 13)]])))
             #expect(!replica.isProposingDue("otp:1"))
         }
