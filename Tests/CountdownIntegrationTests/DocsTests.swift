@@ -91,6 +91,29 @@ extension Integration {
             }
         }
 
+        @Test("ARCHITECTURE.md stays one page (at most 600 words), and every type, member and module it names in backticks is declared in the code: a renamed or removed one fails here, not in a newcomer's search")
+        func architectureMapIsTrue() throws {
+            let map = try String(contentsOfFile: "\(packageRoot)/docs/ARCHITECTURE.md", encoding: .utf8)
+            let words = map.split(whereSeparator: \.isWhitespace).count
+            #expect(words <= 600, "\(words) words")
+            var code = try String(contentsOfFile: "\(packageRoot)/Package.swift", encoding: .utf8)
+            let sources = try #require(FileManager.default.enumerator(atPath: "\(packageRoot)/Sources"))
+            for case let path as String in sources where path.hasSuffix(".swift") {
+                code += try String(contentsOfFile: "\(packageRoot)/Sources/\(path)", encoding: .utf8)
+            }
+            // The system's names, and the protocol's words, are not the code's to declare.
+            let foreign: Set<String> = ["CLOCK_BOOTTIME", "DispatchQueue", "OK"]
+            let named = map.matches(of: #/`([A-Za-z][A-Za-z0-9_.]*)(\([^`]*\))?`/#).map { String($0.1) }
+            try #require(named.count >= 40, "the map names the code")
+            // Every name the code declares, and the targets Package.swift names, read once.
+            var declared = Set(code.matches(of: #/(?:struct|class|enum|protocol|typealias|actor|func|var|let|case)\s+(\w+)/#).map { String($0.1) })
+            declared.formUnion(code.matches(of: #/name:\s*"(\w+)"/#).map { String($0.1) })
+            for name in Set(named).subtracting(foreign) {
+                let declared = declared.contains(String(name.split(separator: ".").last ?? ""))
+                #expect(declared, "ARCHITECTURE.md names `\(name)`, which the code does not declare")
+            }
+        }
+
         @Test("PROTOCOL.md's example session is what the daemon answers, line by line, but for time values")
         func protocolSession() throws {
             let protocolText = try String(contentsOfFile: "\(packageRoot)/docs/PROTOCOL.md", encoding: .utf8)
