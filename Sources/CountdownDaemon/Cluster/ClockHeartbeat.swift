@@ -47,6 +47,8 @@ final class ClockHeartbeat {
     private var lastAnswered: Instant?
     /// Each other host's samples and estimate, in ms. Positive: its clock is behind this one's.
     private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
+    /// When each other host's last sample arrived, on the monotonic clock.
+    private var lastSampled: [String: Instant] = [:]
 
     /// Where the wall clock is read.
     private let time: DaemonClock
@@ -171,6 +173,7 @@ final class ClockHeartbeat {
             entry.warnedAt = arrivedAt
         }
         skews[host] = entry
+        lastSampled[host] = max(lastSampled[host] ?? arrivedAt, arrivedAt)
     }
 
     /// A heartbeat's value in etcd: `{"written_unix_ms": …}`.
@@ -190,17 +193,24 @@ final class ClockHeartbeat {
         skews.values.filter { $0.samples.count >= Self.samplesTrusted }.map(\.estimate).max { abs($0) < abs($1) } ?? 0
     }
 
-    /// How far `host`'s clock is behind this one's, in ms, from its heartbeats: 0 when it is not.
+    /// How far `host`'s clock is behind this one's at `now`, in ms, from its heartbeats: 0 when
+    /// it is not.
     ///
-    /// For a host not measured yet (it died before four of its heartbeats came live, or before
-    /// this host started), the most this host's clock is ahead of any host it has measured: a
-    /// clock ahead of the fleet is ahead of the unmeasured host too, as far as this host can
-    /// tell, and reading that host's deadlines as if the clocks agreed finished its countdowns
-    /// early by the lead. An allowance too large only delays a take-over; 0 when no host is
-    /// measured (nothing to go by).
-    func offsetBehind(of host: String) -> Int64 {
+    /// For a host not measured (it died before four of its heartbeats came live, or before this
+    /// host started), how far this host's clock is ahead of the fleet: the least it is ahead of
+    /// any host measured within the last `samplesKept` heartbeat intervals. Reading such a
+    /// host's deadlines as if the clocks agreed, a taker 5 s ahead of the fleet finished its
+    /// countdowns 3 s early. The least, not the most: one host whose clock is far behind (or a
+    /// heartbeat key written by anyone who may write the prefix) says nothing of the others, and
+    /// would delay every such take-over by up to `largestOffsetAllowedFor`. Recent only: a host
+    /// measured long ago, since gone, says nothing of this host's clock now (NTP may have set
+    /// it). 0 when no host is measured (nothing to go by).
+    func offsetBehind(of host: String, now: Instant) -> Int64 {
         if let entry = skews[host], entry.samples.count >= Self.samplesTrusted { return Self.allowance(for: entry.estimate) }
-        return skews.values.filter { $0.samples.count >= Self.samplesTrusted }.map { Self.allowance(for: $0.estimate) }.max() ?? 0
+        let recent = Int64(Self.samplesKept) * Self.intervalNanoseconds
+        return skews.filter { other, entry in
+            entry.samples.count >= Self.samplesTrusted && lastSampled[other].map { now.nanoseconds(since: $0) <= recent } == true
+        }.map { Self.allowance(for: $0.value.estimate) }.min() ?? 0
     }
 
     /// What an estimate of `estimate` ms behind is allowed for: 0 for a clock ahead of this one's,

@@ -89,7 +89,8 @@ struct ClusterValue: Codable, Equatable {
         self.event = event
         self.eventRemainingMilliseconds = eventRemainingMilliseconds
         self.operation = operation
-        writtenUnixMilliseconds = clock.unixMilliseconds(of: SystemClock.now())
+        // When the mapping was taken: the batch's instant (informational, `writtenUnixMilliseconds`).
+        writtenUnixMilliseconds = clock.unixMilliseconds
     }
 
     /// How many lifecycle events it announces, so how many numbers it takes: two for a replacement.

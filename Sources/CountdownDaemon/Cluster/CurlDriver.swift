@@ -153,7 +153,7 @@ final class CurlDriver {
     /// curl_multi_cleanup. Ignored on purpose: it fails only for a handle that is not a multi
     /// handle, and nothing is left to do with one being thrown away.
     private static func release(_ multi: UnsafeMutableRawPointer) {
-        _ = curl_multi_cleanup(multi)
+        _ = curl_multi_cleanup(multi)  // Ignored on purpose: see above.
     }
 
     /// How many transfers are in flight.

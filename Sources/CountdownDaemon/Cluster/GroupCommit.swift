@@ -8,9 +8,9 @@ import Dispatch
 /// The transaction's failure branch reads back every key it touches, so a failed compare says
 /// exactly which change lost its race: that one is a conflict (judged again by its caller), and
 /// the others are sent again at once, so one conflicting name never fails its neighbours. A
-/// transaction of due changes sent for the first time has no failure branch (`readsBack`): such
-/// a compare seldom fails, and etcd's gateway parses a branch whether it runs or not; if etcd
-/// refuses one, its changes go again at once with their read-backs.
+/// transaction of the writer's own due changes sent for the first time has no failure branch
+/// (`readsBack`): such a compare seldom fails, and etcd's gateway parses a branch whether it
+/// runs or not; if etcd refuses one, its changes go again at once with their read-backs.
 ///
 /// Each change keeps its request's deadline (`ClusterReplica.Attempt.answerBy`); one still
 /// waiting 250 ms before it fails: surely not made if it was never sent, may-or-may-not if it
@@ -42,6 +42,9 @@ final class GroupCommit {
         /// A change that fell due (a `done`, a removal), which no client waits for: sent after
         /// the clients' changes waiting with it.
         let isDueChange: Bool
+        /// Another host may be proposing the same change (a take-over of a gone writer's): its
+        /// compare may well fail, so it always reads back (`GroupCommit.readsBack`).
+        let mayRace: Bool
         /// It went out once and its answer was lost: it may have committed.
         var sentBefore = false
         /// It went out in a transaction without read-backs that etcd refused: it goes out again
@@ -55,9 +58,10 @@ final class GroupCommit {
 
         init(
             key: String, value: ClusterValue?, expectation: ClusterReplica.Expectation, claimed: [String], freed: [String], holder: [UInt8],
-            deadline: Instant, isDueChange: Bool, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+            deadline: Instant, isDueChange: Bool, mayRace: Bool, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
         ) {
             self.isDueChange = isDueChange
+            self.mayRace = mayRace
             self.key = key
             self.value = value
             self.expectation = expectation
@@ -150,12 +154,12 @@ final class GroupCommit {
     /// holding `holder`, the countdown's key without the prefix), and `freed` ones deleted.
     func propose(
         _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [String],
-        freeing freed: [String], holder: [UInt8], deadline: Instant, isDueChange: Bool = false,
+        freeing freed: [String], holder: [UInt8], deadline: Instant, isDueChange: Bool = false, mayRace: Bool = false,
         completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
     ) {
         enqueue([Change(
             key: key, value: value, expectation: expectation, claimed: claimed, freed: freed, holder: holder, deadline: deadline,
-            isDueChange: isDueChange, completion: completion
+            isDueChange: isDueChange, mayRace: mayRace, completion: completion
         )])
     }
 
@@ -307,14 +311,15 @@ final class GroupCommit {
         }
     }
 
-    /// Whether a transaction of `group` reads its keys back when etcd refuses it. Not for due
-    /// changes going out for the first time: their compares fail only where another host's
-    /// take-over won a race, which the grace and the writer's liveness make rare, so the read-
-    /// backs (a part of every request) would be parsed by etcd's gateway for nothing
-    /// nearly every time. A client's change, one whose answer was lost (its own commit is told
-    /// apart by reading it), and one refused unread always read back.
+    /// Whether a transaction of `group` reads its keys back when etcd refuses it. Not for the
+    /// writer's own due changes going out for the first time: their compares fail only where
+    /// another host's take-over won a race, which the grace and the writer's liveness make
+    /// rare, so the read-backs (a third of the operations) would be parsed by etcd's gateway
+    /// for nothing nearly every time. A client's change, a take-over (the others may be taking
+    /// the same countdowns over), one whose answer was lost (its own commit is told apart by
+    /// reading it), and one refused unread always read back.
     private static func readsBack(_ group: [Change]) -> Bool {
-        group.contains { !$0.isDueChange || $0.sentBefore || $0.refusedUnread }
+        group.contains { !$0.isDueChange || $0.mayRace || $0.sentBefore || $0.refusedUnread }
     }
 
     /// Whether etcd's refusal can come after the transaction entered its log: a timeout or a

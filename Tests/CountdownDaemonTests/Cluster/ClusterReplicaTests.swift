@@ -291,6 +291,7 @@ struct ClusterReplicaTests {
             replica.proposeDue("otp:1", to: done, comparedOn: 5)
             replica.sendPending()
             #expect(store.transactions.count == 1 && replica.isProposingDue("otp:1"))
+            #expect(store.transactions.first?.failure.count == 1, "a take-over (no writer known here) reads back: others may race it")
             replica.proposeDue("otp:1", to: done, comparedOn: 5)
             replica.sendPending()
             #expect(store.transactions.count == 1, "unanswered: not sent again")
@@ -314,6 +315,32 @@ struct ClusterReplicaTests {
             #expect(lost.compares.count == 1 && lost.failure.count == 1, "sent again, reading its key back")
             store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 14, ranges: [[self.stored(value(replica, operation: "other-host-1-9"), revision: 13)]])))
             #expect(!replica.isProposingDue("otp:1"))
+        }
+    }
+
+    @Test("the writer's own due changes go out without read-backs; refused unread, all go again at once reading back, and only the one whose compare failed is a lost race: the others are sent again and commit")
+    func ownDueChangesRefusedUnread() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        try queue.sync {
+            // Three countdowns this host wrote, applied from the watch.
+            watch.onEvents(["a", "b", "c"].map { EtcdWatchEvent(kind: .put, keyValue: stored(value(replica), revision: 11, key: $0)) }, 11)
+            for key in ["a", "b", "c"] { replica.proposeDue(key, to: value(replica), comparedOn: 11) }
+            replica.sendPending()
+            let unread = try #require(store.transactions.first)
+            #expect(store.transactions.count == 1 && unread.compares.count == 3 && unread.failure.isEmpty)
+            store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 13, ranges: [])))
+            let reading = try #require(store.transactions.first)
+            #expect(reading.compares.count == 3 && reading.failure.count == 3, "all three again, reading back")
+            // Another host changed "a" meanwhile (revision 12); "b" and "c" are as compared.
+            let theirs = stored(value(replica, operation: "other-host~1-1"), revision: 12, key: "a")
+            let ours = ["b", "c"].map { stored(value(replica), revision: 11, key: $0) }
+            store.answer(.success(EtcdTransactionResult(succeeded: false, revision: 13, ranges: [[theirs], [ours[0]], [ours[1]]])))
+            #expect(!replica.isProposingDue("a"), "a lost its race")
+            let again = try #require(store.transactions.first)
+            #expect(again.compares.count == 2 && replica.isProposingDue("b") && replica.isProposingDue("c"), "b and c sent again")
+            store.answer(.success(EtcdTransactionResult(succeeded: true, revision: 14, ranges: [])))
+            #expect(store.transactions.isEmpty && replica.isProposingDue("b") && replica.isProposingDue("c"), "committed: on their way until the watch brings them")
         }
     }
 
@@ -411,26 +438,43 @@ struct ClusterReplicaTests {
         }
     }
 
-    @Test("taking over from a writer never measured (gone before four of its heartbeats came), a host whose clock the heartbeats show 5 s ahead of another's allows the same 5 s: a taker ahead of the fleet finished such a countdown 3 s early")
+    @Test("taking over from a writer never measured (gone before four of its heartbeats came), a taker whose clock the heartbeats show 5 s ahead of the fleet allows those 5 s (without, it finished such a countdown 3 s early); the least lead over recent hosts counts, not one host far behind, nor one heard from long ago")
     func takeOverAllowsForTheTakersLeadWhenTheWriterIsUnmeasured() throws {
         let store = ScriptedEtcd()
         let (replica, watch) = try watchingReplica(store)
-        let writer = "gone-host:/var/lib/countdownd", third = "third-host:/var/lib/countdownd"
+        let writer = "gone-host:/var/lib/countdownd", third = "third-host:/var/lib/countdownd", fourth = "fourth-host:/var/lib/countdownd"
         let theirs = value(replica, operation: writer + "~1-1")
-        queue.sync {
-            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(theirs, revision: 11))], 11)
-            // The writer is never heard from; the third host is, four times, 5 s behind this one.
-            for revision in Int64(12)...15 {
-                let written = time.clock.mapping().unixMilliseconds - 5000
-                let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + third, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: 12, modRevision: revision)
+        var revision: Int64 = 11
+        /// Four heartbeats of `host`, arriving live now, written `behind` ms behind this host's clock.
+        func beats(_ host: String, behind: Int64) {
+            for _ in 0..<4 {
+                revision += 1
+                let written = time.clock.mapping().unixMilliseconds - behind
+                let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + host, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: 12, modRevision: revision)
                 watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], revision)
             }
+        }
+        /// Whether the writer's countdown, due now as this host reads it, is proposed first
+        /// `allowance` ms plus the grace later.
+        func takenOverAfter(allowance: Int64) -> Bool {
+            let due = time.clock.now()
+            let first = due.advanced(byMilliseconds: allowance).advanced(byNanoseconds: TakeOverPolicy.graceNanoseconds)
+            return !replica.proposes("otp:1", dueAt: due, now: first.advanced(byNanoseconds: -1)) && replica.proposes("otp:1", dueAt: due, now: first)
+        }
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(theirs, revision: 11))], 11)
+            // The writer is never heard from; the third host is, 5 s behind this one.
+            beats(third, behind: 5000)
             // Past the silence since this host began listening: the writer counts as gone.
             time.advance(byMilliseconds: TakeOverPolicy.silenceNanoseconds / 1_000_000)
-            let due = time.clock.now()
-            let meant = due.advanced(byMilliseconds: 5000).advanced(byNanoseconds: TakeOverPolicy.graceNanoseconds)
-            #expect(!replica.proposes("otp:1", dueAt: due, now: meant.advanced(byNanoseconds: -1)), "not before the deadline read 5 s later, plus the grace")
-            #expect(replica.proposes("otp:1", dueAt: due, now: meant))
+            #expect(takenOverAfter(allowance: 5000), "this host is 5 s ahead of the one it measured")
+            // A fourth host on this host's clock: the least lead counts, 0.
+            beats(fourth, behind: 0)
+            #expect(takenOverAfter(allowance: 0), "one host far behind says nothing of the others")
+            // A minute later, neither heard from since: nothing recent to go by.
+            time.advance(byMilliseconds: Int64(ClockHeartbeat.samplesKept) * ClockHeartbeat.intervalNanoseconds / 1_000_000 + 1)
+            beats(third, behind: 5000)
+            #expect(takenOverAfter(allowance: 5000), "the fourth host's old samples no longer count")
         }
     }
 
