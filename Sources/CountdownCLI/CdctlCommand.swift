@@ -485,6 +485,7 @@ public enum CdctlCommandLine {
             throw UsageError("a cycle's phases give its durations: drop the DURATION '\(operands[1])', or drop \(parsed.has("pomodoro") ? "--pomodoro" : "--cycle")")
         }
         do {
+            // Parsed only to refuse a bad list here, in cdctl's words; the daemon parses it again.
             _ = try CountdownCycle.parsePhases(bytes: Array(phases.utf8))
         } catch {
             throw UsageError("bad --cycle: \(error.message)")

@@ -179,7 +179,7 @@ enum ThenAction {
         defer {
             // Ignored on purpose: destroying what init set up frees memory and cannot fail.
             _ = posix_spawnattr_destroy(&attributes)
-            _ = posix_spawn_file_actions_destroy(&actions)
+            _ = posix_spawn_file_actions_destroy(&actions)  // Ignored on purpose, as above.
         }
         // A session of its own is the point: without it the waiter would end with the terminal.
         if let failed = prepare("/bin/sh", [

@@ -529,29 +529,29 @@ public final class Daemon: @unchecked Sendable {
     /// sent to etcd may commit whatever the daemon does, so their clients are answered with the
     /// outcome first (within `drainMilliseconds`; issue 38 counted 160 of 192 committed STARTs
     /// answered only with the stop's notice): nothing more is accepted, read or served
-    /// meanwhile (`ClientTable.beginDraining`). A second signal stops it at once: whoever sends
+    /// meanwhile (`ClientTable.drain`). A second signal stops it at once: whoever sends
     /// it prefers a prompt stop to those answers.
     private func mayStopNow(signal signalNumber: Int32) -> Bool {
-        guard store.replica != nil else { return true }
+        guard store.answersAfterTheBatch else { return true }
         if service.stopRepeated {
             if drainingUntil != nil {
-                logger.log(.notice, "received a second stop signal; stopping without waiting for the \(clients.changesInFlight) changes still in etcd's hands (their clients get the stop's notice)")
+                logger.log(.notice, "received a second stop signal; stopping without waiting for the \(clients.drain()) changes still in etcd's hands (their clients get the stop's notice)")
             }
             return true
         }
         let now = time.now()
         guard let until = drainingUntil else {
-            let waiting = clients.changesInFlight
+            // Nothing more is read or served from here on; with nothing waiting, the stop follows.
+            let waiting = clients.drain()
             guard waiting > 0 else { return true }
             drainingUntil = now.advanced(byMilliseconds: Self.drainMilliseconds)
             service.stopping()
-            clients.beginDraining()
             logger.log(.notice, "received \(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"); answering the \(waiting) changes already sent to etcd before stopping (at most \(Self.drainMilliseconds) ms)")
             // A batch at the bound, should no answer come to wake one.
             laterInBatch.schedule(at: now.advanced(byMilliseconds: Self.drainMilliseconds)) { _ in }
             return false
         }
-        return clients.changesInFlight == 0 || now >= until
+        return clients.drain() == 0 || now >= until
     }
 
     private func stop(signal signalNumber: Int32) {

@@ -61,7 +61,7 @@ final class EventPoller: @unchecked Sendable {
         /// wake-up first once its instant has come (`setPollWakeup`).
         func deliverUrgent() {
             dispatchPrecondition(condition: .onQueue(poller.queue))
-            if let instant = poller.pollWakeup, SystemClock.kernelBootNow() >= instant {
+            if let instant = poller.pollWakeup, poller.kernelBootNow() >= instant {
                 poller.pollWakeup = nil
                 poller.pollWakeupHandler?()
             }
@@ -119,12 +119,17 @@ final class EventPoller: @unchecked Sendable {
     private var pollWakeup: Int64?
     private var pollWakeupHandler: (() -> Void)?
 
+    /// The kernel's boot clock, in nanoseconds, that the poll's wake-up is on (`setPollWakeup`):
+    /// the one clock a relative wait must be measured against, injected like the daemon's.
+    private let kernelBootNow: () -> Int64
+
     /// Creates the epoll instance; nothing is watched until `register` and `start`.
-    init(queue: DispatchQueue) throws(DaemonError) {
+    init(queue: DispatchQueue, kernelBootNow: @escaping () -> Int64 = SystemClock.kernelBootNow) throws(DaemonError) {
         let fd = countdownd_epoll_create()
         guard fd >= 0 else { throw .system("epoll_create1", errno) }
         epollDescriptor = fd
         self.queue = queue
+        self.kernelBootNow = kernelBootNow
         // A wait that returns at once: 0 (nothing is watched yet), or -1 where the kernel or a
         // seccomp filter has no epoll_pwait2 (ENOSYS); the wake-up timer then uses its timerfd
         // for every instant.
@@ -262,7 +267,7 @@ final class EventPoller: @unchecked Sendable {
                 // Until the poll's wake-up, measured now, just before waiting (its instant is on
                 // the boot clock; the wait's timeout is relative).
                 let timeout = Self.waitNanoseconds(workLeft: workLeft, idleWakeMilliseconds: idleWake, wakeup: wakeup,
-                                                   now: wakeup == nil ? 0 : SystemClock.kernelBootNow())
+                                                   now: wakeup == nil ? 0 : kernelBootNow())
                 count = countdownd_epoll_wait_nanoseconds(epollDescriptor, tokens, events, Int32(capacity), timeout)
             } else {
                 count = countdownd_epoll_wait(epollDescriptor, tokens, events, Int32(capacity), workLeft ? 0 : idleWake ?? -1)

@@ -180,28 +180,28 @@ final class ClientTable: @unchecked Sendable {
 
     // MARK: - Draining
 
-    /// A stop that waits for the store's answers (`beginDraining`): nothing more is accepted,
-    /// read or served, and replies, store answers and events still go out.
+    /// A stop that waits for the store's answers (`drain`): nothing more is accepted, read or
+    /// served, and replies, store answers and events still go out.
     private(set) var isDraining = false
 
-    /// Begins a stop that first answers the changes the store holds: the listening socket is
-    /// closed (new clients are not greeted and left waiting: they are refused, or, under socket
-    /// activation, wait in systemd's queue for the next start), and no connection is read or
-    /// served again. What a client sent and was not served is never acknowledged: it gets the
-    /// stop's notice with everyone else.
-    func beginDraining() {
-        isDraining = true
-        listener?.close()
-        listener = nil
-        carried.removeAll()
-        // Not watched for input any more, so that a client that sends meanwhile does not wake
-        // every batch for nothing (one that hangs up is closed: `turn`).
-        for connection in connections.values { connection.pauseReading() }
-    }
-
-    /// Changes waiting for the store's decision, across every connection.
-    var changesInFlight: Int {
-        connections.values.reduce(0) { $0 + $1.replies.changesInFlight.count }
+    /// A stop that first answers the changes the store holds: the first call closes the
+    /// listening socket (new clients are not greeted and left waiting: they are refused, or,
+    /// under socket activation, wait in systemd's queue for the next start), and no connection
+    /// is read or served again. What a client sent and was not served is never acknowledged: it
+    /// gets the stop's notice with everyone else. Each call after it only counts.
+    /// - Returns: how many changes still wait for the store's decision, across every connection.
+    @discardableResult
+    func drain() -> Int {
+        if !isDraining {
+            isDraining = true
+            listener?.close()
+            listener = nil
+            carried.removeAll()
+            // Not watched for input any more, so that a client that sends meanwhile does not
+            // wake every batch for nothing (one that hangs up is closed: `turn`).
+            for connection in connections.values { connection.pauseReading() }
+        }
+        return connections.values.reduce(0) { $0 + $1.replies.changesInFlight.count }
     }
 
     // MARK: - Accepting

@@ -148,10 +148,9 @@ final class SQLiteStatement {
 
     /// Resets for another execution and clears the bindings.
     func reset() {
-        // Ignored on purpose: reset repeats the last step's error, which `step` has reported;
-        // clearing bindings always succeeds.
+        // Ignored on purpose: reset repeats the last step's error, which `step` has reported.
         _ = sqlite3_reset(statement)
-        _ = sqlite3_clear_bindings(statement)
+        _ = sqlite3_clear_bindings(statement)  // Ignored on purpose: it always succeeds.
     }
 
     /// Column `index` (0-based) as an integer, or `nil` for NULL.

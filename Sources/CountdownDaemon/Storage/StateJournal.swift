@@ -474,9 +474,9 @@ final class StateJournal: @unchecked Sendable {
             try FileSystem.sync(path: directory)
         } catch {
             countdownd_close(descriptor)
-            // Ignored on purpose: a leftover temporary is never read, and replaced next time; a
-            // journal file with no frame after its header reads as empty of events.
+            // Ignored on purpose: a leftover temporary is never read, and replaced next time.
             _ = unlink(temporary)
+            // Ignored on purpose: a journal file with no frame after its header reads as empty.
             _ = unlink(path)
             throw error
         }
@@ -789,6 +789,7 @@ final class StateJournal: @unchecked Sendable {
         // The snapshot queue hands results back with `async`, so this cannot deadlock.
         snapshotQueue.sync {}
         checkDirectory()
+        // Ignored on purpose: whether the retry worked is `health`, read on the next line.
         if case .failing = health { _ = retry() }
         let needed = eventsSinceSnapshot || snapshotNeeded || health == .awaitingSnapshot
         guard needed, health == .available || health == .awaitingSnapshot else {
@@ -831,6 +832,8 @@ final class StateJournal: @unchecked Sendable {
             // before the next one lands is refused at start, not started partly. (Snapshots are
             // written one at a time: no newer one can be there.)
             logger.log(.warning, "the state directory \(directory) was lost while a snapshot was written into it; writing another")
+            // Ignored on purpose: a snapshot left behind is refused at start (it lacks the lost
+            // journal), which is what removing it aims at too; the next one replaces it.
             if case .success = result, epoch != directoryEpoch { _ = unlink(directory + "/" + SnapshotFile.fileName) }
             if !checkDirectory() { nextSnapshotAttempt = Instant(nanoseconds: .min) }
             return

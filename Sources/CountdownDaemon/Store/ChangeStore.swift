@@ -38,6 +38,13 @@ enum ChangeStore {
         replica == nil
     }
 
+    /// Whether a change can still be in the store's hands after its batch, to be answered at a
+    /// stop before the stop's notice: in cluster mode, one sent to etcd may commit whatever the
+    /// daemon does. The journal decides every change in its batch.
+    var answersAfterTheBatch: Bool {
+        replica != nil
+    }
+
     /// The copy a read shows, in cluster mode: the etcd revision it had reached, and whether it
     /// knew it trailed etcd (`ClusterReplica.isBehind`).
     struct ReadCopy {

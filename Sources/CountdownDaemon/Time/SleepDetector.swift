@@ -83,7 +83,7 @@ struct SleepDetector {
             _ = close(descriptor)  // Nothing was read through it.
             return
         }
-        defer { fclose(file) }
+        defer { _ = fclose(file) }  // Ignored on purpose: read only, so closing loses nothing.
         var buffer = [CChar](repeating: 0, count: 32)
         guard fgets(&buffer, Int32(buffer.count), file) != nil else { return }
         let text = String(decoding: buffer.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

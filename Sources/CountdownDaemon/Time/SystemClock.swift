@@ -57,7 +57,7 @@ extension SystemClock {
     /// boot-clock deadlines in storage are only valid within the boot that wrote them.
     static let bootID: String? = {
         guard let file = fopen("/proc/sys/kernel/random/boot_id", "r") else { return nil }
-        defer { fclose(file) }
+        defer { _ = fclose(file) }  // Ignored on purpose: read only, so closing loses nothing.
         var buffer = [CChar](repeating: 0, count: 64)
         guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
         let text = String(decoding: buffer.prefix { $0 != 0 && $0 != 10 && $0 != 32 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

@@ -121,8 +121,7 @@ struct ClientTableTests {
         let ticket = harness.queue.sync {
             let ticket = harness.clients.hold(heldConnection, changing: "a")
             harness.clients.endTurn(idleConnection, budgetUsed: true, skipped: false)
-            #expect(harness.clients.changesInFlight == 1)
-            harness.clients.beginDraining()
+            #expect(harness.clients.drain() == 1, "draining, one change waits for the store")
             #expect(!harness.clients.mayRead(idleConnection) && !harness.clients.mayServe(idleConnection) && !harness.clients.mayServe(heldConnection))
             #expect(!idleConnection.watchedFor.contains(.readable), "its input no longer wakes the daemon")
             #expect(!harness.clients.hasWorkLeft && harness.clients.takeCarriedOver(rotation: 64).isEmpty)
@@ -138,7 +137,7 @@ struct ClientTableTests {
             harness.clients.continueWork(rotation: 64)
             harness.clients.turn(idleConnection)
             harness.clients.answer(heldConnection, ticket: ticket, with: Array("OK a\n".utf8), batch: harness.batchNumber)
-            #expect(harness.clients.changesInFlight == 0)
+            #expect(harness.clients.drain() == 0)
             harness.clients.flushTouched()
             #expect(harness.lines[idleConnection.id] == nil, "the PING sent while draining was not served")
         }
