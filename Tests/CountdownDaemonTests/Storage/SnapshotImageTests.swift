@@ -238,6 +238,40 @@ struct StateDumpTests {
     }
 }
 
+extension StateDumpTests {
+    @Test("each stored field is printed under its name, exactly: a running cycle's deadlines on both clocks, its phases as CYCLE reads them and where it is; a done one's finishing time and lateness; a pinned one's time")
+    func dumpFieldsExactly() throws {
+        let scratch = ScratchDirectory()
+        let directory = scratch.path + "/state"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        var contents = SnapshotFile.Contents(lastSequence: 3, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
+        let cycle = CountdownCycle(phases: [.init(milliseconds: 1_500_000, label: "work"), .init(milliseconds: 300_000)], rounds: 4, phaseIndex: 1, round: 2)
+        contents.rows = [
+            StoredCountdown(
+                name: "a", state: .running, totalMilliseconds: 300_000, deadlineUnixMilliseconds: 4_102_444_800_000,
+                deadlineBootNanoseconds: 123_456, remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 0, lateMilliseconds: nil,
+                cycle: cycle
+            ),
+            StoredCountdown(
+                name: "b", state: .done, totalMilliseconds: 60_000, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
+                remainingNanoseconds: 0, finishedUnixMilliseconds: 1_700_000_000_000, owner: 0, lateMilliseconds: 2_500
+            ),
+            StoredCountdown(
+                name: "c", state: .running, totalMilliseconds: 60_000, deadlineUnixMilliseconds: 4_102_444_800_000, deadlineBootNanoseconds: nil,
+                remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 1000, lateMilliseconds: nil, pinnedUnixMilliseconds: 4_102_444_800_000
+            ),
+        ]
+        try SnapshotFile.write(contents, directory: directory)
+        var lines: [String] = []
+        #expect(StateDump.dump(directory, print: { lines.append($0) }, printError: { _ in }) == 0)
+        #expect(Array(lines.dropFirst()) == [
+            #"{"cycle":"25m:work,5m","deadline_boot_ns":123456,"deadline_unix_ms":4102444800000,"name":"a","owner":0,"phase":2,"round":3,"rounds":4,"state":"running","total_ms":300000,"type":"countdown"}"#,
+            #"{"finished_unix_ms":1700000000000,"late_ms":2500,"name":"b","owner":0,"state":"done","total_ms":60000,"type":"countdown"}"#,
+            #"{"deadline_unix_ms":4102444800000,"name":"c","owner":1000,"pinned_unix_ms":4102444800000,"state":"running","total_ms":60000,"type":"countdown"}"#,
+        ], "\(lines.joined(separator: "\n"))")
+    }
+}
+
 extension StateJournalTests {
     @Test("a snapshot that is a FIFO, a device, a file of 5 GiB (sparse) or a symbolic link to nothing is refused at once, never read forever, waited on, or taken for no snapshot", arguments: ["fifo", "device", "sparse", "dangling"])
     func snapshotNotARegularFile(kind: String) throws {
