@@ -31,7 +31,9 @@ the run then reports how many never came, rather than a lateness.
 measures a host restarted in the middle of the burst instead (SIGTERM, then started again on
 its state directory, `--restart-after` seconds past the first deadline): when its copy holds
 every `done` (`STATS running` 0), beside the other two hosts' last `done`, each `done` once on
-those two.
+those two, and how late the restarted host's own countdowns' `done`s came there. A negative
+`--restart-after` restarts it before the first deadline (issue 38's row 7: `--counts 300
+--restart-after -3`).
 """
 import argparse
 import base64
@@ -85,12 +87,13 @@ def start_all(sockets, count, deadlines):
     return sum(len(replies) for replies in answers)
 
 
-def read_dones(path, deadlines):
-    """(lateness in ms of each distinct done, how many dones in all) from an eventlog file."""
+def read_dones(path, deadlines, only=None):
+    """(lateness in ms of each distinct done, how many dones in all) from an eventlog file; with
+    `only`, of the countdowns whose index it accepts."""
     late, total = {}, 0
     for line in open(path):
         _boot, real, kind, name, _ = line.split()
-        if kind != "done" or not name.startswith("b"):
+        if kind != "done" or not name.startswith("b") or (only is not None and not only(int(name[1:]))):
             continue
         total += 1
         late.setdefault(name, int(real) / 1e6 - deadlines[int(name[1:])])
@@ -239,7 +242,10 @@ def restart_run(workdir, count, lead_s, wait_s, restart_after_s):
                 logger.terminate()
             logger.wait()
             late, total = read_dones(path, deadlines)
-            others.append({"dones": total, "distinct": len(late), "missing": count - len(late), "late": run.percentiles(late) if late else None})
+            # Host 1's own countdowns (it started every third): what a restart may delay.
+            own, _ = read_dones(path, deadlines, only=lambda index: index % HOSTS == 1)
+            others.append({"dones": total, "distinct": len(late), "missing": count - len(late), "late": run.percentiles(late) if late else None,
+                           "own_late": run.percentiles(own) if own else None})
         return {"restart_s": ready - stopped, "current_after_first_s": (current - first / 1000) if current else None,
                 "others": others}
     finally:
@@ -292,20 +298,24 @@ def main():
         try:
             for count in [int(c) for c in args.counts.split(",")]:
                 lead = args.lead if args.lead is not None else 5 + count / 2000
-                current, others = [], []
+                current, others, own = [], [], []
+                when = "%.1f s %s the first deadline" % (abs(args.restart_after), "past" if args.restart_after >= 0 else "before")
                 for index in range(args.runs):
                     result = restart_run(workdir, count, lead, args.wait, args.restart_after)
                     last = max(h["late"]["max"] for h in result["others"] if h["late"]) / 1000
-                    print("N=%d run %d: host 1 restarted %.1f s past the first deadline in %.2f s; its copy held every done %s s past the first deadline; "
-                          "the other hosts' latest done %.2f s past its own deadline; %s" % (
-                              count, index + 1, args.restart_after, result["restart_s"],
+                    own_p99 = max(h["own_late"]["p99"] for h in result["others"] if h["own_late"])
+                    print("N=%d run %d: host 1 restarted %s in %.2f s; its copy held every done %s s past the first deadline; "
+                          "the other hosts' latest done %.2f s past its own deadline; host 1's own countdowns' dones there p99 %.1f ms; %s" % (
+                              count, index + 1, when, result["restart_s"],
                               "%.2f" % result["current_after_first_s"] if result["current_after_first_s"] is not None else "never (within the wait)",
-                              last, "; ".join("%d dones (%d distinct, %d missing)" % (h["dones"], h["distinct"], h["missing"]) for h in result["others"])), flush=True)
+                              last, own_p99, "; ".join("%d dones (%d distinct, %d missing)" % (h["dones"], h["distinct"], h["missing"]) for h in result["others"])), flush=True)
                     failed |= any(h["missing"] or h["dones"] != h["distinct"] for h in result["others"])
                     current.append(result["current_after_first_s"])
                     others.append(last)
-                print("N=%d, host 1 restarted %.1f s in: its copy current %s s past the first deadline; the others' latest done %s s past its own deadline (the deadlines span 1 s)" % (
-                    count, args.restart_after, run.cell(current, "%.2f"), run.cell(others, "%.2f")), flush=True)
+                    own.append(own_p99)
+                print("N=%d, host 1 restarted %s: its copy current %s s past the first deadline; the others' latest done %s s past its own deadline (the deadlines span 1 s); "
+                      "host 1's own countdowns' done p99 on the others %s ms" % (
+                    count, when, run.cell(current, "%.2f"), run.cell(others, "%.2f"), run.cell(own, "%.1f")), flush=True)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         if failed:

@@ -813,7 +813,7 @@ final class ClusterReplica: @unchecked Sendable {
     /// decided and, if made, this host's copy holds it. A removal frees the countdown's slots.
     func change(
         _ key: String, to value: ClusterValue?, expecting expectation: Expectation, claiming claimed: [QuotaSlots.Slot] = [],
-        deadline: Instant? = nil, isDueChange: Bool = false, mayRace: Bool = false, completion: @escaping (ChangeOutcome) -> Void
+        deadline: Instant? = nil, isDueChange: Bool = false, completion: @escaping (ChangeOutcome) -> Void
     ) {
         let prefix = configuration.prefix
         guard value != nil || slotsAppliedAt != nil else {
@@ -826,8 +826,7 @@ final class ClusterReplica: @unchecked Sendable {
         commits.propose(
             prefix + key, to: value, expecting: expectation, claiming: claimed.map { prefix + $0.key }, freeing: freed,
             holder: Array(key.utf8),
-            deadline: deadline ?? time.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds)), isDueChange: isDueChange,
-            mayRace: mayRace
+            deadline: deadline ?? time.now().advanced(byMilliseconds: Int64(Self.changeTimeoutMilliseconds)), isDueChange: isDueChange
         ) { [self] outcome in
             if !claimed.isEmpty {
                 if case .committed(let revision) = outcome {
@@ -923,13 +922,12 @@ final class ClusterReplica: @unchecked Sendable {
         guard dueInFlight[key] == nil else { return }
         let operation = value?.operation ?? nextOperation()
         dueInFlight[key] = operation
-        let takenOver = writers[key] != hostID
-        if takenOver { dueProposals.takenOver += 1 } else { dueProposals.own += 1 }
+        if writers[key] == hostID { dueProposals.own += 1 } else { dueProposals.takenOver += 1 }
         // No client waits for it: it may wait its turn in a burst for longer than a client's
         // 3 s, instead of expiring unsent and being proposed again (at 100,000 deadlines five
         // proposals were made for each one sent).
         let deadline = time.now().advanced(byMilliseconds: Self.dueChangeTimeoutMilliseconds)
-        change(key, to: value, expecting: .unchangedSince(revision), deadline: deadline, isDueChange: true, mayRace: takenOver) { [self] outcome in
+        change(key, to: value, expecting: .unchangedSince(revision), deadline: deadline, isDueChange: true) { [self] outcome in
             // Committed: on its way until the watch brings it (`applyWatched`).
             guard !outcome.isCommitted, dueInFlight[key] == operation else { return }
             dueInFlight[key] = nil

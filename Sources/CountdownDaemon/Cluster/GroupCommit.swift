@@ -7,10 +7,7 @@ import Dispatch
 ///
 /// The transaction's failure branch reads back every key it touches, so a failed compare says
 /// exactly which change lost its race: that one is a conflict (judged again by its caller), and
-/// the others are sent again at once, so one conflicting name never fails its neighbours. A
-/// transaction of the writer's own due changes sent for the first time has no failure branch
-/// (`readsBack`): such a compare seldom fails, and etcd's gateway parses a branch whether it
-/// runs or not; if etcd refuses one, its changes go again at once with their read-backs.
+/// the others are sent again at once, so one conflicting name never fails its neighbours.
 ///
 /// Each change keeps its request's deadline (`ClusterReplica.Attempt.answerBy`); one still
 /// waiting 250 ms before it fails: surely not made if it was never sent, may-or-may-not if it
@@ -42,14 +39,8 @@ final class GroupCommit {
         /// A change that fell due (a `done`, a removal), which no client waits for: sent after
         /// the clients' changes waiting with it.
         let isDueChange: Bool
-        /// Another host may be proposing the same change (a take-over of a gone writer's): its
-        /// compare may well fail, so it always reads back (`GroupCommit.readsBack`).
-        let mayRace: Bool
         /// It went out once and its answer was lost: it may have committed.
         var sentBefore = false
-        /// It went out in a transaction without read-backs that etcd refused: it goes out again
-        /// with them, to learn whether its own compare failed (`GroupCommit.readsBack`).
-        var refusedUnread = false
         /// Refused before anything was proposed (no leader, as in an election): held until
         /// then, and asked again; what it was refused with, for its answer if time runs out.
         var heldUntil: Instant?
@@ -58,10 +49,9 @@ final class GroupCommit {
 
         init(
             key: String, value: ClusterValue?, expectation: ClusterReplica.Expectation, claimed: [String], freed: [String], holder: [UInt8],
-            deadline: Instant, isDueChange: Bool, mayRace: Bool, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
+            deadline: Instant, isDueChange: Bool, completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
         ) {
             self.isDueChange = isDueChange
-            self.mayRace = mayRace
             self.key = key
             self.value = value
             self.expectation = expectation
@@ -154,12 +144,12 @@ final class GroupCommit {
     /// holding `holder`, the countdown's key without the prefix), and `freed` ones deleted.
     func propose(
         _ key: String, to value: ClusterValue?, expecting expectation: ClusterReplica.Expectation, claiming claimed: [String],
-        freeing freed: [String], holder: [UInt8], deadline: Instant, isDueChange: Bool = false, mayRace: Bool = false,
+        freeing freed: [String], holder: [UInt8], deadline: Instant, isDueChange: Bool = false,
         completion: @escaping (ClusterReplica.ChangeOutcome) -> Void
     ) {
         enqueue([Change(
             key: key, value: value, expectation: expectation, claimed: claimed, freed: freed, holder: holder, deadline: deadline,
-            isDueChange: isDueChange, mayRace: mayRace, completion: completion
+            isDueChange: isDueChange, completion: completion
         )])
     }
 
@@ -300,26 +290,13 @@ final class GroupCommit {
         inFlight += 1
         transactionsSent += 1
         changesSent += group.count
-        let readsBack = Self.readsBack(group)
         client.transaction(
-            if: group.flatMap(\.compares), then: group.flatMap(\.operations), else: readsBack ? group.flatMap(\.readBacks) : [],
-            timeoutMilliseconds: timeout
+            if: group.flatMap(\.compares), then: group.flatMap(\.operations), else: group.flatMap(\.readBacks), timeoutMilliseconds: timeout
         ) { [self] result in
             inFlight -= 1
-            decide(group, result, readBack: readsBack)
+            decide(group, result)
             send()
         }
-    }
-
-    /// Whether a transaction of `group` reads its keys back when etcd refuses it. Not for the
-    /// writer's own due changes going out for the first time: their compares fail only where
-    /// another host's take-over won a race, which the grace and the writer's liveness make
-    /// rare, so the read-backs (a third of the operations) would be parsed by etcd's gateway
-    /// for nothing nearly every time. A client's change, a take-over (the others may be taking
-    /// the same countdowns over), one whose answer was lost (its own commit is told apart by
-    /// reading it), and one refused unread always read back.
-    private static func readsBack(_ group: [Change]) -> Bool {
-        group.contains { !$0.isDueChange || $0.mayRace || $0.sentBefore || $0.refusedUnread }
     }
 
     /// Whether etcd's refusal can come after the transaction entered its log: a timeout or a
@@ -336,7 +313,7 @@ final class GroupCommit {
         return code == 14 && message.contains("no leader")
     }
 
-    private func decide(_ group: [Change], _ result: Result<EtcdTransactionResult, EtcdError>, readBack: Bool) {
+    private func decide(_ group: [Change], _ result: Result<EtcdTransactionResult, EtcdError>) {
         switch result {
         case .failure(.ambiguous(let why)):
             let now = time.now()
@@ -366,7 +343,7 @@ final class GroupCommit {
         case .failure(let error) where Self.mayHaveEntered(error):
             // A member took it and gave up waiting ("request timed out", "leader changed"): it is in
             // etcd's log and may still commit. As with a lost answer, a put is asked once more.
-            decide(group, .failure(.ambiguous("\(error)")), readBack: readBack)
+            decide(group, .failure(.ambiguous("\(error)")))
         case .failure(let error):
             for change in group {
                 // Refused now, but an earlier attempt whose answer was lost may yet commit (a
@@ -375,11 +352,6 @@ final class GroupCommit {
             }
         case .success(let outcome) where outcome.succeeded:
             for change in group { change.completion(.committed(outcome.revision)) }
-        case .success where !readBack:
-            // Refused, and nothing read back to say whose compare failed: all go again at once,
-            // reading back this time. (Nothing was written: a refused transaction writes nothing.)
-            for change in group { change.refusedUnread = true }
-            enqueue(group, atFront: true)
         case .success(let outcome) where outcome.ranges.count != group.reduce(0, { $0 + $1.readBacks.count }):
             let error = EtcdError.malformed("a failed transaction read back \(outcome.ranges.count) keys of \(group.reduce(0) { $0 + $1.readBacks.count })")
             for change in group { change.completion(.failed(change.sentBefore ? .ambiguous("\(error)") : error)) }
