@@ -305,6 +305,7 @@ public final class Daemon: @unchecked Sendable {
     private func wallClockStepped(watchFailure: DaemonError?) {
         let now = time.now()
         let moved = engine.wallClockChanged(to: time.mapping(at: now), now: now)
+        store.wallClockStepped()
         logger.log(.notice, "the wall clock was set\(moved > 0 ? "; \(moved) countdowns to a time of day follow it" : "")")
         if let watchFailure {
             logger.log(.warning, "cannot watch the wall clock any more (\(watchFailure)): countdowns to a time of day will not follow its next steps until countdownd is restarted")

@@ -49,6 +49,13 @@ final class ClockHeartbeat {
     private(set) var skews: [String: (estimate: Int64, samples: [Int64], warnedAt: Instant?)] = [:]
     /// When each other host's last sample arrived, on the monotonic clock.
     private var lastSampled: [String: Instant] = [:]
+    /// Since when this host has been measuring the others: its first heartbeat, or the last step
+    /// of its wall clock (`wallClockStepped`).
+    private var measuringSince: Instant?
+    /// How long a host measures before it concludes there is nobody to measure (every other
+    /// host gone): twice the heartbeats a live host's estimate needs, so one stalled for a few
+    /// seconds is measured first.
+    static let measuringNanoseconds: Int64 = 2 * Int64(samplesTrusted) * intervalNanoseconds
 
     /// Where the wall clock is read.
     private let time: DaemonClock
@@ -94,6 +101,7 @@ final class ClockHeartbeat {
 
     /// Writes this host's heartbeat if one is due (called by the replica's housekeeping).
     func beat(now: Instant) {
+        if measuringSince == nil { measuringSince = now }
         guard phase != .inFlight, lastBeat.map({ now.nanoseconds(since: $0) >= Self.intervalNanoseconds }) ?? true else { return }
         lastBeat = now
         if lastAnswered == nil { lastAnswered = now }
@@ -194,7 +202,7 @@ final class ClockHeartbeat {
     }
 
     /// How far `host`'s clock is behind this one's at `now`, in ms, from its heartbeats: 0 when
-    /// it is not.
+    /// it is not; `nil` when this host has nothing to go by.
     ///
     /// For a host not measured (it died before four of its heartbeats came live, or before this
     /// host started), how far this host's clock is ahead of the fleet: the least it is ahead of
@@ -204,13 +212,29 @@ final class ClockHeartbeat {
     /// heartbeat key written by anyone who may write the prefix) says nothing of the others, and
     /// would delay every such take-over by up to `largestOffsetAllowedFor`. Recent only: a host
     /// measured long ago, since gone, says nothing of this host's clock now (NTP may have set
-    /// it). 0 when no host is measured (nothing to go by).
-    func offsetBehind(of host: String, now: Instant) -> Int64 {
+    /// it). With no host measured recently: `nil` (this host cannot tell yet whether its clock
+    /// is ahead) for `measuringNanoseconds` after it began measuring, then 0 (nobody else is
+    /// there to measure). An attack: a taker 5 s ahead that had measured nobody yet, a live
+    /// host stalled around its start, finished 64 of 90 such countdowns up to 3 s early.
+    func offsetBehind(of host: String, now: Instant) -> Int64? {
         if let entry = skews[host], entry.samples.count >= Self.samplesTrusted { return Self.allowance(for: entry.estimate) }
         let recent = Int64(Self.samplesKept) * Self.intervalNanoseconds
-        return skews.filter { other, entry in
+        let lead = skews.filter { other, entry in
             entry.samples.count >= Self.samplesTrusted && lastSampled[other].map { now.nanoseconds(since: $0) <= recent } == true
-        }.map { Self.allowance(for: $0.value.estimate) }.min() ?? 0
+        }.map { Self.allowance(for: $0.value.estimate) }.min()
+        if let lead { return lead }
+        guard let since = measuringSince, now.nanoseconds(since: since) >= Self.measuringNanoseconds else { return nil }
+        return 0
+    }
+
+    /// This host's wall clock was set, at `now`: every offset measured so far is off by the step,
+    /// so each is measured afresh (`samplesTrusted` heartbeats). Kept, a taker whose clock
+    /// stepped 5 s forward read the others as 5 s behind for a minute, and finished a gone
+    /// writer's countdowns 2 s early.
+    func wallClockStepped(at now: Instant) {
+        skews.removeAll()
+        lastSampled.removeAll()
+        measuringSince = now
     }
 
     /// What an estimate of `estimate` ms behind is allowed for: 0 for a clock ahead of this one's,

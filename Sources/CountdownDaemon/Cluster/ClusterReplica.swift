@@ -272,13 +272,20 @@ final class ClusterReplica: @unchecked Sendable {
     /// (`ClockHeartbeat.offsetBehind`): its deadlines, written on its clock, read early on this
     /// one, and a host whose clock is ahead would otherwise finish a gone writer's countdowns
     /// early. A writer never measured (or not known) is allowed how far this host's clock is
-    /// ahead of the fleet's.
+    /// ahead of the fleet's. With no host measured recently, this host cannot tell: it leaves
+    /// the change to the writer until it has measured for `ClockHeartbeat.measuringNanoseconds`
+    /// (then nobody else is there to measure), or until the cap.
     func proposes(_ key: String, dueAt due: Instant, now: Instant) -> Bool {
         let writer = writers[key]
         if writer == hostID { return true }
         guard !isCatchingUp else { return false }
         let behind = heartbeat.offsetBehind(of: writer ?? "", now: now)
-        return takeOver.proposes(dueAt: due.advanced(byMilliseconds: behind), writtenBy: writer, now: now)
+        return takeOver.proposes(dueAt: due.advanced(byMilliseconds: behind ?? 0), writtenBy: writer, now: now, clockKnown: behind != nil)
+    }
+
+    /// This host's wall clock was set (a step): the clock offsets measured so far are forgotten.
+    func wallClockStepped() {
+        heartbeat.wallClockStepped(at: time.now())
     }
 
     /// Runs `action` within a batch, `seconds` from now.

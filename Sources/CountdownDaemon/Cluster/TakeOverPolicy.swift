@@ -21,7 +21,9 @@ import CountdownCore
 /// Liveness is read on this host's own boot clock (when a heartbeat arrived), never from the
 /// wall-clock time a heartbeat carries, so no host's clock offset moves it. Until this host has
 /// had `silenceNanoseconds` to hear from the others (`startListening`), every writer counts as
-/// live: a host that has just started has heard nobody yet.
+/// live: a host that has just started has heard nobody yet. A host that cannot tell yet how its
+/// own clock stands (`ClusterReplica.proposes`: no host's clock measured recently) takes over
+/// nobody's either, before the cap.
 struct TakeOverPolicy {
     /// How long the other hosts leave a due change to the writer at least.
     static let graceNanoseconds: Int64 = 2_000_000_000
@@ -69,11 +71,13 @@ struct TakeOverPolicy {
 
     /// Whether this host proposes now a change due at `due` of a countdown whose current value
     /// `writer` wrote (`nil`: unknown). When not, it is asked again later (`CountdownEngine.takeDue`
-    /// hands it back a second later).
-    func proposes(dueAt due: Instant, writtenBy writer: String?, now: Instant) -> Bool {
+    /// hands it back a second later). Without `clockKnown` (this host cannot tell how its clock
+    /// stands against the writer's: `ClusterReplica.proposes`), a gone writer's change waits for
+    /// the cap too: later, rather than early.
+    func proposes(dueAt due: Instant, writtenBy writer: String?, now: Instant, clockKnown: Bool = true) -> Bool {
         if writer == hostID { return true }
         let late = now.nanoseconds(since: due)
         guard late >= Self.graceNanoseconds else { return false }
-        return late >= Self.maximumWaitNanoseconds || !leavesToWriter(writer, now: now)
+        return late >= Self.maximumWaitNanoseconds || (clockKnown && !leavesToWriter(writer, now: now))
     }
 }

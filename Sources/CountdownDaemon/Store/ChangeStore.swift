@@ -38,6 +38,12 @@ enum ChangeStore {
         replica == nil
     }
 
+    /// This host's wall clock was set: in cluster mode, the other hosts' clock offsets are
+    /// measured afresh (`ClockHeartbeat.wallClockStepped`).
+    func wallClockStepped() {
+        replica?.wallClockStepped()
+    }
+
     /// Whether a change can still be in the store's hands after its batch, to be answered at a
     /// stop before the stop's notice: in cluster mode, one sent to etcd may commit whatever the
     /// daemon does. The journal decides every change in its batch.

@@ -60,6 +60,16 @@ struct ClusterReplicaTests {
         EtcdKeyValue(key: "/countdownd/" + key, value: value.encoded, createRevision: revision, modRevision: revision)
     }
 
+    /// Heartbeats of `host` at `revisions`, each arriving live now through `watch`, written
+    /// `behind` ms behind this host's clock: enough of them (4) measure its clock.
+    func heartbeats(of host: String, behind: Int64 = 0, at revisions: ClosedRange<Int64>, through watch: ScriptedEtcd.Watch) {
+        for revision in revisions {
+            let written = time.clock.mapping().unixMilliseconds - behind
+            let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + host, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: revisions.lowerBound, modRevision: revision)
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], revision)
+        }
+    }
+
     /// Runs one change and returns its outcome, answering each transaction with the next of
     /// `answers` (each built from the transaction it answers).
     func change(
@@ -416,12 +426,8 @@ struct ClusterReplicaTests {
         var revision: Int64 = 11
         /// Four heartbeats of `host`, arriving live now, written `behind` ms behind this host's clock.
         func beats(_ host: String, behind: Int64) {
-            for _ in 0..<4 {
-                revision += 1
-                let written = time.clock.mapping().unixMilliseconds - behind
-                let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + host, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: 12, modRevision: revision)
-                watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], revision)
-            }
+            heartbeats(of: host, behind: behind, at: (revision + 1)...(revision + 4), through: watch)
+            revision += 4
         }
         /// Whether the writer's countdown, due now as this host reads it, is proposed first
         /// `allowance` ms plus the grace later.
@@ -504,7 +510,37 @@ struct ClusterReplicaTests {
             #expect(replica.proposes("k0", dueAt: due, now: due), "its own, at once")
             replica.continueCatchUp()
             #expect(!replica.isCatchingUp)
+            // A third host on this host's clock: this host knows where its clock stands.
+            heartbeats(of: "third-host:/srv", at: 311...314, through: watch)
             #expect(replica.proposes("k1", dueAt: due, now: later), "caught up, the writer never heard from: taken over past the grace")
+        }
+    }
+
+    @Test("a host that has measured nobody's clock recently (just started, everyone else stalled or gone), or whose own wall clock was just set, takes over no gone writer's due change until it has measured for 8 s, or the cap: a taker 5 s ahead finished such countdowns up to 3 s early")
+    func noTakeOverWithoutAClockToGoBy() throws {
+        let store = ScriptedEtcd()
+        let (replica, watch) = try watchingReplica(store)
+        let other = value(replica, operation: "gone-host~1-1")
+        queue.sync {
+            watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(other, revision: 11, key: "k"))], 11)
+            let due = time.clock.now()
+            let past = due.advanced(byNanoseconds: TakeOverPolicy.graceNanoseconds + TakeOverPolicy.silenceNanoseconds)
+            let cap = due.advanced(byNanoseconds: TakeOverPolicy.maximumWaitNanoseconds)
+            #expect(!replica.proposes("k", dueAt: due, now: past), "nobody measured: not past the grace and the silence")
+            #expect(!replica.proposes("k", dueAt: due, now: cap.advanced(byNanoseconds: -1)))
+            #expect(replica.proposes("k", dueAt: due, now: cap), "at the cap, whatever the clocks")
+            heartbeats(of: "third-host:/srv", at: 12...15, through: watch)
+            #expect(replica.proposes("k", dueAt: due, now: past), "a third host measured on this clock: taken over past the grace")
+            replica.wallClockStepped()
+            #expect(!replica.proposes("k", dueAt: due, now: past), "this host's clock was set: every offset is measured afresh")
+            heartbeats(of: "third-host:/srv", at: 16...19, through: watch)
+            #expect(replica.proposes("k", dueAt: due, now: past))
+            // Stepped again, and nobody heard from since: nobody else is there to measure.
+            replica.wallClockStepped()
+            let stepped = time.clock.now()
+            let measured = stepped.advanced(byNanoseconds: ClockHeartbeat.measuringNanoseconds)
+            #expect(!replica.proposes("k", dueAt: due, now: measured.advanced(byNanoseconds: -1)))
+            #expect(replica.proposes("k", dueAt: due, now: measured), "measured 8 s for nothing: no allowance, taken over")
         }
     }
 
