@@ -28,7 +28,7 @@ the run then reports how many never came, rather than a lateness.
 
     python3 bench/clusterburst.py --counts 30000 --restart-after 2
 
-measures a host restarted in the middle of the burst instead (SIGTERM, then started again on
+measures a host restarted in the middle of the burst instead (SIGTERM, or SIGKILL with `--kill`, then started again on
 its state directory, `--restart-after` seconds past the first deadline): when its copy holds
 every `done` (`STATS running` 0), beside the other two hosts' last `done`, each `done` once on
 those two, and how late the restarted host's own countdowns' `done`s came there. A negative
@@ -203,7 +203,7 @@ def cluster_run(workdir, count, lead_s, wait_s):
         run.stop_cluster(etcd, hosts)
 
 
-def restart_run(workdir, count, lead_s, wait_s, restart_after_s):
+def restart_run(workdir, count, lead_s, wait_s, restart_after_s, kill=False):
     """The burst with host 1 restarted (SIGTERM, then started again on its state directory)
     `restart_after_s` past the first deadline: how long until its copy holds every `done` (its
     `STATS running` is 0), beside the other hosts' last `done`, both from the first deadline."""
@@ -224,7 +224,11 @@ def restart_run(workdir, count, lead_s, wait_s, restart_after_s):
         while time.time() * 1000 < first + restart_after_s * 1000:
             time.sleep(0.005)
         stopped = time.time()
-        hosts[1].stop()
+        if kill:
+            hosts[1].process.kill()  # SIGKILL: no stop of its own, nothing flushed.
+            hosts[1].process.wait()
+        else:
+            hosts[1].stop()
         hosts[1] = run.Daemon(directories[1][0], extra=directories[1][1])
         ready = time.time()
         give_up = first / 1000 + 1 + wait_s
@@ -281,6 +285,7 @@ def main():
     parser.add_argument("--no-local", action="store_true", help="skip the one-host local-mode rows")
     parser.add_argument("--no-floor", action="store_true", help="skip etcd's floor")
     parser.add_argument("--bin", default=None, help="a directory holding the countdownd to measure (default: the release build)")
+    parser.add_argument("--kill", action="store_true", help="with --restart-after: SIGKILL the host instead of SIGTERM")
     parser.add_argument("--restart-after", type=float, default=None,
                         help="instead: restart host 1 this many seconds past the first deadline, and measure when its copy holds every done")
     args = parser.parse_args()
@@ -299,12 +304,12 @@ def main():
             for count in [int(c) for c in args.counts.split(",")]:
                 lead = args.lead if args.lead is not None else 5 + count / 2000
                 current, others, own = [], [], []
-                when = "%.1f s %s the first deadline" % (abs(args.restart_after), "past" if args.restart_after >= 0 else "before")
+                when = "%s %.1f s %s the first deadline" % ("SIGKILLed" if args.kill else "SIGTERMed", abs(args.restart_after), "past" if args.restart_after >= 0 else "before")
                 for index in range(args.runs):
-                    result = restart_run(workdir, count, lead, args.wait, args.restart_after)
+                    result = restart_run(workdir, count, lead, args.wait, args.restart_after, kill=args.kill)
                     last = max(h["late"]["max"] for h in result["others"] if h["late"]) / 1000
                     own_p99 = max(h["own_late"]["p99"] for h in result["others"] if h["own_late"])
-                    print("N=%d run %d: host 1 restarted %s in %.2f s; its copy held every done %s s past the first deadline; "
+                    print("N=%d run %d: host 1 %s, started again in %.2f s; its copy held every done %s s past the first deadline; "
                           "the other hosts' latest done %.2f s past its own deadline; host 1's own countdowns' dones there p99 %.1f ms; %s" % (
                               count, index + 1, when, result["restart_s"],
                               "%.2f" % result["current_after_first_s"] if result["current_after_first_s"] is not None else "never (within the wait)",
@@ -313,7 +318,7 @@ def main():
                     current.append(result["current_after_first_s"])
                     others.append(last)
                     own.append(own_p99)
-                print("N=%d, host 1 restarted %s: its copy current %s s past the first deadline; the others' latest done %s s past its own deadline (the deadlines span 1 s); "
+                print("N=%d, host 1 %s and started again: its copy current %s s past the first deadline; the others' latest done %s s past its own deadline (the deadlines span 1 s); "
                       "host 1's own countdowns' done p99 on the others %s ms" % (
                     count, when, run.cell(current, "%.2f"), run.cell(others, "%.2f"), run.cell(own, "%.1f")), flush=True)
         finally:
