@@ -128,21 +128,21 @@ public struct CountdownEngine {
             }
         }
 
-        /// A record from its durable state; instants it lacks default to `now`. Its cycle, if any,
-        /// is the engine's to keep (`setCycle`), which every caller does next.
-        init(_ persisted: Countdown, generation: UInt32, now: Instant) {
+        /// A record of `countdown`, read from its status (the fields its state lacks are never
+        /// read: `init(name:state:…)` keeps only its state's). Its cycle, if any, is the engine's
+        /// to keep (`setCycle`), which every caller does next.
+        init(_ countdown: Countdown, generation: UInt32) {
+            var (deadline, finishedAt, remaining, late, pinned) = (Instant.zero, Instant.zero, Int64(0), Int64?.none, CountdownEngine.notPinned)
+            switch countdown.status {
+            case .running(let due, let pinnedTo): (deadline, pinned) = (due, pinnedTo ?? CountdownEngine.notPinned)
+            case .paused(let left): remaining = left
+            case .done(let at, let lateBy): (finishedAt, late) = (at, lateBy)
+            case .cancelled(let left, let at): (remaining, finishedAt) = (left, at)
+            }
             self.init(
-                name: persisted.name,
-                state: persisted.state,
-                totalMilliseconds: persisted.totalMilliseconds,
-                deadline: persisted.deadline ?? now,
-                remainingNanoseconds: persisted.remainingNanoseconds,
-                finishedAt: persisted.finishedAt ?? now,
-                owner: persisted.owner,
-                generation: generation,
-                lateMilliseconds: persisted.lateMilliseconds,
-                pinned: persisted.pinnedUnixMilliseconds ?? CountdownEngine.notPinned,
-                pausesOnSuspend: persisted.pausesOnSuspend
+                name: countdown.name, state: countdown.state, totalMilliseconds: countdown.totalMilliseconds, deadline: deadline,
+                remainingNanoseconds: remaining, finishedAt: finishedAt, owner: countdown.owner, generation: generation,
+                lateMilliseconds: late, pinned: pinned, pausesOnSuspend: countdown.pausesOnSuspend
             )
         }
 
@@ -493,7 +493,7 @@ public struct CountdownEngine {
     private mutating func restore(
         _ persisted: Countdown, hash: UInt32, homeSlot: Int32, now: Instant, events: inout [CountdownEvent]
     ) -> Bool {
-        restore(Record(persisted, generation: 0, now: now), cycle: persisted.cycle, hash: hash, homeSlot: homeSlot, now: now, events: &events)
+        restore(Record(persisted, generation: 0), cycle: persisted.cycle, hash: hash, homeSlot: homeSlot, now: now, events: &events)
     }
 
     /// `restore(_:hash:homeSlot:now:events:)`, given the countdown as a record of generation 0
@@ -1107,7 +1107,7 @@ public struct CountdownEngine {
             countHeld(by: previous.owner, 1)
         }
         guard let previous else { return }  // Both branches above return without one.
-        var record = Record(previous, generation: generation, now: now)
+        var record = Record(previous, generation: generation)
         setCycle(previous.cycle, of: &record)
         place(record, in: slot, now: now)
     }

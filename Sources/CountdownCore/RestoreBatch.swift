@@ -7,9 +7,8 @@
 /// Hashes and records are kept side by side, not as one array of entries: the engine first reads
 /// every hash's bucket in its name index in one tight loop, so that those cache misses overlap.
 public struct RestoreBatch: Sendable {
-    /// The instant the batch is restored as of: a countdown's missing instants are taken as it,
-    /// and a running countdown whose deadline is not after it is late
-    /// (`takeLateCountdowns()`).
+    /// The instant the batch is restored as of: a running countdown whose deadline is not after
+    /// it is late (`takeLateCountdowns()`).
     public let now: Instant
     /// Each entry's `NameIndex.hash`.
     public private(set) var hashes: [UInt32] = []
@@ -47,7 +46,7 @@ public struct RestoreBatch: Sendable {
             ))
             return
         }
-        var record = CountdownEngine.Record(countdown, generation: 0, now: now)
+        var record = CountdownEngine.Record(countdown, generation: 0)
         if let cycle = countdown.cycle {
             record.isCycle = true
             cycles.append((records.count, cycle))
@@ -67,7 +66,7 @@ public struct RestoreBatch: Sendable {
     }
 
     /// Its countdowns, in order, removals (and countdowns of no duration) left out, each as the
-    /// engine would hold it: only the fields its state has, and a missing instant as `now`.
+    /// engine would hold it.
     public var countdowns: [Countdown] {
         var countdowns: [Countdown] = []
         var nextCycle = cycles.startIndex

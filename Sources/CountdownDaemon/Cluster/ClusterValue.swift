@@ -107,7 +107,7 @@ struct ClusterValue: Codable, Equatable {
     /// The countdown `key` in this state, on this host's clock.
     func persisted(key: String, clock: WallClockMapping) -> Countdown {
         // Each state's fields are there as `init` writes them; one missing is taken as now, or 0.
-        let finishedAt = clock.instant(ofUnixMilliseconds: finishedUnixMilliseconds ?? clock.unixMilliseconds)
+        var finishedAt: Instant { clock.instant(ofUnixMilliseconds: finishedUnixMilliseconds ?? clock.unixMilliseconds) }
         let remaining = (remainingMilliseconds ?? 0) * 1_000_000
         let status: Countdown.Status
         switch state {

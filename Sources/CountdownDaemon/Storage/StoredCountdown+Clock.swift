@@ -30,7 +30,7 @@ extension StoredCountdown {
     /// `key`, made once by the caller (which hashes it too).
     func persisted(clock: WallClockMapping, sameBoot: Bool, key: String) -> Countdown {
         // A finished row always has its finishing time; without one it finished now.
-        let finishedAt = clock.instant(ofUnixMilliseconds: finishedUnixMilliseconds ?? clock.unixMilliseconds)
+        var finishedAt: Instant { clock.instant(ofUnixMilliseconds: finishedUnixMilliseconds ?? clock.unixMilliseconds) }
         let status: Countdown.Status
         switch state {
         case .running:

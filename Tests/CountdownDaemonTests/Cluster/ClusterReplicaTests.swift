@@ -396,11 +396,7 @@ struct ClusterReplicaTests {
         queue.sync {
             watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: stored(theirs, revision: 11))], 11)
             // Four heartbeats, each arriving live, each written 5 s behind this host's clock.
-            for revision in Int64(12)...15 {
-                let written = time.clock.mapping().unixMilliseconds - 5000
-                let beat = EtcdKeyValue(key: "/countdownd/.hosts/" + writer, value: Array(#"{"written_unix_ms":\#(written)}"#.utf8), createRevision: 12, modRevision: revision)
-                watch.onEvents([EtcdWatchEvent(kind: .put, keyValue: beat)], revision)
-            }
+            heartbeats(of: writer, behind: 5000, at: 12...15, through: watch)
             let lastHeard = time.clock.now()
             // Due (as this host reads the writer's deadline) when last heard; silent from then on.
             let due = lastHeard

@@ -185,14 +185,10 @@ extension StateJournalTests {
     @Test("an earlier countdownd's database left beside the image (a stop between the image landing and its removal) is removed at the next start, and never read in its place")
     func supersededDatabaseRemovedAtStart() throws {
         let scratch = ScratchDirectory()
-        let directory = scratch.path + "/state"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var contents = SnapshotFile.Contents(lastSequence: 1, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
-        contents.rows = [StoredCountdown(
+        let directory = try snapshotDirectory(in: scratch, lastSequence: 1, rows: [StoredCountdown(
             name: "tea", state: .paused, totalMilliseconds: 60_000, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
             remainingNanoseconds: 30_000_000_000, finishedUnixMilliseconds: nil, owner: 0, lateMilliseconds: nil
-        )]
-        try SnapshotFile.write(contents, directory: directory)
+        )])
         let stale = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/schema4/countdownd.db").path
         try FileManager.default.copyItem(atPath: stale, toPath: directory + "/" + SnapshotDatabase.fileName)
@@ -208,16 +204,12 @@ struct StateDumpTests {
     @Test("a whole directory: a state line, then one line per countdown by owner and name, exit 0; a damaged one: what is intact, the damage named on the first line and on stderr, exit 1")
     func dumpWholeAndDamaged() throws {
         let scratch = ScratchDirectory()
-        let directory = scratch.path + "/state"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var contents = SnapshotFile.Contents(lastSequence: 7, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
-        for (owner, name) in [(1000 as UInt32, "b"), (0, "z"), (1000, "a")] {
-            contents.rows.append(StoredCountdown(
+        let directory = try snapshotDirectory(in: scratch, lastSequence: 7, rows: [(1000 as UInt32, "b"), (0, "z"), (1000, "a")].map { owner, name in
+            StoredCountdown(
                 name: name, state: .paused, totalMilliseconds: 60_000, deadlineUnixMilliseconds: nil, deadlineBootNanoseconds: nil,
                 remainingNanoseconds: 5_000_000_000, finishedUnixMilliseconds: nil, owner: owner, lateMilliseconds: nil, pausesOnSuspend: name == "a"
-            ))
-        }
-        try SnapshotFile.write(contents, directory: directory)
+            )
+        })
         var lines: [String] = [], errors: [String] = []
         #expect(StateDump.dump(directory, print: { lines.append($0) }, printError: { errors.append($0) }) == 0)
         let objects = try lines.map { try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]) }
@@ -242,11 +234,8 @@ extension StateDumpTests {
     @Test("each stored field is printed under its name, exactly: a running cycle's deadlines on both clocks, its phases as CYCLE reads them and where it is; a done one's finishing time and lateness; a pinned one's time")
     func dumpFieldsExactly() throws {
         let scratch = ScratchDirectory()
-        let directory = scratch.path + "/state"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        var contents = SnapshotFile.Contents(lastSequence: 3, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
         let cycle = CountdownCycle(phases: [.init(milliseconds: 1_500_000, label: "work"), .init(milliseconds: 300_000)], rounds: 4, phaseIndex: 1, round: 2)
-        contents.rows = [
+        let directory = try snapshotDirectory(in: scratch, lastSequence: 3, rows: [
             StoredCountdown(
                 name: "a", state: .running, totalMilliseconds: 300_000, deadlineUnixMilliseconds: 4_102_444_800_000,
                 deadlineBootNanoseconds: 123_456, remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 0, lateMilliseconds: nil,
@@ -260,8 +249,7 @@ extension StateDumpTests {
                 name: "c", state: .running, totalMilliseconds: 60_000, deadlineUnixMilliseconds: 4_102_444_800_000, deadlineBootNanoseconds: nil,
                 remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 1000, lateMilliseconds: nil, pinnedUnixMilliseconds: 4_102_444_800_000
             ),
-        ]
-        try SnapshotFile.write(contents, directory: directory)
+        ])
         var lines: [String] = []
         #expect(StateDump.dump(directory, print: { lines.append($0) }, printError: { _ in }) == 0)
         #expect(Array(lines.dropFirst()) == [
@@ -290,4 +278,15 @@ extension StateJournalTests {
         let inspection = try StateRepair.inspect(directory)
         #expect(!inspection.problems.isEmpty, "\(kind): --check-state agrees: \(inspection.problems)")
     }
+}
+
+/// A state directory in `scratch` holding only a snapshot of `rows`, the last event number
+/// `lastSequence`, no replay history and no journal.
+private func snapshotDirectory(in scratch: ScratchDirectory, lastSequence: UInt64, rows: [StoredCountdown]) throws -> String {
+    let directory = scratch.path + "/state"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    var contents = SnapshotFile.Contents(lastSequence: lastSequence, bootID: nil, journalGeneration: 1, events: [], eventsKeptAfter: 0)
+    contents.rows = rows
+    try SnapshotFile.write(contents, directory: directory)
+    return directory
 }
