@@ -884,10 +884,22 @@ extension Integration.ClusterTests {
             }
         }
         #expect(killed, "a leader was found and killed")
-        // Writes resume once a new leader is elected.
-        try waitUntil(timeout: 60) {
-            if case .ok = try c.request("START after-election 1h").outcome { return true }
-            return false
+        // Writes resume once a new leader is elected. Each try names a new countdown: a try
+        // answered `ERR unavailable … may or may not have been made` may have been made, and the
+        // same name would then answer `ERR busy` for the hour it runs.
+        var tries = 0
+        var lastRefusal = ""
+        do {
+            try waitUntil(timeout: 60) {
+                tries += 1
+                let reply = try c.request("START after-election-\(tries) 1h")
+                if case .ok = reply.outcome { return true }
+                lastRefusal = "\(reply.outcome)"
+                return false
+            }
+        } catch {
+            Issue.record("no START was acknowledged within 60 s of the leader's kill (\(tries) tries; the last answered \(lastRefusal))")
+            throw error
         }
         // A daemon started now reads everything from etcd: every acknowledged START is there.
         let fresh = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])
