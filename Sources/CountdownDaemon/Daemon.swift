@@ -352,11 +352,13 @@ public final class Daemon: @unchecked Sendable {
         clients.continueWork(rotation: Self.minimumTurnsPerBatch)
         pollerBatch.deliverOthers()
         batchDeadline = Instant(nanoseconds: .max)
-        endBatch()
-        if let signalNumber = service.stopSignal, mayStopNow(signal: signalNumber) {
-            stop(signal: signalNumber)  // Once this batch is written and flushed; never returns.
+        let clientsHaveWorkLeft = endBatch()
+        if let signalNumber = service.stopSignal {
+            // Never returns when it stops; else it drained the table, which then serves nothing.
+            if mayStopNow(signal: signalNumber) { stop(signal: signalNumber) }
+            return store.hasWorkLeft || fanOut.hasWorkLeft
         }
-        return clients.hasWorkLeft || store.hasWorkLeft || fanOut.hasWorkLeft
+        return clientsHaveWorkLeft || store.hasWorkLeft || fanOut.hasWorkLeft
     }
 
     /// Moves the batch to its next phase; any other move is a bug, stopped here by name.
@@ -374,7 +376,8 @@ public final class Daemon: @unchecked Sendable {
     }
 
     /// Seals, flushes and goes idle.
-    private func endBatch() {
+    /// - Returns: whether the client table has work for the next batch at once.
+    private func endBatch() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         // What fell due while the batch ran goes out with it, without waiting for the timer.
         advanceTime(to: time.now())
@@ -399,13 +402,14 @@ public final class Daemon: @unchecked Sendable {
         retryStorageWhileFailing()
         statistics.recordTimeEvents(batch.timeEvents, writtenAt: time.now())
         enter(.flushing)
-        clients.flushTouched()  // The only place output is written while running.
+        let clientsHaveWorkLeft = clients.flushTouched()  // The only place output is written while running.
         enter(.idle)
         takeSnapshotIfDue()
         service.report(statusCounts(), now: time.now())
         later.runDue(now: time.now())
         armTimer()
         lastBatchEnded = time.now()
+        return clientsHaveWorkLeft
     }
 
     /// Lifecycle events are released: they join the replay ring and the log, in that order, once.

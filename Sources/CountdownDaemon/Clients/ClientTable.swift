@@ -11,8 +11,8 @@ import Glibc
 /// (`continueListings`); it runs every connection's turn itself, handing complete requests to
 /// the daemon one at a time (`RequestServer.serve`), and takes replies, events and store answers
 /// back (`send`), holding replies behind a change the store decides later (`hold`). Output is
-/// written only when the daemon's batch flushes (`flushTouched`), or taken back when its commit
-/// failed (`rollback`). `Connection` is private to it.
+/// written only when the daemon's batch flushes (`flushTouched`, which also says whether the next
+/// batch has work at once), or taken back when its commit failed (`rollback`). `Connection` is private to it.
 ///
 /// Confined to the daemon's queue (hence `@unchecked Sendable`: its deferred blocks run there).
 final class ClientTable: @unchecked Sendable {
@@ -699,15 +699,19 @@ final class ClientTable: @unchecked Sendable {
     ///
     /// The least queued goes first: a reply or a single event is not written after a fan-out
     /// of thousands of lines to hundreds of other sockets.
-    func flushTouched() {
+    /// - Returns: whether the next batch has work at once (`hasWorkLeft`, as the writes left it).
+    @discardableResult
+    func flushTouched() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         writeTouched()
-        guard !usersOverOutputLimit.isEmpty else { return }
-        for uid in usersOverOutputLimit {
-            disconnectFurthestBehind(of: uid)
+        if !usersOverOutputLimit.isEmpty {
+            for uid in usersOverOutputLimit {
+                disconnectFurthestBehind(of: uid)
+            }
+            usersOverOutputLimit.removeAll()
+            writeTouched()  // The ERR overflow lines of those cut off.
         }
-        usersOverOutputLimit.removeAll()
-        writeTouched()  // The ERR overflow lines of those cut off.
+        return hasWorkLeft
     }
 
     /// Writes the touched connections, least queued first, and forgets them.
