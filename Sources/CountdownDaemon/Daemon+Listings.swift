@@ -8,10 +8,15 @@ extension Daemon {
 
     /// Starts a sliced reply on `connection`, producing its first slice now (into `replyBuffer`,
     /// as part of the request's reply). Its further requests wait until it is finished; the
-    /// client table keeps it (`ClientOutput.listing`).
-    func beginListing(_ listing: CountdownListing, purpose: ListingInProgress.Purpose, on connection: Connection, clock: WallClockMapping, now: Instant) {
+    /// client table keeps it (`ClientOutput.listing`). `phase` is where the connection is
+    /// (`ClientTable.state(of:)`): open in its turn, where the table serves only open connections;
+    /// otherwise asked by whoever begins it outside a turn.
+    func beginListing(
+        _ listing: CountdownListing, purpose: ListingInProgress.Purpose, on connection: Connection, phase: ClientTable.ConnectionState.Phase,
+        clock: WallClockMapping, now: Instant
+    ) {
         var progress = ListingInProgress(listing: listing, purpose: purpose, clock: clock, copy: store.readCopy(now: now))
-        switch clients.state(of: connection).phase {
+        switch phase {
         case .closed:
             return
         case .closing:
@@ -32,9 +37,10 @@ extension Daemon {
     /// Starts the snapshots of every running or paused countdown the connection's user may see,
     /// live (`CountdownListing`): what a new subscriber to everything is sent after its `OK`.
     /// With a prefix (as the user writes it), only the countdowns whose names start with it.
-    func beginActiveSnapshots(on connection: Connection, prefix: String = "", clock: WallClockMapping, now: Instant) {
+    /// `phase` as for `beginListing`.
+    func beginActiveSnapshots(on connection: Connection, phase: ClientTable.ConnectionState.Phase, prefix: String = "", clock: WallClockMapping, now: Instant) {
         let everyActive = ListFilter(viewer: connection.peerUID, states: [.running, .paused], prefix: prefix)
-        beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, clock: clock, now: now)
+        beginListing(engine.listing(everyActive, frozen: false, now: now), purpose: .snapshots, on: connection, phase: phase, clock: clock, now: now)
     }
 
     /// Produces the next slice of a listing (`RequestServer`) as part of the current batch: the
@@ -67,7 +73,7 @@ extension Daemon {
                 WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence(seenBy: viewer), shown, clock: progress.clock, to: &replyBuffer)
             }
         }
-        if progress.listing.isFinished && progress.purpose == .list {
+        if progress.listing.isFinished, case .list = progress.purpose {
             store.appendReadOK(count: progress.listing.producedCount, copy: progress.copy, to: &replyBuffer)
         }
     }

@@ -41,7 +41,7 @@ extension Daemon: RequestServer {
     /// subscribers of its own cannot make the batch that serves everyone else long. About 1 ms
     /// of work; a request that alone costs more is still served, one per batch.
     static let workPerUserPerBatch = 8192
-    /// The most `LIST`s one non-root user may have in progress at once.
+    /// The most `LIST`s one non-root user may have in progress at once (`listingQuota`).
     static let listsPerUser = 8
     /// What following one name costs, in those units (its subscription, tick interest and
     /// snapshot: about 2 µs, measured as 50 connections followed 10,000 names each in lines of
@@ -119,7 +119,7 @@ extension Daemon: RequestServer {
                 // Read the wall clock once per turn, and only when a request needs it.
                 let mapping = turn.clock ?? time.mapping(at: now)
                 turn.clock = mapping
-                try execute(request, from: connection, now: now, clock: mapping)
+                try execute(request, from: connection, phase: .open, now: now, clock: mapping)
             } catch {
                 if !parsed {
                     batch.items.append((connection, .failed(error)))
@@ -187,16 +187,17 @@ extension Daemon: RequestServer {
     /// Runs one request, encoding its reply into `replyBuffer` and its events into `events`.
     /// A change is refused with `unavailable` while storage cannot take it, and otherwise first
     /// records how to undo it. Names are resolved in the client's namespace (`CountdownAddress`),
-    /// and shown to it as it would write them.
+    /// and shown to it as it would write them. `phase` is where the connection is
+    /// (`ClientTable.state(of:)`; open in its turn), for a reply in slices (`beginListing`).
     func execute(
-        _ request: Request, from connection: Connection, now: Instant, clock: WallClockMapping
+        _ request: Request, from connection: Connection, phase: ClientTable.ConnectionState.Phase, now: Instant, clock: WallClockMapping
     ) throws(ProtocolError) {
         let uid = connection.peerUID
         if request.isMutation {
             try checkStorageAcceptsChanges()
         }
         do throws(ProtocolError) {
-            try execute(request, uid: uid, connection: connection, now: now, clock: clock)
+            try execute(request, uid: uid, connection: connection, phase: phase, now: now, clock: clock)
         } catch {
             throw error.shown(to: uid)
         }
@@ -205,7 +206,7 @@ extension Daemon: RequestServer {
     /// Runs one request; `attempt` is the judgement of a change after it lost a race in etcd
     /// (cluster mode; `nil` for the first).
     func execute(
-        _ request: Request, uid: UInt32, connection: Connection, now: Instant, clock: WallClockMapping,
+        _ request: Request, uid: UInt32, connection: Connection, phase: ClientTable.ConnectionState.Phase, now: Instant, clock: WallClockMapping,
         attempt: ClusterReplica.Attempt? = nil
     ) throws(ProtocolError) {
         /// A countdown as `uid` sees it.
@@ -257,14 +258,14 @@ extension Daemon: RequestServer {
             // Each LIST in progress keeps the countdowns as they were when it began: every page
             // changed meanwhile is copied for it. 250 stalled LISTs of one user beside its own
             // changes held 1.3 GB; a few at a time hold a few copies at most.
-            if uid != 0, let lists = clients.figures.listsByUID[uid], lists >= Self.listsPerUser {
+            guard let permit = listingQuota.take(for: uid) else {
                 throw ProtocolError(
                     .limit,
-                    "uid \(uid) already has \(lists) LISTs in progress, the most one user may have (each keeps the countdowns as they were when it began); read them to their end, or close the connections that do not"
+                    "uid \(uid) already has \(listingQuota.limit) LISTs in progress, the most one user may have (each keeps the countdowns as they were when it began); read them to their end, or close the connections that do not"
                 )
             }
             let filter = ListFilter(viewer: uid, states: states, prefix: CountdownAddress.display(keyPrefix, owner: uid, to: uid))
-            beginListing(engine.listing(filter, frozen: true, now: now), purpose: .list, on: connection, clock: clock, now: now)
+            beginListing(engine.listing(filter, frozen: true, now: now), purpose: .list(permit), on: connection, phase: phase, clock: clock, now: now)
         case .cancel(let address):
             let (key, owner) = try CountdownAddress.resolve(address, requester: uid)
             try change(key) { engine, events throws(ProtocolError) in try engine.cancel(key, requester: owner, now: now, events: &events) }
@@ -317,11 +318,11 @@ extension Daemon: RequestServer {
             } else if kinds.includes(.snapshot), let keyPrefix {
                 // Like everything's, in slices: a prefix may match a million.
                 let shown = CountdownAddress.display(keyPrefix, owner: uid, to: uid)
-                beginActiveSnapshots(on: connection, prefix: shown, clock: clock, now: now)
+                beginActiveSnapshots(on: connection, phase: phase, prefix: shown, clock: clock, now: now)
             } else if kinds.includes(.snapshot), keys.isEmpty {
                 // The current state right after the OK, so a status bar draws its first frame at
                 // once; for everything, in slices (there may be a million).
-                beginActiveSnapshots(on: connection, clock: clock, now: now)
+                beginActiveSnapshots(on: connection, phase: phase, clock: clock, now: now)
             } else if kinds.includes(.snapshot) {
                 for snapshot in engine.activeSnapshots(matching: filter, now: now) where uid == 0 || snapshot.owner == uid {
                     WireEncoder.appendSnapshotEvent(sequence: engine.lastSequence(seenBy: uid), shown(snapshot), clock: clock, to: &replyBuffer)

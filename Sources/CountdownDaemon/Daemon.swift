@@ -86,6 +86,8 @@ public final class Daemon: @unchecked Sendable {
     var creationsInFlight = PendingCreations()
 
     let clients: ClientTable
+    /// The `LIST`s in progress by uid, and the most one non-root user may have.
+    let listingQuota = ListingQuota(limit: Daemon.listsPerUser)
     let fanOut: EventFanOut
     /// When the running batch stops taking requests (see `batchTimeBudgetNanoseconds`).
     var batchDeadline = Instant(nanoseconds: .max)
@@ -465,7 +467,9 @@ public final class Daemon: @unchecked Sendable {
                 batch.items.append((connection, item))
             case .request(let request):
                 do throws(ProtocolError) {
-                    try execute(request, from: connection, now: now, clock: clock)
+                    // Where the connection is now: a QUIT or end of input served after this
+                    // request in the batch has it closing, and a LIST's reply is then whole.
+                    try execute(request, from: connection, phase: clients.state(of: connection).phase, now: now, clock: clock)
                 } catch {
                     WireEncoder.appendError(error, to: &replyBuffer)
                 }

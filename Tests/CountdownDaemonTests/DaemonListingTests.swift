@@ -19,7 +19,7 @@ struct DaemonListingTests {
         let connection: Connection
         private var pair: [Int32] = [0, 0]
 
-        init(configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
+        init(peerUID: UInt32 = 0, configure: (inout DaemonConfiguration) -> Void = { _ in }) throws {
             var configuration = DaemonConfiguration(socketPath: scratch.path + "/d.sock", stateDirectory: scratch.path + "/state")
             configure(&configuration)
             daemon = Daemon(configuration: configuration, environment: [:], time: time.clock)
@@ -28,7 +28,7 @@ struct DaemonListingTests {
             // Room in the socket for everything written, so that one write takes it all.
             var size: Int32 = 4 << 20
             setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-            connection = Connection(id: 1, descriptor: pair[0], peerUID: 0, poller: poller)
+            connection = Connection(id: 1, descriptor: pair[0], peerUID: peerUID, poller: poller)
             let daemon = daemon
             daemon.queue.sync {
                 #expect(throws: Never.self) { try daemon.recoverState() }
@@ -43,7 +43,9 @@ struct DaemonListingTests {
             close(pair[1])
         }
 
-        /// Serves one request line, as `serve` does, its reply queued on the connection.
+        /// Serves one request line, as `serve` does, its reply queued on the connection: with the
+        /// connection's phase as the table gives it, as a failed commit's replay does
+        /// (`undoBatch`); within a turn that is always `.open`.
         func run(_ line: String) {
             daemon.replyBuffer.removeAll(keepingCapacity: true)
             let now = time.clock.now()
@@ -51,7 +53,8 @@ struct DaemonListingTests {
                 Issue.record("cannot parse \(line)")
                 return
             }
-            #expect(throws: Never.self) { try daemon.execute(request, from: connection, now: now, clock: time.clock.mapping(at: now)) }
+            let phase = daemon.clients.state(of: connection).phase
+            #expect(throws: Never.self) { try daemon.execute(request, from: connection, phase: phase, now: now, clock: time.clock.mapping(at: now)) }
             daemon.appendReply(to: connection)
         }
 
@@ -120,5 +123,51 @@ struct DaemonListingTests {
         let lines = rig.received()
         #expect(lines.filter { $0.hasPrefix("COUNTDOWN ") }.count == 3000)
         #expect(lines.last == "OK 3000", "the LIST's final OK: \(lines.last ?? "nothing")")
+    }
+
+    @Test("a non-root user's LIST holds a place among its 8 for as long as it is in progress: refused with ERR limit at 8, counted while sliced, given back when it ends or fits one slice; root is counted, never refused")
+    func listsInProgressPerUser() throws {
+        let rig = try Rig(peerUID: 1000)
+        let (daemon, connection) = (rig.daemon, rig.connection)
+        try daemon.queue.sync {
+            for index in 0..<3000 { rig.run("START c\(index) 1h") }
+            connection.output.discardAllButCurrentLine()
+            let quota = daemon.listingQuota
+            // Seven LISTs of the same uid in progress on other connections.
+            var others = (0..<7).compactMap { _ in quota.take(for: 1000) }
+            #expect(others.count == 7 && quota.count(of: 1000) == 7)
+            rig.run("LIST")
+            #expect(daemon.clients.state(of: connection).phase == .listing, "the eighth is in progress, in slices")
+            #expect(quota.count(of: 1000) == 8)
+            #expect(quota.take(for: 1000) == nil, "a ninth has no place")
+            #expect(quota.take(for: 2000) != nil, "another uid's count is its own")
+            // The eighth ends: its place is given back.
+            while daemon.clients.state(of: connection).phase == .listing {
+                rig.write()
+                _ = rig.received()
+                daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
+            }
+            daemon.batch.begin()  // A failed commit's record of its slices goes with the batch.
+            #expect(quota.count(of: 1000) == 7, "given back when it ended")
+            // At 8 (one more held elsewhere), the LIST is refused, and nothing is listed.
+            others.append(try #require(quota.take(for: 1000)))
+            let now = rig.time.clock.now()
+            #expect {
+                try daemon.execute(.list(states: [], prefix: ""), from: connection, phase: .open, now: now, clock: rig.time.clock.mapping(at: now))
+            } throws: { error in
+                guard let error = error as? ProtocolError else { return false }
+                return error.code == .limit && error.message.hasPrefix("uid 1000 already has 8 LISTs in progress")
+            }
+            #expect(daemon.clients.state(of: connection).phase == .open && quota.count(of: 1000) == 8, "nothing listed")
+            // One ends elsewhere: a LIST that fits one slice holds its place only while it is made.
+            others.removeLast()
+            rig.run("LIST PREFIX c29")
+            #expect(daemon.clients.state(of: connection).phase == .open && quota.count(of: 1000) == 7, "whole in its first slice")
+            rig.write()
+            #expect(rig.received().last == "OK 111")
+            let root = (0..<20).compactMap { _ in quota.take(for: 0) }
+            #expect(root.count == 20 && quota.count(of: 0) == 20, "root is counted, never refused")
+            withExtendedLifetime(others) {}
+        }
     }
 }

@@ -106,9 +106,6 @@ final class ClientTable: @unchecked Sendable {
         let connectionsByUID: [UInt32: Int]
         /// Replies in slices in progress.
         let listingsInProgress: Int
-        /// `LIST`s in progress (frozen listings: each keeps the countdowns as they were when it
-        /// began), by uid (absent: none).
-        let listsByUID: [UInt32: Int]
         /// The most output any one non-root uid's connections held together since start
         /// (`queuedOutput(of:)` at its highest, after the cut-offs of `--output-limit-per-user`).
         let userOutputPeak: Int
@@ -116,13 +113,7 @@ final class ClientTable: @unchecked Sendable {
 
     /// What the table holds now.
     var figures: Figures {
-        var lists: [UInt32: Int] = [:]
-        for connection in listing.values {
-            if case .listing(let progress) = connection.lifecycle, progress.purpose == .list {
-                lists[connection.peerUID, default: 0] += 1
-            }
-        }
-        return Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count, listsByUID: lists, userOutputPeak: userOutputPeak)
+        Figures(connections: connections.count, connectionsByUID: connectionsByUID, listingsInProgress: listing.count, userOutputPeak: userOutputPeak)
     }
 
     /// Opens the table for clients: `server` serves their requests, and new connections on

@@ -6,8 +6,9 @@ import CountdownCore
 struct ListingInProgress {
     /// What the lines are.
     enum Purpose {
-        /// `COUNTDOWN` lines, then `OK <count>`.
-        case list
+        /// `COUNTDOWN` lines, then `OK <count>`; it holds its place in its user's count
+        /// (`ListingQuota`) until it is dropped.
+        case list(ListingQuota.Permit)
         /// `EVENT snapshot` lines (the `OK` came first).
         case snapshots
     }

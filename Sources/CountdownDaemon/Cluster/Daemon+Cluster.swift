@@ -61,18 +61,21 @@ extension Daemon {
     /// compacted away were never announced): each gets `RESYNC <seq>`, then snapshots of what it
     /// follows (by name: finished ones too, so a waiter learns of a `done` it missed).
     private func announceResync(now: Instant, clock: WallClockMapping) {
-        for (connection, following, kinds) in fanOut.subscriptions where clients.state(of: connection).takesOutput {
+        for (connection, following, kinds) in fanOut.subscriptions {
+            let state = clients.state(of: connection)
+            guard state.takesOutput else { continue }
+            let phase = state.phase
             let viewer = connection.peerUID
             replyBuffer.removeAll(keepingCapacity: true)
             WireEncoder.appendResync(sequence: engine.lastSequence, to: &replyBuffer)
             if kinds.includes(.snapshot) {
                 switch following {
-                case .all where clients.state(of: connection).phase != .listing:
-                    beginActiveSnapshots(on: connection, clock: clock, now: now)
-                case .prefix(let keyPrefix) where clients.state(of: connection).phase != .listing:
+                case .all where phase != .listing:
+                    beginActiveSnapshots(on: connection, phase: phase, clock: clock, now: now)
+                case .prefix(let keyPrefix) where phase != .listing:
                     // The prefix as its user writes it.
                     let prefix = CountdownAddress.display(keyPrefix, owner: viewer, to: viewer)
-                    beginActiveSnapshots(on: connection, prefix: prefix, clock: clock, now: now)
+                    beginActiveSnapshots(on: connection, phase: phase, prefix: prefix, clock: clock, now: now)
                 case .names(let keys):
                     for key in keys.sorted() {
                         guard let snapshot = try? engine.status(of: key, now: now) else { continue }
@@ -193,7 +196,9 @@ extension Daemon {
                             throw ProtocolError(.busy, "'\(key)' was changed by other clients at the same moment (or, for a new countdown, the quota slots it claimed were taken by other hosts' creations), \(attempt.number) times in a row; try again")
                         }
                         try checkStorageAcceptsChanges()
-                        try execute(request, uid: uid, connection: connection, now: now, clock: time.mapping(at: now), attempt: attempt.next)
+                        // Only a change is judged again, and a change begins no reply in slices:
+                        // where the connection is does not matter to it.
+                        try execute(request, uid: uid, connection: connection, phase: .open, now: now, clock: time.mapping(at: now), attempt: attempt.next)
                     } catch {
                         answer(connection, ticket: ticket) { out in WireEncoder.appendError(error.shown(to: uid), to: &out) }
                     }
