@@ -258,7 +258,8 @@ extension Daemon: RequestServer {
             // Each LIST in progress keeps the countdowns as they were when it began: every page
             // changed meanwhile is copied for it. 250 stalled LISTs of one user beside its own
             // changes held 1.3 GB; a few at a time hold a few copies at most.
-            guard let permit = listingQuota.take(for: uid) else {
+            // Served again after a failed commit, it replaces the listing it began (`.listing`).
+            guard let permit = listingQuota.take(for: uid, replacingOne: phase == .listing) else {
                 throw ProtocolError(
                     .limit,
                     "uid \(uid) already has \(listingQuota.limit) LISTs in progress, the most one user may have (each keeps the countdowns as they were when it began); read them to their end, or close the connections that do not"

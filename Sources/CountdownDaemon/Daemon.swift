@@ -379,7 +379,8 @@ public final class Daemon: @unchecked Sendable {
 
     /// Seals, flushes and goes idle.
     /// - Returns: whether the client table has work for the next batch at once.
-    private func endBatch() -> Bool {
+    @discardableResult
+    func endBatch() -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         // What fell due while the batch ran goes out with it, without waiting for the timer.
         advanceTime(to: time.now())

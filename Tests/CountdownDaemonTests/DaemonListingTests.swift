@@ -147,7 +147,9 @@ struct DaemonListingTests {
                 _ = rig.received()
                 daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
             }
-            daemon.batch.begin()  // A failed commit's record of its slices goes with the batch.
+            // Given back as it ended, though the batch's record of its slices (for a failed commit)
+            // still holds copies of it until the next batch.
+            #expect(daemon.batch.items.contains { if case .listingSlice = $0.1 { true } else { false } })
             #expect(quota.count(of: 1000) == 7, "given back when it ended")
             // At 8 (one more held elsewhere), the LIST is refused, and nothing is listed.
             others.append(try #require(quota.take(for: 1000)))
@@ -167,6 +169,52 @@ struct DaemonListingTests {
             #expect(rig.received().last == "OK 111")
             let root = (0..<20).compactMap { _ in quota.take(for: 0) }
             #expect(root.count == 20 && quota.count(of: 0) == 20, "root is counted, never refused")
+            // A LIST whose connection stops reading (QUIT, end of input, an overflow) or closes
+            // gives its place back then.
+            rig.run("LIST")
+            #expect(daemon.clients.state(of: connection).phase == .listing && quota.count(of: 1000) == 8)
+            connection.stopReading()
+            #expect(quota.count(of: 1000) == 7, "given back when its connection stopped reading")
+            withExtendedLifetime(others) {}
+        }
+    }
+
+    @Test("a user's eighth LIST served again after a failed commit replaces the listing it began, in its place: the client gets the whole reply, never ERR limit, and the place is given back at its end")
+    func listServedAgainAfterFailedCommit() throws {
+        let rig = try Rig(peerUID: 1000)
+        let (daemon, connection) = (rig.daemon, rig.connection)
+        try daemon.queue.sync {
+            for index in 0..<3000 { rig.run("START c\(index) 1h") }
+            daemon.endBatch()  // Durable.
+            rig.write()
+            _ = rig.received()
+            daemon.beginBatch()
+            let quota = daemon.listingQuota
+            let others = (0..<7).compactMap { _ in quota.take(for: 1000) }
+            // The journal's file goes with its directory: the batch's commit fails.
+            try FileManager.default.removeItem(atPath: rig.scratch.path + "/state")
+            #expect(daemon.beginTurn(of: connection) > 0)
+            for line in ["START x 1h", "LIST"] {
+                #expect(daemon.serve(.line(Array(line.utf8)[...]), of: connection, bounded: true) == .next)
+            }
+            #expect(daemon.clients.state(of: connection).phase == .listing && quota.count(of: 1000) == 8)
+            daemon.endBatch()  // Fails, undoes the batch and serves it again.
+            #expect(daemon.statistics.batchesUndone == 1, "the batch was undone")
+            #expect(daemon.clients.state(of: connection).phase == .listing && quota.count(of: 1000) == 8, "the LIST served again is the eighth")
+            var lines: [Substring] = []
+            while daemon.clients.state(of: connection).phase == .listing {
+                rig.write()
+                lines += rig.received()
+                daemon.beginBatch()
+                daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
+                daemon.endBatch()
+            }
+            rig.write()
+            lines += rig.received()
+            #expect(lines.first?.hasPrefix("ERR unavailable") == true, "the START refused: \(lines.first ?? "")")
+            #expect(!lines.contains { $0.hasPrefix("ERR limit") })
+            #expect(lines.filter { $0.hasPrefix("COUNTDOWN ") }.count == 3000 && lines.last == "OK 3000", "\(lines.count) lines, the last \(lines.last ?? "")")
+            #expect(quota.count(of: 1000) == 7, "given back at its end")
             withExtendedLifetime(others) {}
         }
     }

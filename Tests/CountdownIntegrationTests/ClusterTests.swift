@@ -898,8 +898,8 @@ extension Integration.ClusterTests {
                 return false
             }
         } catch {
-            Issue.record("no START was acknowledged within 60 s of the leader's kill (\(tries) tries; the last answered \(lastRefusal))")
-            throw error
+            Issue.record("no START was acknowledged within 60 s of the leader's kill (\(tries) tries; the last answered \(lastRefusal)): \(error)")
+            return
         }
         // A daemon started now reads everything from etcd: every acknowledged START is there.
         let fresh = try DaemonProcess(arguments: ["--cluster", etcd.endpoints.joined(separator: ",")])

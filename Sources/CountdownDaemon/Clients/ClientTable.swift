@@ -7,8 +7,7 @@ import Glibc
 /// `LineFramer`), turns, reply order, listings in progress, output and backpressure.
 ///
 /// Its interface to the daemon is narrow. The daemon opens it (`open`), and each batch asks it
-/// to serve the connections carried over (`serveCarriedOver`) and to continue listings
-/// (`continueListings`); it runs every connection's turn itself, handing complete requests to
+/// to serve the connections carried over and to continue listings (`continueWork`); it runs every connection's turn itself, handing complete requests to
 /// the daemon one at a time (`RequestServer.serve`), and takes replies, events and store answers
 /// back (`send`), holding replies behind a change the store decides later (`hold`). Output is
 /// written only when the daemon's batch flushes (`flushTouched`, which also says whether the next

@@ -152,10 +152,18 @@ final class Connection {
         self.poller = poller
     }
 
-    /// Moves to `next`; any move `Lifecycle.leads(to:)` does not name is a bug, stopped here.
+    /// Moves to `next`; any move `Lifecycle.leads(to:)` does not name is a bug, stopped here. A
+    /// `LIST` that stops being this connection's listing (it ended, the connection closes, or
+    /// another replaces it) gives its place in its user's count back now (`ListingQuota`), not
+    /// when the last copy of it goes (a failed commit's record of its slices keeps one until the
+    /// next batch).
     private func move(to next: Lifecycle) {
         guard lifecycle.leads(to: next) else {
             preconditionFailure("connection \(id) went from \(lifecycle.name) to \(next.name), which no connection does")
+        }
+        if case .listing(let current) = lifecycle, let permit = current.permit {
+            let goesOn = if case .listing(let progress) = next { progress.permit === permit } else { false }
+            if !goesOn { permit.giveBack() }
         }
         lifecycle = next
     }

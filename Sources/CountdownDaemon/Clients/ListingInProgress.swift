@@ -23,4 +23,9 @@ struct ListingInProgress {
 
     /// Whether its last slice was produced.
     var isFinished: Bool { listing.isFinished }
+
+    /// A `LIST`'s place in its user's count; `nil` for snapshots, which are not counted.
+    var permit: ListingQuota.Permit? {
+        if case .list(let permit) = purpose { permit } else { nil }
+    }
 }
