@@ -49,6 +49,42 @@ extension Integration {
             #expect(again.countdowns.map(\.name).sorted() == ["c0", "c1", "c29999"])
         }
 
+        @Test("a LIST on a subscribed connection: events made while it is produced come between its slices as whole lines, in order; its COUNTDOWN lines and OK are all there, and the client library sets the events aside")
+        func eventsBetweenSlices() throws {
+            let daemon = try DaemonProcess()
+            let control = try daemon.connect()
+            try startMany(20_000, on: control)
+            let reader = try daemon.connect()
+            #expect(try reader.request("SUBSCRIBE EVENTS lifecycle").outcome == .ok("subscribed all seq 20000 events lifecycle"))
+            try reader.send("LIST\nPING\n")  // Not read for now: the listing stalls unfinished.
+            try waitUntil(timeout: 60) { (try? statValue("listings_in_progress", on: control)) == 1 }
+            #expect(try control.request("START new 1h").countdown?.state == .running)
+            #expect(try control.request("CANCEL c0").countdown?.state == .cancelled)
+            var countdowns = 0
+            var eventsWithin: [String] = []
+            var final: String?
+            while final == nil, let line = try reader.readLine(timeout: 30) {
+                if line.hasPrefix("COUNTDOWN ") {
+                    countdowns += 1
+                } else if line.hasPrefix("EVENT ") {
+                    #expect(countdowns > 0, "an event before the block's first line: \(line)")
+                    eventsWithin.append(line)
+                } else {
+                    final = line
+                }
+            }
+            #expect(final == "OK 20000" && countdowns == 20_000, "\(countdowns) lines, then \(final ?? "nothing")")
+            #expect(eventsWithin.count == 2, "\(eventsWithin)")
+            #expect(eventsWithin.first?.hasPrefix("EVENT 20001 started new ") == true && eventsWithin.last?.hasPrefix("EVENT 20002 cancelled c0 ") == true, "\(eventsWithin)")
+            #expect(try reader.readReply().outcome == .ok("pong"), "the next request's reply follows the block")
+            // Through the client library: the block whole, the events kept for nextEvent.
+            try reader.send("LIST PREFIX c1\n")
+            #expect(try control.request("CANCEL c1").countdown?.state == .cancelled)
+            let listed = try reader.readReply()
+            #expect(listed.outcome == .ok("11111") && listed.countdowns.count == 11_111)
+            #expect(try reader.nextEvent(timeout: 30)?.name == "c1")
+        }
+
         @Test("LIST STATE and PREFIX filter in the daemon; cdctl list --prefix sorts by name; bad filters are explained")
         func listFilters() throws {
             let daemon = try DaemonProcess()
