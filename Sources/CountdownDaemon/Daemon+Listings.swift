@@ -28,7 +28,9 @@ extension Daemon {
             }
         case .open, .listing:
             produceSlice(of: &progress, for: connection.peerUID, now: now)
-            if !progress.isFinished {
+            // Listing already: its request, served again after a failed commit, began it; the
+            // table replaces it, or ends it when this one is whole in its first slice.
+            if !progress.isFinished || phase == .listing {
                 clients.send(.listing(progress), to: connection, batch: batch.number)
             }
         }

@@ -28,6 +28,8 @@ struct DaemonListingTests {
             // Room in the socket for everything written, so that one write takes it all.
             var size: Int32 = 4 << 20
             setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            // As the daemon's sockets are: a turn's read finds nothing rather than waiting.
+            try #require(fcntl(pair[0], F_SETFL, O_NONBLOCK) == 0)
             connection = Connection(id: 1, descriptor: pair[0], peerUID: peerUID, poller: poller)
             let daemon = daemon
             daemon.queue.sync {
@@ -216,6 +218,40 @@ struct DaemonListingTests {
             #expect(lines.filter { $0.hasPrefix("COUNTDOWN ") }.count == 3000 && lines.last == "OK 3000", "\(lines.count) lines, the last \(lines.last ?? "")")
             #expect(quota.count(of: 1000) == 7, "given back at its end")
             withExtendedLifetime(others) {}
+        }
+    }
+
+    @Test("a LIST served again after a failed commit that now fits one slice (the batch's undone STARTs had made it two) ends the listing it began: one whole reply, no slice of the old one after it")
+    func listServedAgainWholeEndsTheOldListing() throws {
+        let rig = try Rig(peerUID: 1000)
+        let (daemon, connection) = (rig.daemon, rig.connection)
+        try daemon.queue.sync {
+            let count = Daemon.linesPerListingSlice - 24
+            for index in 0..<count { rig.run("START c\(index) 1h") }
+            daemon.endBatch()  // Durable.
+            rig.write()
+            _ = rig.received()
+            daemon.beginBatch()
+            try FileManager.default.removeItem(atPath: rig.scratch.path + "/state")
+            #expect(daemon.beginTurn(of: connection) > 0)
+            for line in (0..<48).map({ "START x\($0) 1h" }) + ["LIST"] {
+                #expect(daemon.serve(.line(Array(line.utf8)[...]), of: connection, bounded: false) == .next)
+            }
+            #expect(daemon.clients.state(of: connection).phase == .listing, "two slices, with the x's")
+            daemon.endBatch()  // Fails: the x's are refused, and the LIST served again fits one slice.
+            #expect(daemon.statistics.batchesUndone == 1)
+            #expect(daemon.clients.state(of: connection).phase != .listing, "the old listing ended")
+            #expect(daemon.listingQuota.count(of: 1000) == 0)
+            for _ in 0..<3 {
+                daemon.beginBatch()
+                daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
+                daemon.endBatch()
+            }
+            rig.write()
+            let lines = rig.received()
+            #expect(lines.prefix(48).allSatisfy { $0.hasPrefix("ERR unavailable") })
+            #expect(lines.filter { $0.hasPrefix("COUNTDOWN ") }.count == count, "\(lines.count) lines")
+            #expect(lines.filter { $0.hasPrefix("OK ") } == ["OK \(count)"], "one final line: \(lines.filter { $0.hasPrefix("OK ") })")
         }
     }
 }

@@ -7,11 +7,12 @@ import Glibc
 /// `LineFramer`), turns, reply order, listings in progress, output and backpressure.
 ///
 /// Its interface to the daemon is narrow. The daemon opens it (`open`), and each batch asks it
-/// to serve the connections carried over and to continue listings (`continueWork`); it runs every connection's turn itself, handing complete requests to
-/// the daemon one at a time (`RequestServer.serve`), and takes replies, events and store answers
-/// back (`send`), holding replies behind a change the store decides later (`hold`). Output is
-/// written only when the daemon's batch flushes (`flushTouched`, which also says whether the next
-/// batch has work at once), or taken back when its commit failed (`rollback`). `Connection` is private to it.
+/// to serve the connections carried over and to continue listings (`continueWork`); it runs
+/// every connection's turn itself, handing complete requests to the daemon one at a time
+/// (`RequestServer.serve`), and takes replies, events and store answers back (`send`), holding
+/// replies behind a change the store decides later (`hold`). Output is written only when the
+/// daemon's batch flushes (`flushTouched`, which also says whether the next batch has work at
+/// once), or taken back when its commit failed (`rollback`). `Connection` is private to it.
 ///
 /// Confined to the daemon's queue (hence `@unchecked Sendable`: its deferred blocks run there).
 final class ClientTable: @unchecked Sendable {
@@ -528,6 +529,12 @@ final class ClientTable: @unchecked Sendable {
     /// not closed while the listing goes on. `progress` is kept in its lifecycle.
     private func beginListing(_ progress: ListingInProgress, on connection: Connection) {
         precondition(!connection.isClosing, "connection \(connection.id) began a listing after it stopped reading")
+        guard !progress.isFinished else {
+            // Whole in its first slice, in place of the listing its request began before a
+            // failed commit (`ClientOutput.listing`): that one ends, and nothing of it follows.
+            if connection.isListing { endListing(connection) }
+            return
+        }
         carried[connection.id] = nil
         connection.list(progress)
         // Telling the poller may have failed, and closed it.

@@ -58,7 +58,9 @@ enum ClientOutput {
     case answer(StoreTicket, [UInt8])
     /// The rest of a reply in slices, from `ListingInProgress` (its first slice went out as part
     /// of the reply): the connection is read no more until it ends, and the table continues it
-    /// (`RequestServer.continueListing`), a slice each batch while its output has room.
+    /// (`RequestServer.continueListing`), a slice each batch while its output has room. It
+    /// replaces a listing in progress (the one its request began before a failed commit); one
+    /// already finished only ends that one.
     case listing(ListingInProgress)
     /// A slice a failed commit took back, produced again now from the progress it was produced
     /// from (nothing, for a connection that stopped taking output meanwhile).
