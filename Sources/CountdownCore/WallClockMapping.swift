@@ -23,8 +23,18 @@ public struct WallClockMapping: Sendable, Equatable {
         return unixMilliseconds + offsetMs
     }
 
-    /// The monotonic instant of a wall-clock time given in Unix milliseconds.
+    /// The farthest a wall-clock time is taken to be from the mapping's own, in milliseconds
+    /// (100 years): further ones are taken as this far, so that no stored or sent value, however
+    /// damaged, overflows the clock's arithmetic. (Storage refuses such values as damage before
+    /// they get here: `StoredCountdown.implausibility`.)
+    public static let farthestMilliseconds: Int64 = 36_525 * 86_400_000
+
+    /// The monotonic instant of a wall-clock time given in Unix milliseconds; at most
+    /// `farthestMilliseconds` away.
     public func instant(ofUnixMilliseconds unix: Int64) -> Instant {
-        monotonic.advanced(byMilliseconds: unix - unixMilliseconds)
+        let (difference, overflowed) = unix.subtractingReportingOverflow(unixMilliseconds)
+        let farthest = Self.farthestMilliseconds
+        let milliseconds = overflowed ? (unix < unixMilliseconds ? -farthest : farthest) : min(max(difference, -farthest), farthest)
+        return monotonic.advanced(byMilliseconds: milliseconds)
     }
 }

@@ -358,4 +358,18 @@ struct ProtocolCodecTests {
         #expect(mapping.unixMilliseconds(of: .seconds(40)) == 990_000)
         #expect(mapping.instant(ofUnixMilliseconds: 1_010_000) == .seconds(60))
     }
+
+    @Test("a wall-clock time further than 100 years from the mapping's maps to 100 years away, never to an overflow (a damaged stored value once stopped the daemon with a trap)")
+    func wallClockFarAway() {
+        let mapping = WallClockMapping(monotonic: .seconds(50), unixMilliseconds: 1_764_488_400_000)
+        let farthest = WallClockMapping.farthestMilliseconds
+        for unix in [Int64.min, Int64.min + 1, -9_223_336_852_482_686_976, -farthest * 2] {
+            #expect(mapping.instant(ofUnixMilliseconds: unix) == Instant.seconds(50).advanced(byMilliseconds: -farthest), "\(unix)")
+        }
+        for unix in [Int64.max, Int64.max - 1, 1_764_488_400_000 + farthest * 3] {
+            #expect(mapping.instant(ofUnixMilliseconds: unix) == Instant.seconds(50).advanced(byMilliseconds: farthest), "\(unix)")
+        }
+        let near = 1_764_488_400_000 + farthest - 1
+        #expect(mapping.instant(ofUnixMilliseconds: near) == Instant.seconds(50).advanced(byMilliseconds: farthest - 1), "within the reach, exact")
+    }
 }

@@ -507,22 +507,25 @@ enum JournalFormat {
                 if event.kind == .changed {
                     event.suspendPolicy = flags & EventFlag.changedToPause != 0 ? .pause : .count
                 }
-                visit(EventRecord(
-                    event: event,
-                    state: StoredCountdown(
-                        name: name, state: states[stateIndex], totalMilliseconds: total,
-                        deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
-                        remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
-                        owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned),
-                        pausesOnSuspend: flags & EventFlag.pausesOnSuspend != 0, cycle: stateCycle
-                    ),
-                    numberedByOwner: numberedByOwner
-                ))
+                let state = StoredCountdown(
+                    name: name, state: states[stateIndex], totalMilliseconds: total,
+                    deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
+                    remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished),
+                    owner: owner, lateMilliseconds: present(stateLate), pinnedUnixMilliseconds: present(pinned),
+                    pausesOnSuspend: flags & EventFlag.pausesOnSuspend != 0, cycle: stateCycle
+                )
+                if let problem = state.implausibility {
+                    throw FormatError(reason: "an event record whose countdown has \(problem)")
+                }
+                visit(EventRecord(event: event, state: state, numberedByOwner: numberedByOwner))
             case .removed, .numberedRemoved:
                 let sequence = try reader.u64()
                 let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                 let total = try reader.i64()
                 let name = try reader.shortString()
+                if let problem = StoredCountdown.nameProblem(name) {
+                    throw FormatError(reason: "a removed record with \(problem)")
+                }
                 let numberedByOwner = type == .numberedRemoved
                 let ownerSequence = try ownerNumber(&reader, numbered: numberedByOwner, sequence: sequence, of: "a removed record")
                 visit(EventRecord(

@@ -109,7 +109,7 @@ enum SnapshotDatabase {
                 owner: ownerUID, lateMilliseconds: select.int(8), pinnedUnixMilliseconds: select.int(9),
                 pausesOnSuspend: pausesOnSuspend
             )
-            if version >= 4, storedChecksum.map({ UInt32(exactly: $0) }) != checksum.of(row) {
+            if row.implausibility != nil || (version >= 4 && storedChecksum.map({ UInt32(exactly: $0) }) != checksum.of(row)) {
                 contents.unreadableRows.append(ProtocolText.sanitized(Array(nameBytes), limit: 128))
                 continue
             }

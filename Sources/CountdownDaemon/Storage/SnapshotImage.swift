@@ -416,14 +416,18 @@ enum SnapshotImage {
                     let pinned = try reader.i64()
                     let name = try reader.name()
                     let cycle = flags & Flag.countdownCycle != 0 ? try reader.cycle() : nil
-                    countdownsRead += 1
-                    visit(StoredCountdown(
+                    let row = StoredCountdown(
                         name: name, state: JournalFormat.states[stateIndex], totalMilliseconds: total,
                         deadlineUnixMilliseconds: present(deadlineUnix), deadlineBootNanoseconds: present(deadlineBoot),
                         remainingNanoseconds: remaining, finishedUnixMilliseconds: present(finished), owner: owner,
                         lateMilliseconds: present(late), pinnedUnixMilliseconds: present(pinned),
                         pausesOnSuspend: flags & Flag.pausesOnSuspend != 0, cycle: cycle
-                    ))
+                    )
+                    if let problem = row.implausibility {
+                        throw JournalFormat.FormatError(reason: "a countdown with \(problem)")
+                    }
+                    countdownsRead += 1
+                    visit(row)
                 case .owner:
                     guard !readingCountdowns, contents.events.isEmpty else {
                         throw JournalFormat.FormatError(reason: "a user's number after the history or the countdowns")

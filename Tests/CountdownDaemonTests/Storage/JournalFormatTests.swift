@@ -97,6 +97,78 @@ struct JournalFormatTests {
         #expect(scan.tornTail != nil && scan.damage == nil && scan.validLength == lastFrame)
     }
 
+    @Test("a record whose checksum verifies but whose values no countdownd writes (a name no client could give, a time no clock reaches, a negative time or total) is damage, named; every byte of a record altered and sealed again reads as damage or as a plausible countdown, and mapping its times to the clock never traps")
+    func checksumValidImplausibleValues() {
+        /// A file of one event whose stored state is `state`, sealed: its checksums verify.
+        func sealed(_ state: StoredCountdown, then more: Bool = true) -> [UInt8] {
+            var frames = self.frames([])
+            var bytes: [UInt8] = []
+            JournalFormat.beginFrame(in: &bytes)
+            JournalFormat.appendEvent(event(1, state.name).0, state: state, to: &bytes)
+            JournalFormat.sealFrame(in: &bytes, at: 0, index: 1)
+            frames.append(bytes)
+            if more { frames.append(self.frames([["a"], ["after"]])[2]) }
+            return frames.reduce([], +)
+        }
+        let good = event(1, "tea").1
+        #expect(JournalFormat.scan(sealed(good)).damage == nil)
+        var cases: [(String, StoredCountdown)] = []
+        var state = good
+        state.pinnedUnixMilliseconds = -9_223_336_852_482_686_976  // The attack's: the absent marker with a bit changed.
+        cases.append(("a time of day of -9223336852482686976", state))
+        state = good
+        state.deadlineUnixMilliseconds = 99_999_999_999_999
+        cases.append(("a deadline of 99999999999999", state))
+        state = good
+        state.name = "b-\u{13}23"
+        cases.append(("a name with a byte outside", state))
+        state = good
+        state.name = "tea\nEVENT 1 done x 0 1"
+        cases.append(("a name with a byte outside", state))
+        state = good
+        state.totalMilliseconds = 0
+        cases.append(("a total of 0 ms", state))
+        state = good
+        state.remainingNanoseconds = -1
+        cases.append(("-1 ns left", state))
+        state = good
+        state.lateMilliseconds = -5
+        cases.append(("-5 ms late", state))
+        for (problem, state) in cases {
+            for more in [true, false] {
+                let scan = JournalFormat.scan(sealed(state, then: more))
+                #expect(scan.damage?.reason.contains(problem) == true, "\(problem): \(scan.damage?.reason ?? "read as valid")")
+                #expect(scan.tornTail == nil && scan.events.isEmpty, "\(problem): never a torn tail, nothing of it read")
+            }
+        }
+        // Every byte of the record, two values each, sealed again.
+        var record: [UInt8] = []
+        JournalFormat.beginFrame(in: &record)
+        var pinned = good
+        pinned.pinnedUnixMilliseconds = 1_764_488_400_000
+        pinned.finishedUnixMilliseconds = 1_764_488_000_000
+        pinned.lateMilliseconds = 20
+        JournalFormat.appendEvent(event(1, "tea").0, state: pinned, to: &record)
+        let clock = WallClockMapping(monotonic: Instant(nanoseconds: 5_000_000_000), unixMilliseconds: 1_764_488_000_000)
+        var random = SplitMix64(state: 11)
+        var accepted = 0
+        for offset in JournalFormat.frameHeaderSize..<record.count {
+            for _ in 0..<2 {
+                var altered = record
+                altered[offset] = UInt8(truncatingIfNeeded: random.next())
+                JournalFormat.sealFrame(in: &altered, at: 0, index: 1)
+                let scan = JournalFormat.scan(frames([]).reduce([], +) + altered)
+                for read in scan.events {
+                    guard let state = read.state else { continue }
+                    accepted += 1
+                    #expect(state.implausibility == nil, "byte \(offset)")
+                    _ = state.persisted(clock: clock, sameBoot: false, key: state.key)
+                }
+            }
+        }
+        #expect(accepted > 0, "some alterations are plausible countdowns (a different total, a different deadline)")
+    }
+
     @Test("a bad frame followed by good data is damage, reported at its offset")
     func damage() {
         var bytes = file([["a"], ["b"], ["c"]])
