@@ -95,7 +95,11 @@ struct JournalChainReader: Sendable {
         let newest = files.last?.0
         for (fileGeneration, path) in files {
             guard fileGeneration >= firstGeneration else {
-                // Left by a crash between a snapshot landing and the old files being removed.
+                // Left by a crash between a snapshot landing and the old files being removed,
+                // if its header agrees.
+                if let problem = StateJournal.olderFileProblem(at: path, generation: fileGeneration) {
+                    throw .damaged(path: path, reason: problem)
+                }
                 // Ignored on purpose if it cannot be removed: older than the snapshot, it is
                 // skipped by every recovery, and tried again at the next start.
                 _ = unlink(path)

@@ -407,6 +407,27 @@ final class StateJournal: @unchecked Sendable {
         return nil
     }
 
+    /// What is wrong with a journal file named as older than the snapshot, which a start removes
+    /// (`nil`: it is that file). Its header names its own generation: a later file renamed to an
+    /// older name (whose records would go with it, and nothing would say so) is damage, kept,
+    /// and so is one whose header cannot be read, since nothing then shows it is older. The
+    /// verdict of `recover`, shared with `countdownd --check-state`.
+    static func olderFileProblem(at path: String, generation: UInt64) -> String? {
+        let bytes: [UInt8]
+        do throws(StorageError) {
+            bytes = try FileSystem.readStateFile(path)
+        } catch {
+            return "named as older than the snapshot, but it cannot be read to tell (\(error))"
+        }
+        guard let header = JournalFormat.header(of: bytes) else {
+            return "named as older than the snapshot, but its header cannot be read to tell: it is kept, as it may hold what the snapshot does not"
+        }
+        guard header.generation == generation else {
+            return "its header says it is journal file \(header.generation), not \(generation): a file renamed; under this name it would be removed as older than the snapshot, with what it holds. Put it back under its own name"
+        }
+        return nil
+    }
+
     /// Why an empty journal file is damage, newest or not: a journal file is created whole
     /// (header first, then renamed into place), so an empty one was emptied. The verdict of
     /// `recover`, shared with `countdownd --check-state`.

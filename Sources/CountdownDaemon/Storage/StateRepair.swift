@@ -105,7 +105,11 @@ public enum StateRepair {
             inspection.journalPaths.append(path)
             inspection.highestGeneration = max(inspection.highestGeneration, generation)
             if let snapshotGeneration, generation < snapshotGeneration {
-                inspection.findings.append("\(path): older than the snapshot, ignored (the next start removes it)")
+                if let problem = StateJournal.olderFileProblem(at: path, generation: generation) {
+                    inspection.problems.append("\(path): \(problem)")
+                } else {
+                    inspection.findings.append("\(path): older than the snapshot, ignored (the next start removes it)")
+                }
                 continue
             }
             // A damaged snapshot says nothing about where the journal starts: no gap is judged then.

@@ -79,6 +79,8 @@ struct StateVerdictTests {
         var mayStart: Bool
         /// The file is deleted instead.
         var removes = false
+        /// The file is renamed to this instead.
+        var renamedTo: String?
     }
 
     func frames(_ bytes: [UInt8]) -> [[UInt8]] {
@@ -102,6 +104,9 @@ struct StateVerdictTests {
             faults.append(Fault(what: "\(name) emptied", file: file, damage: { _ in [] }, mayStart: false))
             // Nothing names the newest file: its loss cannot be told from a stop before it was made.
             faults.append(Fault(what: "\(name) removed", file: file, damage: { $0 }, mayStart: newest, removes: true))
+            // Renamed to a name older than the snapshot's first file: a start would remove it as
+            // older, with what it holds, and say nothing; its header says which file it is.
+            faults.append(Fault(what: "\(name) renamed to journal.000000000000", file: file, damage: { $0 }, mayStart: false, renamedTo: "journal.000000000000"))
             for index in 1...last {
                 faults.append(Fault(what: "\(name) frame \(index) removed", file: file, damage: { _ in parts.enumerated().filter { $0.offset != index }.flatMap(\.element) }, mayStart: newest && index == last))
                 faults.append(Fault(what: "\(name) frame \(index) repeated", file: file, damage: { _ in parts.prefix(index + 1).flatMap { $0 } + parts[index] + parts.dropFirst(index + 1).flatMap { $0 } }, mayStart: false))
@@ -172,6 +177,8 @@ struct StateVerdictTests {
             let original = [UInt8](try Data(contentsOf: URL(fileURLWithPath: target)))
             if fault.removes {
                 try FileManager.default.removeItem(atPath: target)
+            } else if let renamed = fault.renamedTo {
+                try FileManager.default.moveItem(atPath: target, toPath: directory + "/" + renamed)
             } else {
                 try Data(fault.damage(original)).write(to: URL(fileURLWithPath: target))
             }
