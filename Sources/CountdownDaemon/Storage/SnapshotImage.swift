@@ -310,7 +310,7 @@ enum SnapshotImage {
                 } else if let promised, promised != read {
                     note("it holds \(read.countdowns) countdowns and \(read.events) events where its header says \(promised.countdowns) and \(promised.events) were written: frames are missing, added or altered")
                 } else if endChain != chain {
-                    note("its frames do not chain to its end record: a frame of another snapshot is among them")
+                    note("its frames do not chain to its end record: a frame of another snapshot, or one rewritten whole with its checksum, is among them, and which one cannot be told; its countdowns verify one by one, so --repair-state would keep that frame's too: prefer a backup")
                 }
             } else if problems.isEmpty {
                 note("it has no end record: it was cut short")
