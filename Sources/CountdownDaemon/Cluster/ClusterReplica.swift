@@ -450,13 +450,21 @@ final class ClusterReplica: @unchecked Sendable {
                 if let held = slotHeld(keyValue) { slots.append(held) }
                 continue
             }
-            guard let value = ClusterValue.decode(keyValue.value) else {
+            guard Self.isCountdownKey(key), let value = ClusterValue.decode(keyValue.value) else {
                 logger.log(.warning, "cluster: skipped a key under \(configuration.prefix) (revision \(keyValue.modRevision)): not a countdown this version reads")
                 continue
             }
             countdowns.append((key, value, keyValue.modRevision))
         }
         return (countdowns, slots)
+    }
+
+    /// Whether `key` (under the prefix) names a countdown as daemons write them: a name, or
+    /// `<uid>/<name>` (`CountdownAddress`). A key put there by other hands that does not (a
+    /// newline in it, say) is not a countdown this version reads: skipped, never shown to a
+    /// client, where it would split a line.
+    static func isCountdownKey(_ key: String) -> Bool {
+        (try? CountdownAddress.validate(bytes: key.utf8)) != nil
     }
 
     /// The slot a key-value under the prefix is, and the countdown that holds it.
@@ -602,7 +610,7 @@ final class ClusterReplica: @unchecked Sendable {
         placed = placed.revision == changedAt ? (changedAt, placed.count + 1) : (changedAt, 0)
         let sequence = Self.sequence(revision: changedAt, place: placed.count)
         let isHeartbeat = ClockHeartbeat.isHeartbeat(key)
-        let value = event.kind == .put && !isHeartbeat ? ClusterValue.decode(event.keyValue.value) : nil
+        let value = event.kind == .put && !isHeartbeat && Self.isCountdownKey(key) ? ClusterValue.decode(event.keyValue.value) : nil
         // A replacement takes the next place too (its `cancelled` comes first), whether it is
         // applied now or was already: the places after it are numbered alike either way.
         placed.count += (value?.announcements ?? 1) - 1

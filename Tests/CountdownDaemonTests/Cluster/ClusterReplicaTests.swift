@@ -1138,4 +1138,37 @@ struct ClusterReplicaTests {
             #expect(replica.quotaCounts.heldFleetWide == 0, "the full read holds no slot")
         }
     }
+
+    @Test("a key under the prefix that names no countdown a client could have (a newline, a space, a bad uid) is skipped, from the read and from the watch, as a value this version cannot read: never applied, never shown to a client")
+    func keysThatNameNoCountdown() throws {
+        let store = ScriptedEtcd()
+        let replica = try replica(store)
+        final class Seen: @unchecked Sendable {
+            var loaded: [String] = []
+            var applied: [String] = []
+        }
+        let seen = Seen()
+        let bad = ["tea\nEVENT 1 done x 0 1", "a b", "x/tea", "1000/", "99999999999/tea", ""]
+        let good = ["tea", "1000/otp:+4915112345678"]
+        #expect(bad.allSatisfy { !ClusterReplica.isCountdownKey($0) } && good.allSatisfy(ClusterReplica.isCountdownKey))
+        queue.sync {
+            replica.load = { countdowns, _ in seen.loaded = countdowns.map(\.0) }
+            replica.apply = { key, _, _ in seen.applied.append(key) }
+            replica.start()
+            let other = value(replica, operation: "other-host-1-1")
+            let read = (bad + good).enumerated().map { self.stored(other, revision: Int64(10 + $0.offset), key: $0.element) }
+            store.ranges.removeFirst().completion(.success((read, 20)))
+        }
+        let watch = try #require(queue.sync { store.watches.first })
+        queue.sync {
+            let other = value(replica, operation: "other-host-2-1")
+            watch.onEvents((bad + ["later"]).enumerated().map {
+                EtcdWatchEvent(kind: .put, keyValue: self.stored(other, revision: Int64(21 + $0.offset), key: $0.element))
+            }, 30)
+        }
+        queue.sync {
+            #expect(seen.loaded.sorted() == good.sorted(), "\(seen.loaded)")
+            #expect(seen.applied == ["later"], "\(seen.applied)")
+        }
+    }
 }
