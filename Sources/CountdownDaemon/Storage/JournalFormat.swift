@@ -623,11 +623,12 @@ enum JournalFormat {
             return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)]), as: UTF8.self)
         }
 
-        /// A countdown's name: a short string that is not empty. (What else a name may hold is
-        /// the engine's rule, checked when it was started; the checksum covers the bytes.)
+        /// A countdown's name, within the name rules (`StoredCountdown.nameProblem`): a checksum
+        /// covers the bytes, not whether a client could have given them, and a name read here
+        /// is sent to clients in lines.
         mutating func name() throws(FormatError) -> String {
             let name = try shortString()
-            guard !name.isEmpty else { throw FormatError(reason: "an empty name") }
+            if let problem = StoredCountdown.nameProblem(name) { throw FormatError(reason: problem) }
             return name
         }
     }
