@@ -442,6 +442,12 @@ enum JournalFormat {
         var reason: String
     }
 
+    /// The largest event number, user's number or journal file generation a countdownd reads:
+    /// 2^62, more than a billion a second for 146 years. A larger one (a checksum-valid rewrite)
+    /// is damage, so that the daemon's `+ 1` on the last of them can never overflow (a sequence
+    /// number of 2^64 - 1 read as valid trapped at the first change).
+    static let largestNumber: UInt64 = 1 << 62
+
     private static func decodePayload(
         _ bytes: UnsafeRawBufferPointer, from start: Int, to end: Int, layout: Layout, position: UInt64,
         into scan: inout Scan, visit: (EventRecord) -> Void
@@ -463,7 +469,7 @@ enum JournalFormat {
                 guard reader.offset == end else { throw FormatError(reason: "records after the header in the header frame") }
             case .event, .flaggedEvent:
                 let flagged = type == .flaggedEvent
-                let sequence = try reader.u64()
+                let sequence = try reader.number("an event number")
                 let kindIndex = Int(try reader.byte()), stateIndex = Int(try reader.byte())
                 guard kindIndex < kinds.count, stateIndex < states.count else {
                     throw FormatError(reason: "an event record with an unknown kind or state")
@@ -519,7 +525,7 @@ enum JournalFormat {
                 }
                 visit(EventRecord(event: event, state: state, numberedByOwner: numberedByOwner))
             case .removed, .numberedRemoved:
-                let sequence = try reader.u64()
+                let sequence = try reader.number("an event number")
                 let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                 let total = try reader.i64()
                 let name = try reader.shortString()
@@ -545,7 +551,7 @@ enum JournalFormat {
     /// A record's owner's number: read when it holds one, else its daemon-wide number (written
     /// before per-user numbers); never above that.
     private static func ownerNumber(_ reader: inout Reader, numbered: Bool, sequence: UInt64, of record: String) throws(FormatError) -> UInt64 {
-        let ownerSequence = numbered ? try reader.u64() : sequence
+        let ownerSequence = numbered ? try reader.number("a user's event number") : sequence
         guard ownerSequence <= sequence else {
             throw FormatError(reason: "\(record) whose owner's number (\(ownerSequence)) is above its own (\(sequence))")
         }
@@ -569,6 +575,16 @@ enum JournalFormat {
             return bytes[offset]
         }
 
+        /// A sequence number, a user's number or a file generation: at most `largestNumber`, so
+        /// that counting on from it never overflows.
+        mutating func number(_ what: String) throws(FormatError) -> UInt64 {
+            let value = try u64()
+            guard value <= JournalFormat.largestNumber else {
+                throw FormatError(reason: "\(what) of \(value), past any a countdownd reaches (\(JournalFormat.largestNumber))")
+            }
+            return value
+        }
+
         mutating func u64(width: Int = 8) throws(FormatError) -> UInt64 {
             guard end - offset >= width else { throw FormatError(reason: "a record cut short") }
             defer { offset += width }
@@ -586,7 +602,7 @@ enum JournalFormat {
 
         /// The fields of a header record (after its type byte).
         mutating func header(layout: Layout) throws(FormatError) -> Header {
-            let generation = try u64()
+            let generation = try number("a file generation")
             let created = try i64()
             let boot = try shortString()
             var header = Header(generation: generation, createdUnixMilliseconds: created, bootID: boot.isEmpty ? nil : boot)

@@ -384,9 +384,10 @@ enum SnapshotImage {
                     guard version == 1 || version == SnapshotImage.version else {
                         throw JournalFormat.FormatError(reason: "image version \(version), which this countdownd does not read (it reads 1 and \(SnapshotImage.version))")
                     }
-                    let generation = try reader.u64(), lastSequence = try reader.u64(), keptAfter = try reader.u64()
+                    let generation = try reader.number("a journal generation"), lastSequence = try reader.number("a last event number")
+                    let keptAfter = try reader.number("a history start")
                     let written = try reader.i64(), countdowns = try reader.u64(), events = try reader.u64()
-                    let ownerBase = version >= 2 ? try reader.u64() : 0, owners = version >= 2 ? try reader.u64() : 0
+                    let ownerBase = version >= 2 ? try reader.number("a users' numbers base") : 0, owners = version >= 2 ? try reader.u64() : 0
                     let boot = try reader.shortString()
                     guard reader.offset == reader.end else { throw JournalFormat.FormatError(reason: "records after the image header in its frame") }
                     header = Header(
@@ -444,7 +445,7 @@ enum SnapshotImage {
                     contents.ownerSequences?.raise(owner, to: last)
                 case .event:
                     guard !readingCountdowns else { throw JournalFormat.FormatError(reason: "an event after the countdowns") }
-                    let sequence = try reader.u64()
+                    let sequence = try reader.number("an event number")
                     let kindIndex = Int(try reader.byte()), flags = try reader.byte()
                     guard kindIndex < JournalFormat.kinds.count, flags & ~(Flag.causedBySuspend | Flag.ownerSequence | Flag.eventCycle | Flag.changedToPause) == 0 else {
                         throw JournalFormat.FormatError(reason: "an event with an unknown kind or flags")

@@ -371,6 +371,9 @@ final class StateJournal: @unchecked Sendable {
         of generation: UInt64, after previous: (UInt64, String)?, snapshotGeneration: UInt64?, snapshotIsDatabase: Bool = false,
         directory: String
     ) -> String? {
+        guard generation <= JournalFormat.largestNumber else {
+            return "journal file \(generation) is numbered past any a countdownd makes (\(JournalFormat.largestNumber)): it was renamed or made by other hands"
+        }
         if let (previousGeneration, previousPath) = previous {
             guard generation == previousGeneration + 1 else {
                 return "journal files \(previousGeneration + 1) to \(generation - 1) are missing between \(previousPath) and this one: what they held is lost"

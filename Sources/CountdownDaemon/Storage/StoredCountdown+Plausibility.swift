@@ -12,7 +12,8 @@ extension StoredCountdown {
     /// recomputed, or written by a buggy or hostile hand, verifies. Values no daemon writes are
     /// damage all the same, refused as a bad checksum is (recovery and `--check-state` share
     /// this), so that a name with a newline never reaches a client's line and a time no clock
-    /// reaches never reaches the clock's arithmetic. Only what is impossible is checked: a
+    /// reaches never reaches the clock's arithmetic (event numbers and generations are bounded
+    /// where they are read: `JournalFormat.largestNumber`). Only what is impossible is checked: a
     /// running countdown to a time of day may have a total far above the longest duration (the
     /// wall clock was set back), so totals and times are checked against the clock's reach.
     var implausibility: String? {
@@ -29,8 +30,8 @@ extension StoredCountdown {
                 return "a \(field) of \(value) Unix ms (0 to \(Self.latestUnixMilliseconds))"
             }
         }
-        if let boot = deadlineBootNanoseconds, boot < 0 {
-            return "a boot-clock deadline of \(boot) ns, before the boot"
+        if let boot = deadlineBootNanoseconds, !(0...reach * 1_000_000).contains(boot) {
+            return "a boot-clock deadline of \(boot) ns (0 to \(reach) ms after the boot)"
         }
         if let late = lateMilliseconds, !(0...reach).contains(late) {
             return "\(late) ms late (0 to \(reach))"

@@ -134,6 +134,9 @@ struct JournalFormatTests {
         state = good
         state.lateMilliseconds = -5
         cases.append(("-5 ms late", state))
+        state = good
+        state.deadlineBootNanoseconds = .max  // A second attack's: EXTEND then trapped.
+        cases.append(("a boot-clock deadline of 9223372036854775807", state))
         for (problem, state) in cases {
             for more in [true, false] {
                 let scan = JournalFormat.scan(sealed(state, then: more))
@@ -141,6 +144,18 @@ struct JournalFormatTests {
                 #expect(scan.tornTail == nil && scan.events.isEmpty, "\(problem): never a torn tail, nothing of it read")
             }
         }
+        // An event number no daemon reaches: the first change after it trapped on its `+ 1`.
+        var numbered: [UInt8] = []
+        JournalFormat.beginFrame(in: &numbered)
+        var last = event(1, "tea").0
+        last.sequence = .max
+        last.ownerSequence = .max
+        JournalFormat.appendEvent(last, state: good, to: &numbered)
+        JournalFormat.sealFrame(in: &numbered, at: 0, index: 1)
+        let numberScan = JournalFormat.scan(frames([]).reduce([], +) + numbered)
+        #expect(numberScan.damage?.reason.contains("an event number of 18446744073709551615") == true, "\(numberScan.damage?.reason ?? "read as valid")")
+        #expect(StateJournal.continuityProblem(of: .max, after: (.max - 1, "journal.x"), snapshotGeneration: nil, directory: "/d")?.contains("numbered past any") == true,
+                "a file named past any generation is damage, and its predecessor's + 1 is never computed")
         // Every byte of the record, two values each, sealed again.
         var record: [UInt8] = []
         JournalFormat.beginFrame(in: &record)

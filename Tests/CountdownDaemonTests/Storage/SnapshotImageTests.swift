@@ -115,6 +115,8 @@ struct SnapshotImageTests {
         let owners = try #require(frames.firstIndex { bytes[$0.payload.lowerBound] == SnapshotImage.RecordType.owner.rawValue })
         let cases: [(String, Int, (inout [UInt8]) -> Void, String)] = [
             ("version 3", 0, { $0[1] = 3 }, "image version 3"),
+            ("the last event number at 2^64 - 1", 0, { $0[10...17] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF] }, "a last event number of 18446744073709551615"),
+            ("the journal generation at 2^64 - 1", 0, { $0[2...9] = [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF] }, "a journal generation of 18446744073709551615"),
             ("a countdown of state 9", firstCountdowns, { $0[1] = 9 }, "unknown state or flags"),
             ("an event with flag 16", firstEvents, { $0[10] = 16 }, "unknown kind or flags"),
             ("an event without its owner's number", firstEvents, { $0[10] = 0 }, "an event without its owner's number"),
