@@ -355,9 +355,18 @@ extension Daemon: RequestServer {
     /// How long until a wall-clock time (`START … AT`).
     /// - Throws: `bad-duration` for a time that is not in the future.
     static func milliseconds(until unixMilliseconds: Int64, now: Instant, clock: WallClockMapping) throws(ProtocolError) -> Int64 {
-        let milliseconds = unixMilliseconds - clock.unixMilliseconds(of: now)
-        guard milliseconds > 0 else {
-            throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(clock.unixMilliseconds(of: now))); use a later time")
+        let current = clock.unixMilliseconds(of: now)
+        let (milliseconds, overflowed) = unixMilliseconds.subtractingReportingOverflow(current)
+        guard overflowed ? unixMilliseconds > current : milliseconds > 0 else {
+            throw ProtocolError(.badDuration, "\(unixMilliseconds) is not in the future (it is now \(current)); use a later time")
+        }
+        guard !overflowed, milliseconds <= CountdownDuration.maximumMilliseconds else {
+            // Said of the time asked for, not as a duration the client never gave.
+            let days = overflowed ? "more than 100 years" : "\(milliseconds / 86_400_000) days"
+            throw ProtocolError(
+                .badDuration,
+                "\(unixMilliseconds) is \(days) away (it is now \(current)); a countdown to a time of day ends at most 366 days from now: use a nearer time"
+            )
         }
         return milliseconds
     }

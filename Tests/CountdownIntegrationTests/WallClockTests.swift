@@ -26,6 +26,14 @@ extension Integration {
                 return
             }
             #expect(message.contains("not in the future"))
+            // Too far: said of the time asked for (it once said "duration must be … at most 366 days").
+            for far in ["2999-01-01T00:00:00Z", "9999999999999"] {
+                guard case .error(.badDuration?, _, let message) = try c.request("START far AT \(far)").outcome else {
+                    Issue.record("\(far) was accepted")
+                    continue
+                }
+                #expect(message.contains("days away") && message.contains("ends at most 366 days from now: use a nearer time"), "\(far): \(message)")
+            }
             #expect(try c.request("START plain 1h").countdown?.isPinned == nil, "a plain duration is not marked")
             daemon.crash()
             daemon = try DaemonProcess(directory: directory)
