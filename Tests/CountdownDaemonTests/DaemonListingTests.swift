@@ -60,6 +60,34 @@ struct DaemonListingTests {
             daemon.appendReply(to: connection)
         }
 
+        /// Starts `count` countdowns `c0`… and commits them; the next batch begins, with nothing
+        /// left unread (on the queue).
+        func startCommitted(_ count: Int) {
+            for index in 0..<count { run("START c\(index) 1h") }
+            daemon.endBatch()
+            write()
+            _ = received()
+            daemon.beginBatch()
+        }
+
+        /// Loses the state directory (the journal's file goes with it, so the batch's commit
+        /// fails), then serves `lines` in one turn of the connection, as the table does (on the
+        /// queue).
+        func serveBeforeFailedCommit(_ lines: [String], bounded: Bool) throws {
+            try FileManager.default.removeItem(atPath: scratch.path + "/state")
+            #expect(daemon.beginTurn(of: connection) > 0)
+            for line in lines {
+                #expect(daemon.serve(.line(Array(line.utf8)[...]), of: connection, bounded: bounded) == .next, "\(line)")
+            }
+        }
+
+        /// A batch that only continues the listings (on the queue).
+        func continueListings() {
+            daemon.beginBatch()
+            daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
+            daemon.endBatch()
+        }
+
         /// Writes what the connection has queued (on the queue).
         func write() {
             var scratchBuffer: [UInt8] = []
@@ -186,19 +214,10 @@ struct DaemonListingTests {
         let rig = try Rig(peerUID: 1000)
         let (daemon, connection) = (rig.daemon, rig.connection)
         try daemon.queue.sync {
-            for index in 0..<3000 { rig.run("START c\(index) 1h") }
-            daemon.endBatch()  // Durable.
-            rig.write()
-            _ = rig.received()
-            daemon.beginBatch()
+            rig.startCommitted(3000)
             let quota = daemon.listingQuota
             let others = (0..<7).compactMap { _ in quota.take(for: 1000) }
-            // The journal's file goes with its directory: the batch's commit fails.
-            try FileManager.default.removeItem(atPath: rig.scratch.path + "/state")
-            #expect(daemon.beginTurn(of: connection) > 0)
-            for line in ["START x 1h", "LIST"] {
-                #expect(daemon.serve(.line(Array(line.utf8)[...]), of: connection, bounded: true) == .next)
-            }
+            try rig.serveBeforeFailedCommit(["START x 1h", "LIST"], bounded: true)
             #expect(daemon.clients.state(of: connection).phase == .listing && quota.count(of: 1000) == 8)
             daemon.endBatch()  // Fails, undoes the batch and serves it again.
             #expect(daemon.statistics.batchesUndone == 1, "the batch was undone")
@@ -207,9 +226,7 @@ struct DaemonListingTests {
             while daemon.clients.state(of: connection).phase == .listing {
                 rig.write()
                 lines += rig.received()
-                daemon.beginBatch()
-                daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
-                daemon.endBatch()
+                rig.continueListings()
             }
             rig.write()
             lines += rig.received()
@@ -227,26 +244,14 @@ struct DaemonListingTests {
         let (daemon, connection) = (rig.daemon, rig.connection)
         try daemon.queue.sync {
             let count = Daemon.linesPerListingSlice - 24
-            for index in 0..<count { rig.run("START c\(index) 1h") }
-            daemon.endBatch()  // Durable.
-            rig.write()
-            _ = rig.received()
-            daemon.beginBatch()
-            try FileManager.default.removeItem(atPath: rig.scratch.path + "/state")
-            #expect(daemon.beginTurn(of: connection) > 0)
-            for line in (0..<48).map({ "START x\($0) 1h" }) + ["LIST"] {
-                #expect(daemon.serve(.line(Array(line.utf8)[...]), of: connection, bounded: false) == .next)
-            }
+            rig.startCommitted(count)
+            try rig.serveBeforeFailedCommit((0..<48).map { "START x\($0) 1h" } + ["LIST"], bounded: false)
             #expect(daemon.clients.state(of: connection).phase == .listing, "two slices, with the x's")
             daemon.endBatch()  // Fails: the x's are refused, and the LIST served again fits one slice.
             #expect(daemon.statistics.batchesUndone == 1)
             #expect(daemon.clients.state(of: connection).phase != .listing, "the old listing ended")
             #expect(daemon.listingQuota.count(of: 1000) == 0)
-            for _ in 0..<3 {
-                daemon.beginBatch()
-                daemon.clients.continueWork(rotation: Daemon.minimumTurnsPerBatch)
-                daemon.endBatch()
-            }
+            for _ in 0..<3 { rig.continueListings() }
             rig.write()
             let lines = rig.received()
             #expect(lines.prefix(48).allSatisfy { $0.hasPrefix("ERR unavailable") })
