@@ -93,8 +93,8 @@ enum SnapshotDatabase {
             // NULL (count on) or 'pause'; anything else is a row this countdownd cannot read.
             let onSuspend = select.bytes(10)
             let pausesOnSuspend = onSuspend.elementsEqual(SuspendPolicy.pause.rawValue.utf8)
-            guard !nameBytes.isEmpty, nameBytes.count <= CountdownName.maximumLength, nameBytes.allSatisfy(CountdownName.isAllowed),
-                  onSuspend.isEmpty || pausesOnSuspend,
+            // The name is judged with every other field (`implausibility`, below).
+            guard onSuspend.isEmpty || pausesOnSuspend,
                   let state = Self.state(select.bytes(1)),
                   let total = select.int(2), let owner = select.int(7), let ownerUID = UInt32(exactly: owner)
             else {

@@ -94,6 +94,29 @@ struct SuspendStorageTests {
         #expect(read.unreadableRows == ["b"])
     }
 
+    @Test("a version 3 snapshot row whose name breaks the name rules, or whose values no countdownd writes, is unreadable, not a countdown")
+    func implausibleDatabaseRows() throws {
+        let scratch = ScratchDirectory()
+        let database = try SQLiteDatabase(path: scratch.path + "/" + SnapshotDatabase.fileName)
+        try database.execute("""
+            CREATE TABLE countdowns (name TEXT NOT NULL, state TEXT NOT NULL, total_ms INTEGER NOT NULL, deadline_unix_ms INTEGER,
+                deadline_boot_ns INTEGER, remaining_ns INTEGER NOT NULL DEFAULT 0, finished_unix_ms INTEGER, owner_uid INTEGER NOT NULL,
+                late_ms INTEGER, pinned_unix_ms INTEGER, on_suspend TEXT, PRIMARY KEY (owner_uid, name)) WITHOUT ROWID;
+            CREATE TABLE events (seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, remaining_ms INTEGER NOT NULL,
+                total_ms INTEGER NOT NULL, late_ms INTEGER, owner_uid INTEGER NOT NULL DEFAULT 0, cause TEXT);
+            CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+            INSERT INTO countdowns VALUES ('ok', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
+            INSERT INTO countdowns VALUES ('a b', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
+            INSERT INTO countdowns VALUES ('', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
+            INSERT INTO countdowns VALUES ('none', 'paused', 0, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
+            INSERT INTO countdowns VALUES ('far', 'running', 60000, 99999999999999, NULL, 0, NULL, 1000, NULL, NULL, NULL);
+            INSERT INTO meta VALUES ('schema_version', '3'), ('last_seq', '2'), ('journal_generation', '1');
+            """)
+        let read = try #require(try SnapshotFile.read(directory: scratch.path))
+        #expect(read.rows.map(\.name) == ["ok"])
+        #expect(read.unreadableRows.count == 4, "\(read.unreadableRows)")
+    }
+
     @Test("every journal event record is type 4 with the owner's own number; a record of the version before (type 2, no flags) reads back numbered as all users saw it")
     func flaggedRecord() {
         var plain = CountdownEvent(sequence: 1, kind: .paused, name: "1000/p", remainingMilliseconds: 5, totalMilliseconds: 10, owner: 1000, ownerSequence: 1)
