@@ -278,19 +278,21 @@ bench-clients: release
 	-@python3 -c "import redis" 2>/dev/null || python3 -m pip install --quiet redis
 	python3 bench/clients.py "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/countdownd"
 
-# Instructions per event of the hot path (engine and encoder, no I/O), which do not change with a
-# machine's load: the driver under callgrind, a full run against one that only starts the
-# countdowns. Whole-module optimization, as in the release build: without it, generic code in the
-# engine went through runtime metadata lookups, a third of its instructions. Installs valgrind.
+# Instructions per event of the hot path, counted by callgrind: the engine and encoder alone (no
+# I/O; they do not change with a machine's load), the driver's full run against one that only
+# starts the countdowns; then the real release daemon's, per START and per delivered event, on a
+# temporary socket. The driver is built with whole-module optimization, as in the release build:
+# without it, generic code in the engine went through runtime metadata lookups, a third of its
+# instructions. Installs valgrind.
 ENGINE_DRIVER := .build/engine-driver
 $(ENGINE_DRIVER): Sources/CountdownCore/*.swift bench/engine-driver.swift
 	mkdir -p .build
 	swiftc -O -wmo -parse-as-library -module-name CountdownCore Sources/CountdownCore/*.swift bench/engine-driver.swift -lm -o $@
 
-bench-instructions: $(ENGINE_DRIVER)
+bench-instructions: $(ENGINE_DRIVER) release
 	@command -v valgrind >/dev/null || { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind </dev/null >/dev/null; }
-	python3 bench/instructions.py $(ENGINE_DRIVER)
+	python3 bench/instructions.py $(ENGINE_DRIVER) "$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/countdownd"
 
 # What static linking of the Swift runtime costs or saves: the packaged build against a dynamic one.
 bench-linking: release

@@ -73,7 +73,7 @@ public enum WireEncoder {
     /// `CountdownAddress`), and the number (`CountdownEvent.sequence(seenBy:)`).
     ///
     /// The daemon's hot path (each tick is one of these): the line is written into scratch
-    /// memory and appended in one copy (`LineWriter`).
+    /// memory and appended in one copy (`ScratchWriter`).
     public static func appendEvent(_ event: CountdownEvent, name: String, seenBy viewer: UInt32, to out: inout [UInt8]) {
         // The fields, taken out of the event so that the closures below capture no copy of it.
         let sequence = event.sequence(seenBy: viewer)
@@ -96,9 +96,9 @@ public enum WireEncoder {
         name.withUTF8 { nameBytes in
             // "EVENT " + seq + " " + kind + " " + name + 3 × (" " + number) + " suspend" + "\n"
             // (a line has `late_ms` or ` suspend`, never both: both are counted, to be simple).
-            let capacity = 6 + LineWriter.maximumDecimalLength + 1 + kind.utf8CodeUnitCount + 1 + nameBytes.count
-                + 3 * (1 + LineWriter.maximumDecimalLength) + 8 + rareFields.count + 1
-            LineWriter.appendLine(capacity: capacity, to: &out) { line in
+            let capacity = 6 + ScratchWriter.maximumDecimalLength + 1 + kind.utf8CodeUnitCount + 1 + nameBytes.count
+                + 3 * (1 + ScratchWriter.maximumDecimalLength) + 8 + rareFields.count + 1
+            ScratchWriter.append(capacity: capacity, to: &out) { line in
                 line.write("EVENT ")
                 line.writeDecimal(sequence)
                 line.write(UInt8(ascii: " "))
@@ -267,11 +267,11 @@ public enum WireEncoder {
 
     /// Appends a signed decimal integer without going through `String`.
     static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
-        LineWriter.appendLine(capacity: LineWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
+        ScratchWriter.append(capacity: ScratchWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
     }
 
     /// Appends an unsigned decimal integer (a `seq`) without going through `String`.
     static func appendDecimal(_ value: UInt64, to out: inout [UInt8]) {
-        LineWriter.appendLine(capacity: LineWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
+        ScratchWriter.append(capacity: ScratchWriter.maximumDecimalLength, to: &out) { $0.writeDecimal(value) }
     }
 }

@@ -511,7 +511,7 @@ public final class Daemon: @unchecked Sendable {
     private func armTimer() {
         guard let timer else { return }
         do throws(DaemonError) {
-            try timer.arm(at: [engine.nextWakeup, later.nextDeadline, laterInBatch.nextDeadline].compactMap { $0 }.min())
+            try timer.arm(at: Self.earliest(Self.earliest(engine.nextWakeup, later.nextDeadline), laterInBatch.nextDeadline))
             if poller?.idleWakeMilliseconds != nil {
                 poller?.idleWakeMilliseconds = nil
                 logger.log(.notice, "the wake-up timer works again")
@@ -522,6 +522,13 @@ public final class Daemon: @unchecked Sendable {
                 logger.log(.error, "cannot arm the wake-up timer (\(error)); waking every \(Self.fallbackWakeMilliseconds) ms instead, so events still go out")
             }
         }
+    }
+
+    /// The earlier of two instants, either of which may be absent (compared in place: an array
+    /// of the three the timer is armed for cost an allocation every batch).
+    private static func earliest(_ first: Instant?, _ second: Instant?) -> Instant? {
+        guard let first, let second else { return first ?? second }
+        return min(first, second)
     }
 
     // MARK: - Stopping

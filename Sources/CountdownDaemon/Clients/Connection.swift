@@ -63,12 +63,8 @@ final class Connection {
     private(set) var lifecycle = Lifecycle.reading
     /// Splits incoming bytes into request lines.
     var framer = LineFramer()
-    /// Replies and events waiting to be written. Every event line a subscriber is sent is
-    /// appended here, so the run-time exclusivity check (`swift_beginAccess`, a few percent of
-    /// the daemon's samples under a fan-out to 250 subscribers) is waived for it: all of a
-    /// connection's state is confined to the daemon's queue, and nothing appends to the queue
-    /// while it is being written.
-    @exclusivity(unchecked) var output = OutputQueue()
+    /// Replies and events waiting to be written.
+    var output = OutputQueue()
     /// Its replies in request order behind changes the store decides later (etcd).
     var replies = ReplyOrder()
     /// The batch in which the client table last put this connection among those to write

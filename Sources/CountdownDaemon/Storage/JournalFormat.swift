@@ -161,23 +161,33 @@ enum JournalFormat {
             | EventFlag.ownerSequence | (state.cycle != nil ? EventFlag.stateCycle : 0) | (event.cycle != nil ? EventFlag.eventCycle : 0)
             | (event.suspendPolicy == .pause ? EventFlag.changedToPause : 0) | (placeOnly ? EventFlag.eventCyclePlace : 0)
             | (event.totalMilliseconds != state.totalMilliseconds ? EventFlag.eventTotal : 0)
-        buffer.append(RecordType.flaggedEvent.rawValue)
-        append(event.sequence, to: &buffer)
-        buffer.append(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
-        buffer.append(UInt8(states.firstIndex(of: state.state) ?? 0))
-        append(UInt64(state.owner), to: &buffer, width: 4)
-        append(state.totalMilliseconds, to: &buffer)
-        append(event.remainingMilliseconds, to: &buffer)
-        append(event.lateMilliseconds ?? absent, to: &buffer)
-        append(state.deadlineUnixMilliseconds ?? absent, to: &buffer)
-        append(state.deadlineBootNanoseconds ?? absent, to: &buffer)
-        append(state.remainingNanoseconds, to: &buffer)
-        append(state.finishedUnixMilliseconds ?? absent, to: &buffer)
-        appendShortString(state.name, to: &buffer)
-        append(state.lateMilliseconds ?? absent, to: &buffer)
-        append(state.pinnedUnixMilliseconds ?? absent, to: &buffer)
-        buffer.append(flags)
-        append(event.ownerSequence, to: &buffer)
+        var name = state.name
+        name.withUTF8 { name in
+            // Before the name: type, seq, kind, state, owner and seven 8-byte fields (71 bytes);
+            // the name's length byte and bytes; after it, two 8-byte fields, the flags and
+            // owner_seq (25). The cycle blocks, rare, follow field by field.
+            let capacity = 71 + 1 + min(name.count, 255) + 25
+            ScratchWriter.append(capacity: capacity, to: &buffer) { record in
+                record.write(RecordType.flaggedEvent.rawValue)
+                record.writeLittleEndian(event.sequence)
+                record.write(UInt8(kinds.firstIndex(of: event.kind) ?? 0))
+                record.write(UInt8(states.firstIndex(of: state.state) ?? 0))
+                record.writeLittleEndian(UInt64(state.owner), width: 4)
+                record.writeLittleEndian(state.totalMilliseconds)
+                record.writeLittleEndian(event.remainingMilliseconds)
+                record.writeLittleEndian(event.lateMilliseconds ?? absent)
+                record.writeLittleEndian(state.deadlineUnixMilliseconds ?? absent)
+                record.writeLittleEndian(state.deadlineBootNanoseconds ?? absent)
+                record.writeLittleEndian(state.remainingNanoseconds)
+                record.writeLittleEndian(state.finishedUnixMilliseconds ?? absent)
+                record.write(UInt8(min(name.count, 255)))
+                record.write(UnsafeBufferPointer(rebasing: name.prefix(255)))
+                record.writeLittleEndian(state.lateMilliseconds ?? absent)
+                record.writeLittleEndian(state.pinnedUnixMilliseconds ?? absent)
+                record.write(flags)
+                record.writeLittleEndian(event.ownerSequence)
+            }
+        }
         if let cycle = state.cycle { appendCycle(cycle, to: &buffer) }
         if let cycle = event.cycle { appendCycle(cycle, to: &buffer, placeOnly: placeOnly) }
         if event.totalMilliseconds != state.totalMilliseconds { append(event.totalMilliseconds, to: &buffer) }

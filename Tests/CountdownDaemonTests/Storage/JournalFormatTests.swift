@@ -65,6 +65,59 @@ struct JournalFormatTests {
     func le(_ value: UInt64) -> [UInt8] { (0..<8).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
     func le32(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
 
+    /// Two event records of every field (a running countdown to a wall-clock time, and a late
+    /// `done` of a cycle's phase caused by the machine's sleep, with a name of 255 bytes, its
+    /// own total and the event's cycle apart), each as `appendEvent` writes them.
+    func goldenRecords() -> [UInt8] {
+        var bytes: [UInt8] = []
+        var started = CountdownEvent(
+            sequence: 0x0102_0304_0506_0708, kind: .started, name: "1000/tea", remainingMilliseconds: 180_000,
+            totalMilliseconds: 180_000, owner: 1000, ownerSequence: 41
+        )
+        started.slotHint = 3
+        JournalFormat.appendEvent(
+            started,
+            state: StoredCountdown(
+                name: "tea", state: .running, totalMilliseconds: 180_000, deadlineUnixMilliseconds: 1_764_488_400_000,
+                deadlineBootNanoseconds: 12_345_678_901, remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 1000,
+                lateMilliseconds: nil, pinnedUnixMilliseconds: 1_764_488_400_000
+            ),
+            to: &bytes
+        )
+        let phases = [CountdownCycle.Phase(milliseconds: 1_500_000, label: "work"), .init(milliseconds: 300_000, label: "break")]
+        let long = String(repeating: "x", count: 255)
+        var done = CountdownEvent(
+            sequence: 9, kind: .done, name: long, remainingMilliseconds: 0, totalMilliseconds: 1_500_000, lateMilliseconds: 2_500,
+            owner: 0, ownerSequence: 9
+        )
+        done.causedBySuspend = true
+        done.cycle = CountdownCycle(phases: phases, rounds: 0, phaseIndex: 0, round: 7)
+        JournalFormat.appendEvent(
+            done,
+            state: StoredCountdown(
+                name: long, state: .running, totalMilliseconds: 300_000, deadlineUnixMilliseconds: -1, deadlineBootNanoseconds: nil,
+                remainingNanoseconds: 0, finishedUnixMilliseconds: nil, owner: 0, lateMilliseconds: 2_500, pausesOnSuspend: true,
+                cycle: CountdownCycle(phases: phases, rounds: 0, phaseIndex: 1, round: 7)
+            ),
+            to: &bytes
+        )
+        return bytes
+    }
+
+    @Test("event records are laid out byte for byte as the format says (a journal written before reads the same)")
+    func eventRecordLayout() {
+        // Written by the field-by-field encoder before records were written into reserved room.
+        let expected =
+            "0408070605040302010000e803000020bf02000000000020bf0200000000000000000000000080804cb4d39a01000035" +
+            "1cdcdf0200000000000000000000000000000000000080037465610000000000000080804cb4d39a0100000429000000" +
+            "00000000040900000000000000040000000000e0930400000000000000000000000000c409000000000000ffffffffff" +
+            "ffffff000000000000008000000000000000000000000000000080ff"
+            + String(repeating: "78", count: 255) +
+            "c4090000000000000000000000000080df0900000000000000000000000100070000000260e316000000000004776f72" +
+            "6be09304000000000005627265616b0000000000000700000060e3160000000000"
+        #expect(goldenRecords().map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() == expected)
+    }
+
     @Test("records round-trip through a frame, with the header")
     func roundTrip() {
         let scan = JournalFormat.scan(file([["tea", "otp:+4915112345678"], ["c"]]))
