@@ -24,18 +24,10 @@ extension Daemon {
             let event = events[index]
             let mapping = clock ?? time.mapping()
             clock = mapping
-            journal.note(event, state: Self.state(after: event, in: &engine), clock: mapping)
+            journal.note(event, state: Self.state(of: event.name, hint: event.slotHint, in: &engine), clock: mapping)
             batch.lifecycleEvents.append(event)
         }
         return fanOut.deliver(events, batch: batch.number)
-    }
-
-    /// The countdown's state right after `event`, read where the engine is. `inout` on purpose:
-    /// a call into the core on the daemon's stored engine copied the whole engine value first
-    /// (its every array and table retained, then released), about 430 instructions per
-    /// lifecycle event by callgrind; an `inout` engine is lent in place.
-    private static func state(after event: CountdownEvent, in engine: inout CountdownEngine) -> Countdown? {
-        engine.persistentState(of: event.name, hint: event.slotHint)
     }
 
     /// Logs a lifecycle event once it is released (after its commit), with `--log-lifecycle`

@@ -43,7 +43,7 @@ extension Daemon {
             return .durable(try body(&engine, &events))
         case .etcd(let replica):
             let proposal = try engine.proposal(for: key, now: now, pending: creationsInFlight, body)
-            let creating = engine.persistentState(of: key) == nil ? proposal.state?.owner : nil
+            let creating = Self.state(of: key, in: &engine) == nil ? proposal.state?.owner : nil
             return .pending(try proposeInCluster(
                 key, proposal, creating: creating, request: request, uid: uid, connection: connection, clock: clock, cluster: replica,
                 attempt: attempt
@@ -54,6 +54,6 @@ extension Daemon {
     /// Remembers the countdown's state before a change, so a failed commit can undo it. Reverting
     /// a batch's records in reverse order restores each countdown's state from before the batch.
     private func recordUndo(_ name: String) {
-        batch.undo.append((name, engine.persistentState(of: name)))
+        batch.undo.append((name, Self.state(of: name, in: &engine)))
     }
 }
