@@ -115,6 +115,13 @@ struct EngineListingTests {
         #expect(EventKindSet.all.description == "all")
         #expect(throws: ProtocolError.self) { try EventKindSet.parse(bytes: Array("ticks".utf8)) }
         #expect(throws: ProtocolError.self) { try EventKindSet.parse(bytes: Array("".utf8)) }
+        // Each kind has a bit of its own: a set of one holds that kind and no other.
+        for kind in EventKind.allCases {
+            let one = EventKindSet(kind)
+            #expect(one.rawValue.nonzeroBitCount == 1, "\(kind)")
+            #expect(EventKind.allCases.filter { one.includes($0) } == [kind], "\(kind)")
+        }
+        #expect(EventKindSet.all.rawValue.nonzeroBitCount == EventKind.allCases.count)
     }
 }
 
