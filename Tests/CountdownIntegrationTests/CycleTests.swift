@@ -50,6 +50,32 @@ extension Integration {
             #expect(live == live.sorted() && Set(live).count == live.count, "\(live)")
         }
 
+        @Test("a cycle's removed event names its phase live, and in SINCE 0's replay after a SIGKILL as before it")
+        func removedKeepsPhaseThroughKill() throws {
+            let directory = TemporaryDirectory()
+            var daemon = try DaemonProcess(directory: directory)
+            let client = try daemon.connect()
+            for request in ["START pom CYCLE 25m:work,5m:break REPEAT 4", "CANCEL pom", "REMOVE pom"] {
+                let reply = try client.request(request)
+                guard case .ok = reply.outcome else {
+                    Issue.record("\(request): \(reply)")
+                    return
+                }
+            }
+            func replay(_ daemon: DaemonProcess) throws -> [EventInfo] {
+                let replay = try daemon.connect()
+                _ = try replay.request("SUBSCRIBE pom EVENTS lifecycle SINCE 0")
+                return try (0..<3).map { _ in try replay.waitForEvent(timeout: 60) { _ in true } }
+            }
+            let before = try replay(daemon)
+            #expect(before.map(\.kind) == [.started, .cancelled, .removed])
+            #expect(before.last?.cycle == CyclePosition(phase: 1, phases: 2, label: "work", round: 1, rounds: 4), "\(String(describing: before.last))")
+            daemon.crash()
+            daemon = try DaemonProcess(directory: directory)
+            let after = try replay(daemon)
+            #expect(after == before, "the journal keeps the removed event's phase")
+        }
+
         @Test("cdctl start --pomodoro, skip, status and list show the phase; STATUS after a clean restart too")
         func cdctlCycle() throws {
             let directory = TemporaryDirectory()

@@ -42,6 +42,8 @@ import CountdownCore
 ///     cycle block: rounds u32 (0: for ever), phase index u16, round u32, phase count u8, then
 ///               per phase: duration_ms i64, label (u8 length + bytes)
 ///     5 removed, numbered: a removed record (type 3's fields) followed by owner_seq u64
+///     6 removed, numbered, of a cycle: type 5's fields followed by the event's cycle block (the
+///               phase it was in, for the replayed `removed` line's `phase=`, `label=`, `round=`)
 ///
 /// A record without `owner_seq` was written before per-user numbers: its owner saw the
 /// daemon-wide `seq`, which stands for its own number.
@@ -74,6 +76,7 @@ enum JournalFormat {
         case removed = 3
         case flaggedEvent = 4
         case numberedRemoved = 5
+        case cycleRemoved = 6
     }
 
     /// The flags of a `flaggedEvent` record.
@@ -207,12 +210,15 @@ enum JournalFormat {
     }
 
     static func appendRemoved(_ event: CountdownEvent, to buffer: inout [UInt8]) {
-        buffer.append(RecordType.numberedRemoved.rawValue)
+        // A cycle's `removed` names its phase (`phase=`, `label=`, `round=`), so its replay after a
+        // restart must too: the cycle follows.
+        buffer.append((event.cycle == nil ? RecordType.numberedRemoved : .cycleRemoved).rawValue)
         append(event.sequence, to: &buffer)
         append(UInt64(event.owner), to: &buffer, width: 4)
         append(event.totalMilliseconds, to: &buffer)
         appendShortString(CountdownAddress.display(event.name, owner: event.owner, to: event.owner), to: &buffer)
         append(event.ownerSequence, to: &buffer)
+        if let cycle = event.cycle { appendCycle(cycle, to: &buffer) }
     }
 
     /// Appends `value` little-endian (the encoding of every field; `SnapshotChecksum`'s too).
@@ -534,7 +540,7 @@ enum JournalFormat {
                     throw FormatError(reason: "an event record whose countdown has \(problem)")
                 }
                 visit(EventRecord(event: event, state: state, numberedByOwner: numberedByOwner))
-            case .removed, .numberedRemoved:
+            case .removed, .numberedRemoved, .cycleRemoved:
                 let sequence = try reader.number("an event number")
                 let owner = UInt32(truncatingIfNeeded: try reader.u64(width: 4))
                 let total = try reader.i64()
@@ -542,16 +548,14 @@ enum JournalFormat {
                 if let problem = StoredCountdown.nameProblem(name) {
                     throw FormatError(reason: "a removed record with \(problem)")
                 }
-                let numberedByOwner = type == .numberedRemoved
+                let numberedByOwner = type != .removed
                 let ownerSequence = try ownerNumber(&reader, numbered: numberedByOwner, sequence: sequence, of: "a removed record")
-                visit(EventRecord(
-                    event: CountdownEvent(
-                        sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),
-                        remainingMilliseconds: 0, totalMilliseconds: total, owner: owner, ownerSequence: ownerSequence
-                    ),
-                    state: nil,
-                    numberedByOwner: numberedByOwner
-                ))
+                var event = CountdownEvent(
+                    sequence: sequence, kind: .removed, name: CountdownAddress.key(owner: owner, name: name),
+                    remainingMilliseconds: 0, totalMilliseconds: total, owner: owner, ownerSequence: ownerSequence
+                )
+                if type == .cycleRemoved { event.cycle = try reader.cycle() }
+                visit(EventRecord(event: event, state: nil, numberedByOwner: numberedByOwner))
             case nil:
                 throw FormatError(reason: "a record of unknown type")
             }

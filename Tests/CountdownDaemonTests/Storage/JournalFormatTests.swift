@@ -118,6 +118,31 @@ struct JournalFormatTests {
         #expect(goldenRecords().map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() == expected)
     }
 
+    @Test("a removed record keeps the event's cycle, so a cycle's removed is replayed after a restart with its phase; a plain one is written as before")
+    func removedKeepsCycle() {
+        var bytes: [UInt8] = []
+        JournalFormat.beginFrame(in: &bytes)
+        JournalFormat.appendHeader(.init(generation: 1, createdUnixMilliseconds: 1, bootID: "boot-a"), to: &bytes)
+        JournalFormat.sealFrame(in: &bytes, at: 0, index: 0)
+        let frame = bytes.count
+        JournalFormat.beginFrame(in: &bytes)
+        let cycle = CountdownCycle(
+            phases: [.init(milliseconds: 1_500_000, label: "work"), .init(milliseconds: 300_000, label: "break")], rounds: 4, phaseIndex: 1, round: 1
+        )
+        var removed = CountdownEvent(sequence: 3, kind: .removed, name: "1000/pom", remainingMilliseconds: 0, totalMilliseconds: 300_000, owner: 1000, ownerSequence: 2)
+        removed.cycle = cycle
+        JournalFormat.appendRemoved(removed, to: &bytes)
+        let plainStart = bytes.count
+        let plain = CountdownEvent(sequence: 4, kind: .removed, name: "tea", remainingMilliseconds: 0, totalMilliseconds: 60_000, owner: 0, ownerSequence: 4)
+        JournalFormat.appendRemoved(plain, to: &bytes)
+        #expect(bytes[plainStart] == 5, "a removed record without a cycle is the numbered one, as before")
+        JournalFormat.sealFrame(in: &bytes, at: frame, index: 1)
+        let scan = JournalFormat.scan(bytes)
+        #expect(scan.damage == nil && scan.tornTail == nil)
+        #expect(scan.events.map(\.event) == [removed, plain])
+        #expect(scan.events.first?.event.cycle == cycle)
+    }
+
     @Test("records round-trip through a frame, with the header")
     func roundTrip() {
         let scan = JournalFormat.scan(file([["tea", "otp:+4915112345678"], ["c"]]))
