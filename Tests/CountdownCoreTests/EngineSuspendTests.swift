@@ -47,7 +47,7 @@ struct EngineSuspendTests {
         #expect(changed.pausesOnSuspend && changed.state == .running && changed.deadline == .seconds(1500), "its deadline is kept")
         #expect(clock.log.map(\.event.kind) == [.changed] && clock.log.first?.event.suspendPolicy == .pause)
         #expect(clock.log.first?.event.remainingMilliseconds == 1_440_000)
-        #expect(try clock.engine.persistentState(of: "pomodoro")?.pausesOnSuspend == true)
+        #expect(clock.engine.persistentState(of: "pomodoro")?.pausesOnSuspend == true)
         _ = try set("pomodoro", .pause)
         #expect(clock.log.count == 1, "the same again changes nothing and announces nothing")
         clock.sleep(forMilliseconds: 100_000)
