@@ -74,8 +74,9 @@ struct SuspendStorageTests {
         #expect(contents.events.map(\.kind) == [.paused] && contents.events.first?.causedBySuspend == false)
     }
 
-    @Test("a version 3 snapshot row with an on_suspend this countdownd does not know is unreadable, not silently a countdown that counts on")
-    func unknownPolicy() throws {
+    /// A directory holding a version 3 SQLite snapshot (an earlier countdownd's, with `on_suspend`
+    /// and `cause`) whose countdowns are `rows` (`INSERT` statements), last_seq 2, generation 1.
+    func versionThreeDatabase(rows: String) throws -> ScratchDirectory {
         let scratch = ScratchDirectory()
         let database = try SQLiteDatabase(path: scratch.path + "/" + SnapshotDatabase.fileName)
         try database.execute("""
@@ -85,9 +86,17 @@ struct SuspendStorageTests {
             CREATE TABLE events (seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, remaining_ms INTEGER NOT NULL,
                 total_ms INTEGER NOT NULL, late_ms INTEGER, owner_uid INTEGER NOT NULL DEFAULT 0, cause TEXT);
             CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+            \(rows)
+            INSERT INTO meta VALUES ('schema_version', '3'), ('last_seq', '2'), ('journal_generation', '1');
+            """)
+        return scratch
+    }
+
+    @Test("a version 3 snapshot row with an on_suspend this countdownd does not know is unreadable, not silently a countdown that counts on")
+    func unknownPolicy() throws {
+        let scratch = try versionThreeDatabase(rows: """
             INSERT INTO countdowns VALUES ('a', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, 'pause');
             INSERT INTO countdowns VALUES ('b', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, 'PAUSE');
-            INSERT INTO meta VALUES ('schema_version', '3'), ('last_seq', '2'), ('journal_generation', '1');
             """)
         let read = try #require(try SnapshotFile.read(directory: scratch.path))
         #expect(read.rows.map(\.name) == ["a"] && read.rows.first?.pausesOnSuspend == true)
@@ -96,21 +105,12 @@ struct SuspendStorageTests {
 
     @Test("a version 3 snapshot row whose name breaks the name rules, or whose values no countdownd writes, is unreadable, not a countdown")
     func implausibleDatabaseRows() throws {
-        let scratch = ScratchDirectory()
-        let database = try SQLiteDatabase(path: scratch.path + "/" + SnapshotDatabase.fileName)
-        try database.execute("""
-            CREATE TABLE countdowns (name TEXT NOT NULL, state TEXT NOT NULL, total_ms INTEGER NOT NULL, deadline_unix_ms INTEGER,
-                deadline_boot_ns INTEGER, remaining_ns INTEGER NOT NULL DEFAULT 0, finished_unix_ms INTEGER, owner_uid INTEGER NOT NULL,
-                late_ms INTEGER, pinned_unix_ms INTEGER, on_suspend TEXT, PRIMARY KEY (owner_uid, name)) WITHOUT ROWID;
-            CREATE TABLE events (seq INTEGER PRIMARY KEY NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, remaining_ms INTEGER NOT NULL,
-                total_ms INTEGER NOT NULL, late_ms INTEGER, owner_uid INTEGER NOT NULL DEFAULT 0, cause TEXT);
-            CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+        let scratch = try versionThreeDatabase(rows: """
             INSERT INTO countdowns VALUES ('ok', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
             INSERT INTO countdowns VALUES ('a b', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
             INSERT INTO countdowns VALUES ('', 'paused', 60000, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
             INSERT INTO countdowns VALUES ('none', 'paused', 0, NULL, NULL, 30000000000, NULL, 1000, NULL, NULL, NULL);
             INSERT INTO countdowns VALUES ('far', 'running', 60000, 99999999999999, NULL, 0, NULL, 1000, NULL, NULL, NULL);
-            INSERT INTO meta VALUES ('schema_version', '3'), ('last_seq', '2'), ('journal_generation', '1');
             """)
         let read = try #require(try SnapshotFile.read(directory: scratch.path))
         #expect(read.rows.map(\.name) == ["ok"])
