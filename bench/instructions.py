@@ -87,9 +87,9 @@ class CallgrindDaemon:
         lines.readline()
         return lines
 
-    def start(self, client, n, seconds):
-        """`n` STARTs pipelined on `client`, every one answered `OK`."""
-        client.write(b"".join(b"START instructions%d %d\n" % (i, seconds(i)) for i in range(n)))
+    def start(self, client, n, how):
+        """`n` STARTs pipelined on `client` (`START instructions<i> <how>`), every one answered `OK`."""
+        client.write(b"".join(b"START instructions%d %s\n" % (i, how) for i in range(n)))
         client.flush()
         for _ in range(n):
             reply = client.readline()
@@ -114,7 +114,7 @@ def daemon_per_start(binary, n):
         try:
             client = daemon.connect()
             daemon.control("-i", "on")
-            daemon.start(client, n, lambda i: 3600)
+            daemon.start(client, n, b"3600")
             return daemon.dump_total(1) / n
         finally:
             daemon.stop()
@@ -136,13 +136,7 @@ def daemon_per_event(binary, n):
             reply = subscriber.readline()
             if not reply.startswith(b"OK subscribed"):
                 daemon.fail("SUBSCRIBE answered %r" % reply)
-            at = int(time.time() * 1000) + 6950
-            client.write(b"".join(b"START instructions%d AT %d\n" % (i, at) for i in range(n)))
-            client.flush()
-            for _ in range(n):
-                reply = client.readline()
-                if not reply.startswith(b"OK"):
-                    daemon.fail("START answered %r" % reply)
+            daemon.start(client, n, b"AT %d" % (int(time.time() * 1000) + 6950))
             daemon.control("-i", "on")
             first = None
             seen = counted = done = 0
